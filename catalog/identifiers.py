@@ -1,0 +1,99 @@
+"""Namespace and object names: validation and their keys in the store.
+
+A name reaches the filesystem (as part of a table's default location), so
+anything that could escape or confuse a path is refused here, once, for every
+caller.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MAX_NAME_LENGTH = 255
+MAX_NAMESPACE_DEPTH = 16
+
+# Separates namespace levels inside store keys; validation keeps it out of names.
+_LEVEL = b"\x1f"
+# Separates a namespace key from an object name inside store keys.
+_OBJECT = b"\x00"
+
+
+class InvalidIdentifierError(ValueError):
+    """A namespace or object name that isbre will not store."""
+
+
+def check_name(name: object, what: str = "name") -> str:
+    if not isinstance(name, str):
+        raise InvalidIdentifierError(f"{what} must be a string, got {type(name).__name__}")
+    if not name:
+        raise InvalidIdentifierError(f"{what} must not be empty")
+    if len(name) > MAX_NAME_LENGTH:
+        raise InvalidIdentifierError(f"{what} is longer than {MAX_NAME_LENGTH} characters: {name[:40]!r}...")
+    if name in (".", ".."):
+        raise InvalidIdentifierError(f"{what} must not be {name!r}")
+    for ch in name:
+        if ch in "/\\" or ord(ch) < 0x20 or ord(ch) == 0x7F:
+            raise InvalidIdentifierError(f"{what} {name!r} contains a path separator or control character")
+    return name
+
+
+def check_namespace(namespace: object) -> tuple[str, ...]:
+    if isinstance(namespace, str) or not isinstance(namespace, list | tuple):
+        raise InvalidIdentifierError("namespace must be a list of strings")
+    if not namespace:
+        raise InvalidIdentifierError("namespace must have at least one level")
+    if len(namespace) > MAX_NAMESPACE_DEPTH:
+        raise InvalidIdentifierError(f"namespace is deeper than {MAX_NAMESPACE_DEPTH} levels")
+    return tuple(check_name(level, "namespace level") for level in namespace)
+
+
+@dataclass(frozen=True, order=True)
+class Identifier:
+    """A table or view: the namespace it lives in and its name."""
+
+    namespace: tuple[str, ...]
+    name: str
+
+    @classmethod
+    def of(cls, namespace: object, name: object) -> Identifier:
+        return cls(check_namespace(namespace), check_name(name))
+
+    @classmethod
+    def parse(cls, dotted: str) -> Identifier:
+        """`a.b.t` -> namespace (a, b), name t; for CLIs and configuration."""
+        *namespace, name = dotted.split(".")
+        return cls.of(namespace, name)
+
+    def __str__(self) -> str:
+        return ".".join((*self.namespace, self.name))
+
+    @property
+    def key(self) -> bytes:
+        return namespace_key(self.namespace) + _OBJECT + self.name.encode()
+
+    @classmethod
+    def from_key(cls, key: bytes) -> Identifier:
+        namespace, _, name = key.partition(_OBJECT)
+        return cls(namespace_from_key(namespace), name.decode())
+
+
+def namespace_key(namespace: tuple[str, ...]) -> bytes:
+    return _LEVEL.join(level.encode() for level in namespace)
+
+
+def namespace_from_key(key: bytes) -> tuple[str, ...]:
+    return tuple(level.decode() for level in key.split(_LEVEL))
+
+
+def objects_prefix(namespace: tuple[str, ...]) -> bytes:
+    """Key prefix of every table (or view) directly in `namespace`."""
+    return namespace_key(namespace) + _OBJECT
+
+
+def children_prefix(namespace: tuple[str, ...]) -> bytes:
+    """Key prefix of every namespace nested (at any depth) under `namespace`."""
+    return namespace_key(namespace) + _LEVEL if namespace else b""
+
+
+def depth(key: bytes) -> int:
+    return key.count(_LEVEL) + 1

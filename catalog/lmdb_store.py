@@ -1,0 +1,255 @@
+"""The embedded store: one LMDB environment with a named database per kind of state."""
+
+from __future__ import annotations
+
+import json
+import logging
+import struct
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import lmdb
+
+from catalog.identifiers import (
+    Identifier,
+    children_prefix,
+    depth,
+    namespace_from_key,
+    namespace_key,
+    objects_prefix,
+)
+from catalog.records import CommitRecord
+from catalog.store import Pointer, ReadView, Store, StoreFullError, WriteView
+
+log = logging.getLogger(__name__)
+
+FORMAT_VERSION = b"1"
+DATABASES = ("meta", "namespaces", "tables", "views", "commit_log", "coverage", "cursors")
+_SEQ = struct.Struct(">Q")
+_HIGH_WATER = b"commit_seq"
+
+
+def _after(cursor: lmdb.Cursor, prefix: bytes, after: bytes | None) -> Iterator[tuple[bytes, bytes]]:
+    """Items whose key starts with `prefix`, strictly after `prefix + after`."""
+    start = prefix + after if after is not None else prefix
+    if not cursor.set_range(start):
+        return
+    for key, value in cursor:
+        if not key.startswith(prefix):
+            return
+        if after is not None and key == start:
+            continue
+        yield key, value
+
+
+class _LmdbView(WriteView):
+    def __init__(self, store: LmdbStore, txn: lmdb.Transaction) -> None:
+        self._store = store
+        self._txn = txn
+
+    def _db(self, name: str) -> lmdb._Database:
+        return self._store.dbs[name]
+
+    def namespace(self, namespace: tuple[str, ...]) -> dict[str, str] | None:
+        raw = self._txn.get(namespace_key(namespace), db=self._db("namespaces"))
+        return None if raw is None else json.loads(raw)
+
+    def namespaces(
+        self, parent: tuple[str, ...], after: tuple[str, ...] | None, limit: int | None
+    ) -> list[tuple[str, ...]]:
+        want = len(parent) + 1
+        prefix = children_prefix(parent)
+        after_key = namespace_key(after)[len(prefix) :] if after else None
+        found: list[tuple[str, ...]] = []
+        with self._txn.cursor(db=self._db("namespaces")) as cursor:
+            for key, _ in _after(cursor, prefix, after_key):
+                if depth(key) == want:
+                    found.append(namespace_from_key(key))
+                    if limit is not None and len(found) >= limit:
+                        break
+        return found
+
+    def is_empty(self, namespace: tuple[str, ...]) -> bool:
+        for db, prefix in (
+            ("tables", objects_prefix(namespace)),
+            ("views", objects_prefix(namespace)),
+            ("namespaces", children_prefix(namespace)),
+        ):
+            with self._txn.cursor(db=self._db(db)) as cursor:
+                if next(_after(cursor, prefix, None), None) is not None:
+                    return False
+        return True
+
+    def pointer(self, kind: str, ident: Identifier) -> Pointer | None:
+        raw = self._txn.get(ident.key, db=self._db(kind + "s"))
+        return None if raw is None else Pointer.from_json(raw)
+
+    def identifiers(
+        self, kind: str, namespace: tuple[str, ...], after: str | None, limit: int | None
+    ) -> list[Identifier]:
+        found: list[Identifier] = []
+        with self._txn.cursor(db=self._db(kind + "s")) as cursor:
+            after_key = after.encode() if after is not None else None
+            for key, _ in _after(cursor, objects_prefix(namespace), after_key):
+                found.append(Identifier.from_key(key))
+                if limit is not None and len(found) >= limit:
+                    break
+        return found
+
+    def commit_seq(self) -> int:
+        raw = self._txn.get(_HIGH_WATER, db=self._db("meta"))
+        return 0 if raw is None else _SEQ.unpack(raw)[0]
+
+    def records(self, after: int, limit: int) -> list[CommitRecord]:
+        found: list[CommitRecord] = []
+        with self._txn.cursor(db=self._db("commit_log")) as cursor:
+            if not cursor.set_range(_SEQ.pack(after + 1)):
+                return found
+            for _, value in cursor:
+                found.append(CommitRecord.from_json(value))
+                if len(found) >= limit:
+                    break
+        return found
+
+    # -- writes: LMDB raises MapFullError from any of them when the map is full
+
+    @contextmanager
+    def _full_is_retryable(self) -> Iterator[None]:
+        try:
+            yield
+        except lmdb.MapFullError as exc:
+            raise StoreFullError(str(exc)) from exc
+
+    def put_namespace(self, namespace: tuple[str, ...], properties: dict[str, str]) -> None:
+        with self._full_is_retryable():
+            self._txn.put(namespace_key(namespace), json.dumps(properties).encode(), db=self._db("namespaces"))
+
+    def delete_namespace(self, namespace: tuple[str, ...]) -> None:
+        self._txn.delete(namespace_key(namespace), db=self._db("namespaces"))
+
+    def put_pointer(self, kind: str, ident: Identifier, pointer: Pointer) -> None:
+        with self._full_is_retryable():
+            self._txn.put(ident.key, pointer.to_json(), db=self._db(kind + "s"))
+
+    def delete_pointer(self, kind: str, ident: Identifier) -> None:
+        self._txn.delete(ident.key, db=self._db(kind + "s"))
+
+    def append(self, record: CommitRecord) -> None:
+        if record.commit_seq != self.commit_seq() + 1:
+            raise AssertionError(f"commit_seq {record.commit_seq} does not follow {self.commit_seq()}")
+        with self._full_is_retryable():
+            seq = _SEQ.pack(record.commit_seq)
+            self._txn.put(seq, record.to_json(), db=self._db("commit_log"), append=True)
+            self._txn.put(_HIGH_WATER, seq, db=self._db("meta"))
+
+    @contextmanager
+    def savepoint(self) -> Iterator[WriteView]:
+        child = self._store.env.begin(write=True, parent=self._txn)
+        try:
+            yield _LmdbView(self._store, child)
+        except BaseException:
+            child.abort()
+            raise
+        with self._full_is_retryable():
+            child.commit()
+
+
+class _ResizeGate:
+    """LMDB may only be remapped while this process has no open transaction."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._open = 0
+        self._resizing = False
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        with self._cond:
+            while self._resizing:
+                self._cond.wait()
+            self._open += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._open -= 1
+                if not self._open:
+                    self._cond.notify_all()
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        with self._cond:
+            while self._resizing:
+                self._cond.wait()
+            self._resizing = True
+            while self._open:
+                self._cond.wait()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._resizing = False
+                self._cond.notify_all()
+
+
+class LmdbStore(Store):
+    def __init__(self, path: Path, map_size: int = 256 << 20) -> None:
+        path.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self.env = lmdb.open(
+            str(path), map_size=map_size, max_dbs=len(DATABASES), subdir=True, sync=True, metasync=True
+        )
+        self._gate = _ResizeGate()
+        with self.env.begin(write=True) as txn:
+            self.dbs = {name: self.env.open_db(name.encode(), txn=txn) for name in DATABASES}
+            version = txn.get(b"format", db=self.dbs["meta"])
+            if version is None:
+                txn.put(b"format", FORMAT_VERSION, db=self.dbs["meta"])
+            elif version != FORMAT_VERSION:
+                raise RuntimeError(f"{path} holds store format {version!r}; this isbre reads {FORMAT_VERSION!r}")
+
+    @contextmanager
+    def _begin(self, write: bool) -> Iterator[lmdb.Transaction]:
+        while True:
+            with self._gate.transaction():
+                try:
+                    txn = self.env.begin(write=write)
+                except lmdb.MapResizedError:
+                    pass  # another process grew the map; adopt its size below
+                else:
+                    try:
+                        yield txn
+                    except BaseException:
+                        txn.abort()
+                        raise
+                    try:
+                        txn.commit()
+                    except lmdb.MapFullError as exc:
+                        raise StoreFullError(str(exc)) from exc
+                    return
+            with self._gate.exclusive():
+                self.env.set_mapsize(0)
+
+    @contextmanager
+    def read(self) -> Iterator[ReadView]:
+        with self._begin(write=False) as txn:
+            yield _LmdbView(self, txn)
+
+    @contextmanager
+    def write(self) -> Iterator[WriteView]:
+        with self._begin(write=True) as txn:
+            yield _LmdbView(self, txn)
+
+    def grow(self) -> None:
+        with self._gate.exclusive():
+            size = self.env.info()["map_size"] * 2
+            log.warning("LMDB map is full; growing it to %d MiB", size >> 20)
+            self.env.set_mapsize(size)
+
+    def map_size(self) -> int:
+        return self.env.info()["map_size"]
+
+    def close(self) -> None:
+        self.env.close()

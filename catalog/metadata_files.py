@@ -1,0 +1,120 @@
+"""Table and view metadata files: durable writes and a cache of parsed reads.
+
+A metadata file is written under a fresh name and synced, with its directory,
+before the pointer that names it can commit; a crash leaves at worst an
+unreferenced file, never a pointer to a missing or torn one. Files never change
+once written, so reads are cached by location.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+from urllib.parse import unquote, urlparse
+
+from pyiceberg.io import FileIO
+from pyiceberg.serializers import FromInputFile
+from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.view.metadata import ViewMetadata
+
+M = TypeVar("M", TableMetadata, ViewMetadata)
+
+
+def local_path(location: str) -> Path | None:
+    """The filesystem path of a `file:` URI or bare absolute path; None for other schemes."""
+    parsed = urlparse(location)
+    if parsed.scheme == "file":
+        return Path(unquote(parsed.path))
+    if parsed.scheme == "" and location.startswith("/"):
+        return Path(location)
+    return None
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_durably(io: FileIO, location: str, data: bytes) -> None:
+    """Create `location` with `data`; on local disk, synced (file and directory) before returning."""
+    path = local_path(location)
+    if path is None:
+        with io.new_output(location).create(overwrite=False) as stream:
+            stream.write(data)
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    _fsync_dir(path.parent)
+
+
+def remove_quietly(io: FileIO, location: str) -> None:
+    """Best-effort removal of a file that never became reachable (an orphan)."""
+    with contextlib.suppress(Exception):
+        io.delete(location)
+
+
+def metadata_json(metadata: TableMetadata | ViewMetadata) -> bytes:
+    # exclude_none drops "current-snapshot-id": null, as PyIceberg and the Java library write it
+    return metadata.model_dump_json(exclude_none=True).encode()
+
+
+@dataclass(frozen=True)
+class Loaded(Generic[M]):
+    metadata: M
+    json: bytes
+
+
+class MetadataCache(Generic[M]):
+    """An LRU of parsed metadata files, keyed by location."""
+
+    def __init__(self, io: FileIO, parse: Callable[[FileIO, str], M], capacity: int = 1024) -> None:
+        self._io = io
+        self._parse = parse
+        self._capacity = capacity
+        self._entries: OrderedDict[str, Loaded[M]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, location: str) -> Loaded[M]:
+        with self._lock:
+            entry = self._entries.get(location)
+            if entry is not None:
+                self._entries.move_to_end(location)
+                return entry
+        metadata = self._parse(self._io, location)
+        entry = Loaded(metadata, metadata_json(metadata))
+        self.put(location, entry)
+        return entry
+
+    def put(self, location: str, entry: Loaded[M]) -> None:
+        with self._lock:
+            self._entries[location] = entry
+            self._entries.move_to_end(location)
+            while len(self._entries) > self._capacity:
+                self._entries.popitem(last=False)
+
+
+def parse_table_metadata(io: FileIO, location: str) -> TableMetadata:
+    return FromInputFile.table_metadata(io.new_input(location))
+
+
+def parse_view_metadata(io: FileIO, location: str) -> ViewMetadata:
+    with io.new_input(location).open() as stream:
+        raw: Any = json.loads(stream.read())
+    return ViewMetadata.model_validate(raw)

@@ -1,0 +1,582 @@
+"""The catalog's operations: what the REST API and the embedded PyIceberg catalog both call.
+
+Reads go straight to a store read transaction and the metadata cache. Every
+write is a mutation run by the writer; table and view commits stage their new
+metadata file first (in the caller's thread) and let the writer swap the
+pointer only if nobody moved it meanwhile.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pyiceberg.catalog import (
+    MANIFEST,
+    MANIFEST_LIST,
+    METADATA,
+    PREVIOUS_METADATA,
+    delete_data_files,
+    delete_files,
+)
+from pyiceberg.exceptions import (
+    CommitFailedException,
+    NamespaceAlreadyExistsError,
+    NamespaceNotEmptyError,
+    NoSuchNamespaceError,
+    NoSuchTableError,
+    NoSuchViewError,
+    TableAlreadyExistsError,
+    ViewAlreadyExistsError,
+)
+from pyiceberg.io import FileIO
+from pyiceberg.io.pyarrow import PyArrowFileIO
+from pyiceberg.partitioning import PartitionSpec
+from pyiceberg.schema import Schema
+from pyiceberg.table.metadata import TableMetadata, new_table_metadata
+from pyiceberg.table.sorting import SortOrder
+from pyiceberg.view.metadata import ViewMetadata, ViewVersion
+
+from catalog.identifiers import Identifier, check_namespace
+from catalog.lmdb_store import LmdbStore
+from catalog.metadata_files import (
+    Loaded,
+    MetadataCache,
+    local_path,
+    metadata_json,
+    parse_table_metadata,
+    parse_view_metadata,
+    remove_quietly,
+    write_durably,
+)
+from catalog.records import CommitRecord
+from catalog.store import Pointer, Store, WriteView
+from catalog.tables import Staged, TableChange, commit_record, next_metadata_location, stage
+from catalog.views import ViewRequirement, ViewUpdate, new_view_metadata, update_view_metadata
+from catalog.writer import Batch, Writer
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+TABLE, VIEW = "table", "view"
+# How often a commit is re-staged after losing the pointer swap to a concurrent commit.
+MAX_COMMIT_ATTEMPTS = 32
+
+
+class ConflictingPropertiesError(ValueError):
+    """A property key appears in both the updates and the removals of one request."""
+
+
+class _Stale(Exception):
+    """A pointer moved between staging and the swap; stage again."""
+
+
+@dataclass(frozen=True)
+class TableState:
+    ident: Identifier
+    metadata_location: str | None
+    metadata: TableMetadata
+    json: bytes
+
+
+@dataclass(frozen=True)
+class ViewState:
+    ident: Identifier
+    metadata_location: str
+    metadata: ViewMetadata
+    json: bytes
+
+
+@dataclass(frozen=True)
+class PropertiesChange:
+    updated: list[str]
+    removed: list[str]
+    missing: list[str]
+
+
+def _require_namespace(view: WriteView, namespace: tuple[str, ...]) -> dict[str, str]:
+    properties = view.namespace(namespace)
+    if properties is None:
+        raise NoSuchNamespaceError(f"Namespace does not exist: {'.'.join(namespace)}")
+    return properties
+
+
+def _require_free(view: WriteView, ident: Identifier) -> None:
+    if view.pointer(TABLE, ident) is not None:
+        raise TableAlreadyExistsError(f"Table already exists: {ident}")
+    if view.pointer(VIEW, ident) is not None:
+        raise ViewAlreadyExistsError(f"View already exists: {ident}")
+
+
+class CatalogService:
+    def __init__(self, store: Store, warehouse: str, io: FileIO | None = None, max_batch: int = 512) -> None:
+        self.store = store
+        self.warehouse = warehouse.rstrip("/")
+        self.io = io or PyArrowFileIO()
+        self.writer = Writer(store, max_batch=max_batch)
+        self.table_files: MetadataCache[TableMetadata] = MetadataCache(self.io, parse_table_metadata)
+        self.view_files: MetadataCache[ViewMetadata] = MetadataCache(self.io, parse_view_metadata)
+
+    @classmethod
+    def open(cls, warehouse: Path, map_size: int = 256 << 20, max_batch: int = 512) -> CatalogService:
+        """The embedded catalog: LMDB under `<warehouse>/isbre.lmdb`, tables under `<warehouse>/`."""
+        warehouse = warehouse.resolve()
+        warehouse.mkdir(parents=True, exist_ok=True)
+        store = LmdbStore(warehouse / "isbre.lmdb", map_size=map_size)
+        return cls(store, warehouse.as_uri(), max_batch=max_batch)
+
+    def close(self) -> None:
+        self.writer.close()
+        self.store.close()
+
+    def _mutate(self, mutation: Callable[[Batch], T]) -> T:
+        return self.writer.execute(mutation)
+
+    # -- namespaces
+
+    def create_namespace(self, namespace: tuple[str, ...], properties: dict[str, str]) -> dict[str, str]:
+        namespace = check_namespace(namespace)
+
+        def mutation(batch: Batch) -> None:
+            if batch.view.namespace(namespace) is not None:
+                raise NamespaceAlreadyExistsError(f"Namespace already exists: {'.'.join(namespace)}")
+            if len(namespace) > 1:
+                _require_namespace(batch.view, namespace[:-1])
+            batch.view.put_namespace(namespace, properties)
+            batch.log(CommitRecord("namespace.create", list(namespace), properties=dict(properties)))
+
+        self._mutate(mutation)
+        return properties
+
+    def load_namespace(self, namespace: tuple[str, ...]) -> dict[str, str]:
+        namespace = check_namespace(namespace)
+        with self.store.read() as view:
+            properties = view.namespace(namespace)
+        if properties is None:
+            raise NoSuchNamespaceError(f"Namespace does not exist: {'.'.join(namespace)}")
+        return properties
+
+    def list_namespaces(
+        self, parent: tuple[str, ...], after: tuple[str, ...] | None = None, limit: int | None = None
+    ) -> list[tuple[str, ...]]:
+        with self.store.read() as view:
+            if parent and view.namespace(check_namespace(parent)) is None:
+                raise NoSuchNamespaceError(f"Namespace does not exist: {'.'.join(parent)}")
+            return view.namespaces(parent, after, limit)
+
+    def drop_namespace(self, namespace: tuple[str, ...]) -> None:
+        namespace = check_namespace(namespace)
+
+        def mutation(batch: Batch) -> None:
+            _require_namespace(batch.view, namespace)
+            if not batch.view.is_empty(namespace):
+                raise NamespaceNotEmptyError(f"Namespace is not empty: {'.'.join(namespace)}")
+            batch.view.delete_namespace(namespace)
+            batch.log(CommitRecord("namespace.drop", list(namespace)))
+
+        self._mutate(mutation)
+
+    def update_namespace(
+        self, namespace: tuple[str, ...], removals: list[str], updates: dict[str, str]
+    ) -> PropertiesChange:
+        namespace = check_namespace(namespace)
+        overlap = set(removals) & set(updates)
+        if overlap:
+            raise ConflictingPropertiesError(f"Properties are both updated and removed: {sorted(overlap)}")
+
+        def mutation(batch: Batch) -> PropertiesChange:
+            properties = dict(_require_namespace(batch.view, namespace))
+            removed = [key for key in removals if key in properties]
+            missing = [key for key in removals if key not in properties]
+            for key in removed:
+                del properties[key]
+            properties.update(updates)
+            batch.view.put_namespace(namespace, properties)
+            batch.log(
+                CommitRecord(
+                    "namespace.update", list(namespace), properties={"updated": updates, "removed": removed}
+                )
+            )
+            return PropertiesChange(sorted(updates), removed, missing)
+
+        return self._mutate(mutation)
+
+    # -- tables
+
+    def _default_location(self, namespace: tuple[str, ...], name: str, object_uuid: uuid.UUID) -> str:
+        with self.store.read() as view:
+            properties = view.namespace(namespace)
+        if properties is None:
+            raise NoSuchNamespaceError(f"Namespace does not exist: {'.'.join(namespace)}")
+        base = properties.get("location", "").rstrip("/") or "/".join((self.warehouse, *namespace))
+        return f"{base}/{name}-{object_uuid.hex}"
+
+    def table_pointer(self, ident: Identifier) -> Pointer:
+        with self.store.read() as view:
+            pointer = view.pointer(TABLE, ident)
+        if pointer is None:
+            raise NoSuchTableError(f"Table does not exist: {ident}")
+        return pointer
+
+    def load_table(self, ident: Identifier) -> TableState:
+        pointer = self.table_pointer(ident)
+        loaded = self.table_files.get(pointer.metadata_location)
+        return TableState(ident, pointer.metadata_location, loaded.metadata, loaded.json)
+
+    def list_tables(self, namespace: tuple[str, ...], after: str | None = None, limit: int | None = None):
+        return self._list(TABLE, namespace, after, limit)
+
+    def _list(self, kind: str, namespace: tuple[str, ...], after: str | None, limit: int | None):
+        namespace = check_namespace(namespace)
+        with self.store.read() as view:
+            if view.namespace(namespace) is None:
+                raise NoSuchNamespaceError(f"Namespace does not exist: {'.'.join(namespace)}")
+            return view.identifiers(kind, namespace, after, limit)
+
+    def create_table(
+        self,
+        ident: Identifier,
+        schema: Schema,
+        partition_spec: PartitionSpec,
+        sort_order: SortOrder,
+        location: str | None = None,
+        properties: dict[str, str] | None = None,
+        stage_only: bool = False,
+    ) -> TableState:
+        with self.store.read() as view:
+            if view.namespace(ident.namespace) is None:
+                raise NoSuchNamespaceError(f"Namespace does not exist: {'.'.join(ident.namespace)}")
+            if view.pointer(TABLE, ident) is not None:
+                raise TableAlreadyExistsError(f"Table already exists: {ident}")
+            if view.pointer(VIEW, ident) is not None:
+                raise ViewAlreadyExistsError(f"View already exists: {ident}")
+        table_uuid = uuid.uuid4()
+        location = (location or "").rstrip("/") or self._default_location(ident.namespace, ident.name, table_uuid)
+        metadata = new_table_metadata(
+            schema, partition_spec, sort_order, location, dict(properties or {}), table_uuid=table_uuid
+        )
+        if stage_only:
+            return TableState(ident, None, metadata, metadata_json(metadata))
+        staged = Staged(
+            ident, None, metadata, metadata_json(metadata), next_metadata_location(location, None), True
+        )
+        return self._swap([staged], txn=None)[0]
+
+    def commit_table(self, change: TableChange) -> TableState:
+        return self.commit_tables([change], txn=None)[0]
+
+    def commit_tables(self, changes: list[TableChange], txn: str | None) -> list[TableState]:
+        """Commit every change or none of them; `txn` tags the records of a multi-table transaction."""
+        idents = [change.ident for change in changes]
+        if len(set(idents)) != len(idents):
+            raise ValueError("A transaction may change each table only once")
+        for _ in range(MAX_COMMIT_ATTEMPTS):
+            with self.store.read() as view:
+                bases = [view.pointer(TABLE, ident) for ident in idents]
+            staged = [
+                stage(change, base, self.table_files.get(base.metadata_location) if base else None)
+                for change, base in zip(changes, bases, strict=True)
+            ]
+            try:
+                return self._swap(staged, txn)
+            except _Stale:
+                continue
+        raise CommitFailedException(f"Gave up after {MAX_COMMIT_ATTEMPTS} attempts lost to concurrent commits")
+
+    def _swap(self, staged: list[Staged], txn: str | None) -> list[TableState]:
+        written: list[str] = []
+        try:
+            for entry in staged:
+                if entry.changed:
+                    write_durably(self.io, entry.metadata_location, entry.json)
+                    written.append(entry.metadata_location)
+
+            def mutation(batch: Batch) -> None:
+                for entry in staged:
+                    now = batch.view.pointer(TABLE, entry.ident)
+                    if now != entry.base:
+                        raise _Stale
+                    if entry.base is None:
+                        _require_namespace(batch.view, entry.ident.namespace)
+                        _require_free(batch.view, entry.ident)
+                for entry in staged:
+                    if entry.changed:
+                        batch.view.put_pointer(TABLE, entry.ident, entry.pointer)
+                        batch.log(commit_record(entry, txn))
+
+            self._mutate(mutation)
+        except BaseException:
+            for location in written:
+                remove_quietly(self.io, location)
+            raise
+        states = []
+        for entry in staged:
+            self.table_files.put(entry.metadata_location, Loaded(entry.metadata, entry.json))
+            states.append(TableState(entry.ident, entry.metadata_location, entry.metadata, entry.json))
+        return states
+
+    def drop_table(self, ident: Identifier, purge: bool = False) -> None:
+        def mutation(batch: Batch) -> Pointer:
+            pointer = batch.view.pointer(TABLE, ident)
+            if pointer is None:
+                raise NoSuchTableError(f"Table does not exist: {ident}")
+            batch.view.delete_pointer(TABLE, ident)
+            batch.log(
+                CommitRecord(
+                    "table.drop",
+                    list(ident.namespace),
+                    ident.name,
+                    table_uuid=pointer.uuid,
+                    previous_metadata_location=pointer.metadata_location,
+                    properties={"purge": purge},
+                )
+            )
+            return pointer
+
+        pointer = self._mutate(mutation)
+        if purge:
+            self._purge(self.table_files.get(pointer.metadata_location).metadata, pointer.metadata_location)
+
+    def _inside_warehouse(self, location: str) -> bool:
+        return location.startswith(self.warehouse + "/")
+
+    def _purge(self, metadata: TableMetadata, metadata_location: str) -> None:
+        """Delete the files of a dropped table, never anything outside the warehouse."""
+        manifests = []
+        manifest_lists = set()
+        for snapshot in metadata.snapshots:
+            manifests += snapshot.manifests(self.io)
+            manifest_lists.add(snapshot.manifest_list)
+        io = _WarehouseOnlyIO(self.io, self._inside_warehouse)
+        delete_data_files(io, manifests)
+        delete_files(io, {m.manifest_path for m in manifests}, MANIFEST)
+        delete_files(io, manifest_lists, MANIFEST_LIST)
+        delete_files(io, {entry.metadata_file for entry in metadata.metadata_log}, PREVIOUS_METADATA)
+        delete_files(io, {stat.statistics_path for stat in metadata.statistics}, "statistics")
+        delete_files(io, {metadata_location}, METADATA)
+        root = local_path(metadata.location)
+        if root is not None and self._inside_warehouse(metadata.location):
+            _remove_empty_dirs(root)
+
+    def rename_table(self, source: Identifier, target: Identifier) -> None:
+        self._rename(TABLE, source, target)
+
+    def _rename(self, kind: str, source: Identifier, target: Identifier) -> None:
+        missing = NoSuchTableError if kind == TABLE else NoSuchViewError
+
+        def mutation(batch: Batch) -> None:
+            pointer = batch.view.pointer(kind, source)
+            if pointer is None:
+                raise missing(f"{kind.capitalize()} does not exist: {source}")
+            _require_namespace(batch.view, target.namespace)
+            _require_free(batch.view, target)
+            batch.view.delete_pointer(kind, source)
+            batch.view.put_pointer(kind, target, pointer)
+            batch.log(
+                CommitRecord(
+                    f"{kind}.rename",
+                    list(target.namespace),
+                    target.name,
+                    table_uuid=pointer.uuid,
+                    metadata_location=pointer.metadata_location,
+                    previous={"namespace": list(source.namespace), "name": source.name},
+                )
+            )
+
+        self._mutate(mutation)
+
+    def register_table(self, ident: Identifier, metadata_location: str, overwrite: bool = False) -> TableState:
+        try:
+            loaded = self.table_files.get(metadata_location)
+        except Exception as exc:
+            raise ValueError(f"Cannot read table metadata at {metadata_location}: {exc}") from exc
+
+        def mutation(batch: Batch) -> None:
+            _require_namespace(batch.view, ident.namespace)
+            existing = batch.view.pointer(TABLE, ident)
+            if existing is not None and not overwrite:
+                raise TableAlreadyExistsError(f"Table already exists: {ident}")
+            if batch.view.pointer(VIEW, ident) is not None:
+                raise ViewAlreadyExistsError(f"View already exists: {ident}")
+            pointer = Pointer(metadata_location, str(loaded.metadata.table_uuid))
+            batch.view.put_pointer(TABLE, ident, pointer)
+            batch.log(
+                CommitRecord(
+                    "table.register",
+                    list(ident.namespace),
+                    ident.name,
+                    table_uuid=pointer.uuid,
+                    metadata_location=metadata_location,
+                    previous_metadata_location=existing.metadata_location if existing else None,
+                    snapshot_id=loaded.metadata.current_snapshot_id,
+                    schema_id=loaded.metadata.current_schema_id,
+                )
+            )
+
+        self._mutate(mutation)
+        return TableState(ident, metadata_location, loaded.metadata, loaded.json)
+
+    # -- views
+
+    def load_view(self, ident: Identifier) -> ViewState:
+        with self.store.read() as view:
+            pointer = view.pointer(VIEW, ident)
+        if pointer is None:
+            raise NoSuchViewError(f"View does not exist: {ident}")
+        loaded = self.view_files.get(pointer.metadata_location)
+        return ViewState(ident, pointer.metadata_location, loaded.metadata, loaded.json)
+
+    def list_views(self, namespace: tuple[str, ...], after: str | None = None, limit: int | None = None):
+        return self._list(VIEW, namespace, after, limit)
+
+    def create_view(
+        self,
+        ident: Identifier,
+        schema: Schema,
+        version: ViewVersion,
+        location: str | None = None,
+        properties: dict[str, str] | None = None,
+    ) -> ViewState:
+        view_uuid = uuid.uuid4()
+        location = (location or "").rstrip("/") or self._default_location(ident.namespace, ident.name, view_uuid)
+        metadata = new_view_metadata(view_uuid, location, schema, version, dict(properties or {}))
+        return self._swap_view(ident, None, metadata)
+
+    def replace_view(
+        self, ident: Identifier, requirements: tuple[ViewRequirement, ...], updates: tuple[ViewUpdate, ...]
+    ) -> ViewState:
+        for _ in range(MAX_COMMIT_ATTEMPTS):
+            current = self.load_view(ident)
+            for requirement in requirements:
+                requirement.validate_against(current.metadata)
+            metadata = update_view_metadata(current.metadata, updates)
+            if metadata == current.metadata:
+                return current
+            try:
+                return self._swap_view(ident, Pointer(current.metadata_location, current.metadata.view_uuid), metadata)
+            except _Stale:
+                continue
+        raise CommitFailedException(f"Gave up after {MAX_COMMIT_ATTEMPTS} attempts lost to concurrent commits")
+
+    def _swap_view(self, ident: Identifier, base: Pointer | None, metadata: ViewMetadata) -> ViewState:
+        data = metadata_json(metadata)
+        location = next_metadata_location(metadata.location, base.metadata_location if base else None)
+        pointer = Pointer(location, metadata.view_uuid)
+        write_durably(self.io, location, data)
+
+        def mutation(batch: Batch) -> None:
+            if batch.view.pointer(VIEW, ident) != base:
+                if base is None:
+                    raise ViewAlreadyExistsError(f"View already exists: {ident}")
+                raise _Stale
+            if base is None:
+                _require_namespace(batch.view, ident.namespace)
+                _require_free(batch.view, ident)
+            batch.view.put_pointer(VIEW, ident, pointer)
+            batch.log(
+                CommitRecord(
+                    "view.create" if base is None else "view.replace",
+                    list(ident.namespace),
+                    ident.name,
+                    table_uuid=metadata.view_uuid,
+                    metadata_location=location,
+                    previous_metadata_location=base.metadata_location if base else None,
+                )
+            )
+
+        try:
+            self._mutate(mutation)
+        except BaseException:
+            remove_quietly(self.io, location)
+            raise
+        self.view_files.put(location, Loaded(metadata, data))
+        return ViewState(ident, location, metadata, data)
+
+    def drop_view(self, ident: Identifier) -> None:
+        def mutation(batch: Batch) -> None:
+            pointer = batch.view.pointer(VIEW, ident)
+            if pointer is None:
+                raise NoSuchViewError(f"View does not exist: {ident}")
+            batch.view.delete_pointer(VIEW, ident)
+            batch.log(
+                CommitRecord(
+                    "view.drop",
+                    list(ident.namespace),
+                    ident.name,
+                    table_uuid=pointer.uuid,
+                    previous_metadata_location=pointer.metadata_location,
+                )
+            )
+
+        self._mutate(mutation)
+
+    def rename_view(self, source: Identifier, target: Identifier) -> None:
+        self._rename(VIEW, source, target)
+
+    def register_view(self, ident: Identifier, metadata_location: str) -> ViewState:
+        try:
+            loaded = self.view_files.get(metadata_location)
+        except Exception as exc:
+            raise ValueError(f"Cannot read view metadata at {metadata_location}: {exc}") from exc
+
+        def mutation(batch: Batch) -> None:
+            _require_namespace(batch.view, ident.namespace)
+            _require_free(batch.view, ident)
+            batch.view.put_pointer(VIEW, ident, Pointer(metadata_location, loaded.metadata.view_uuid))
+            batch.log(
+                CommitRecord(
+                    "view.register",
+                    list(ident.namespace),
+                    ident.name,
+                    table_uuid=loaded.metadata.view_uuid,
+                    metadata_location=metadata_location,
+                )
+            )
+
+        self._mutate(mutation)
+        return ViewState(ident, metadata_location, loaded.metadata, loaded.json)
+
+    # -- the log
+
+    def commit_seq(self) -> int:
+        with self.store.read() as view:
+            return view.commit_seq()
+
+    def records(self, after: int = 0) -> Iterator[CommitRecord]:
+        return self.store.scan_log(after)
+
+
+class _WarehouseOnlyIO(FileIO):
+    """A FileIO whose deletes skip (and report) anything outside the warehouse."""
+
+    def __init__(self, io: FileIO, allowed: Callable[[str], bool]) -> None:
+        super().__init__(io.properties)
+        self._io = io
+        self._allowed = allowed
+
+    def new_input(self, location: str) -> Any:
+        return self._io.new_input(location)
+
+    def new_output(self, location: str) -> Any:
+        return self._io.new_output(location)
+
+    def delete(self, location: Any) -> None:
+        path = location if isinstance(location, str) else location.location
+        if not self._allowed(path):
+            log.warning("purge: not deleting %s, which is outside the warehouse", path)
+            return
+        self._io.delete(location)
+
+
+def _remove_empty_dirs(root: Path) -> None:
+    if not root.is_dir():
+        return
+    for directory in sorted((p for p in root.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+        if not any(directory.iterdir()):
+            directory.rmdir()
+    if not any(root.iterdir()):
+        root.rmdir()

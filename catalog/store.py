@@ -1,0 +1,120 @@
+"""The catalog's durable state behind a small interface.
+
+`Store` is what the writer and the readers need; `LmdbStore` (in lmdb_store.py)
+is the embedded implementation. A second backend (PostgreSQL, for replicas
+sharing one catalog) implements the same three classes.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+
+from catalog.identifiers import Identifier
+from catalog.records import CommitRecord
+
+
+@dataclass(frozen=True)
+class Pointer:
+    """What the store keeps for a table or view: where its current metadata is."""
+
+    metadata_location: str
+    uuid: str
+
+    def to_json(self) -> bytes:
+        return json.dumps({"metadata-location": self.metadata_location, "uuid": self.uuid}).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> Pointer:
+        value = json.loads(raw)
+        return cls(value["metadata-location"], value["uuid"])
+
+
+class StoreFullError(Exception):
+    """The store ran out of room for this transaction; grow it and run the batch again."""
+
+
+class ReadView(ABC):
+    """A consistent snapshot of the catalog."""
+
+    @abstractmethod
+    def namespace(self, namespace: tuple[str, ...]) -> dict[str, str] | None: ...
+
+    @abstractmethod
+    def namespaces(
+        self, parent: tuple[str, ...], after: tuple[str, ...] | None, limit: int | None
+    ) -> list[tuple[str, ...]]:
+        """Direct children of `parent` (top level for `()`), in key order, after `after`."""
+
+    @abstractmethod
+    def is_empty(self, namespace: tuple[str, ...]) -> bool:
+        """True if the namespace holds no table, view or nested namespace."""
+
+    @abstractmethod
+    def pointer(self, kind: str, ident: Identifier) -> Pointer | None:
+        """`kind` is "table" or "view"."""
+
+    @abstractmethod
+    def identifiers(
+        self, kind: str, namespace: tuple[str, ...], after: str | None, limit: int | None
+    ) -> list[Identifier]: ...
+
+    @abstractmethod
+    def commit_seq(self) -> int:
+        """The highest `commit_seq` in the log (0 for an empty catalog)."""
+
+    @abstractmethod
+    def records(self, after: int, limit: int) -> list[CommitRecord]:
+        """Records with `commit_seq > after`, in order."""
+
+
+class WriteView(ReadView):
+    """A write transaction: everything in it becomes durable together, or not at all."""
+
+    @abstractmethod
+    def put_namespace(self, namespace: tuple[str, ...], properties: dict[str, str]) -> None: ...
+
+    @abstractmethod
+    def delete_namespace(self, namespace: tuple[str, ...]) -> None: ...
+
+    @abstractmethod
+    def put_pointer(self, kind: str, ident: Identifier, pointer: Pointer) -> None: ...
+
+    @abstractmethod
+    def delete_pointer(self, kind: str, ident: Identifier) -> None: ...
+
+    @abstractmethod
+    def append(self, record: CommitRecord) -> None:
+        """Add a stamped record to the log."""
+
+    @abstractmethod
+    def savepoint(self) -> AbstractContextManager[WriteView]:
+        """A nested transaction: undone on its own if the block raises."""
+
+
+class Store(ABC):
+    @abstractmethod
+    def read(self) -> AbstractContextManager[ReadView]: ...
+
+    @abstractmethod
+    def write(self) -> AbstractContextManager[WriteView]:
+        """The one write transaction; commits (durably) when the block ends cleanly."""
+
+    @abstractmethod
+    def grow(self) -> None:
+        """Make room after a StoreFullError."""
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    def scan_log(self, after: int, batch: int = 1000) -> Iterator[CommitRecord]:
+        while True:
+            with self.read() as view:
+                records = view.records(after, batch)
+            yield from records
+            if len(records) < batch:
+                return
+            after = records[-1].commit_seq

@@ -1,0 +1,109 @@
+"""Staging a table change: requirements, PyIceberg's update machinery, the next metadata file.
+
+Staging runs in the caller's thread against the current pointer; the writer
+then swaps pointers only if each is still the one staging started from. A
+moved pointer means a concurrent commit landed first: the caller stages again
+against the new state, where the requirements are checked afresh.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass
+
+from pyiceberg.exceptions import NoSuchTableError
+from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.table.update import (
+    AddSnapshotUpdate,
+    AssertCreate,
+    TableRequirement,
+    TableUpdate,
+    update_table_metadata,
+)
+
+from catalog.identifiers import Identifier
+from catalog.metadata_files import Loaded, metadata_json
+from catalog.records import CommitRecord, summary_counters
+from catalog.store import Pointer
+
+_VERSIONED = re.compile(r"^(\d+)-[0-9a-fA-F-]{36}\.(gz\.)?metadata\.json$")
+
+
+@dataclass(frozen=True)
+class TableChange:
+    ident: Identifier
+    requirements: tuple[TableRequirement, ...]
+    updates: tuple[TableUpdate, ...]
+
+
+@dataclass
+class Staged:
+    ident: Identifier
+    base: Pointer | None
+    metadata: TableMetadata
+    json: bytes
+    metadata_location: str
+    changed: bool
+    updates: tuple[TableUpdate, ...] = ()
+
+    @property
+    def pointer(self) -> Pointer:
+        return Pointer(self.metadata_location, str(self.metadata.table_uuid))
+
+
+def next_metadata_location(table_location: str, previous: str | None) -> str:
+    version = 0
+    if previous is not None and (match := _VERSIONED.match(previous.rsplit("/", 1)[-1])):
+        version = int(match.group(1)) + 1
+    return f"{table_location.rstrip('/')}/metadata/{version:05d}-{uuid.uuid4()}.metadata.json"
+
+
+def stage(change: TableChange, base: Pointer | None, current: Loaded[TableMetadata] | None) -> Staged:
+    if base is None and not any(isinstance(r, AssertCreate) for r in change.requirements):
+        raise NoSuchTableError(f"Table does not exist: {change.ident}")
+    for requirement in change.requirements:
+        requirement.validate(current.metadata if current else None)
+    if current is not None and not change.updates:
+        return Staged(change.ident, base, current.metadata, current.json, base.metadata_location, False)
+    metadata = update_table_metadata(
+        base_metadata=current.metadata if current else _empty_metadata(),
+        updates=change.updates,
+        enforce_validation=current is None,
+        metadata_location=base.metadata_location if base else None,
+    )
+    if current is not None and metadata == current.metadata:
+        return Staged(change.ident, base, current.metadata, current.json, base.metadata_location, False)
+    location = next_metadata_location(metadata.location, base.metadata_location if base else None)
+    return Staged(change.ident, base, metadata, metadata_json(metadata), location, True, change.updates)
+
+
+def _empty_metadata() -> TableMetadata:
+    # The same starting point PyIceberg's own catalogs use for a create-by-updates.
+    from pyiceberg.catalog import MetastoreCatalog
+
+    return MetastoreCatalog._empty_table_metadata()
+
+
+def commit_record(staged: Staged, txn: str | None) -> CommitRecord:
+    metadata = staged.metadata
+    record = CommitRecord(
+        kind="table.create" if staged.base is None else "table.commit",
+        namespace=list(staged.ident.namespace),
+        name=staged.ident.name,
+        table_uuid=str(metadata.table_uuid),
+        metadata_location=staged.metadata_location,
+        previous_metadata_location=staged.base.metadata_location if staged.base else None,
+        schema_id=metadata.current_schema_id,
+        txn=txn,
+    )
+    added = [u.snapshot for u in staged.updates if isinstance(u, AddSnapshotUpdate)]
+    if added:
+        snapshot = added[-1]
+        record.snapshot_id = snapshot.snapshot_id
+        record.parent_snapshot_id = snapshot.parent_snapshot_id
+        if snapshot.summary is not None:
+            record.operation = snapshot.summary.operation.value
+            record.summary = summary_counters(snapshot.summary.additional_properties)
+    return record
+

@@ -1,0 +1,148 @@
+"""The commit chokepoint: one thread applies every durable mutation, in batches.
+
+Requests queue up while a transaction is being synced; the writer then takes
+all of them (up to `max_batch`) into the next LMDB write transaction, runs each
+in its own savepoint so that one failure does not spoil the others, stamps a
+`commit_seq` on every record it appends, and commits once: one fsync for the
+whole batch. Callers are answered only after that commit has returned.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from catalog.records import CommitRecord, now_us
+from catalog.store import Store, StoreFullError, WriteView
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class Batch:
+    """What a mutation sees: the transaction and a way to log its records."""
+
+    def __init__(self, view: WriteView, last_ts: int) -> None:
+        self.view = view
+        self.last_ts = last_ts
+
+    def log(self, record: CommitRecord) -> CommitRecord:
+        # Keep `ts` from going backwards if the wall clock does.
+        self.last_ts = max(now_us(), self.last_ts)
+        record.stamp(self.view.commit_seq() + 1, self.last_ts)
+        self.view.append(record)
+        return record
+
+
+Mutation = Callable[[Batch], T]
+
+
+@dataclass
+class _Request(Generic[T]):
+    mutation: Mutation[T]
+    future: Future[T]
+
+
+@dataclass
+class WriterStats:
+    batches: int = 0
+    mutations: int = 0
+
+    @property
+    def average_batch(self) -> float:
+        return self.mutations / self.batches if self.batches else 0.0
+
+
+class WriterClosedError(RuntimeError):
+    pass
+
+
+_STOP: Any = object()
+
+
+class Writer:
+    def __init__(self, store: Store, max_batch: int = 512) -> None:
+        self._store = store
+        self._max_batch = max_batch
+        self._queue: queue.SimpleQueue[_Request[Any]] = queue.SimpleQueue()
+        self._closed = False
+        self._close_lock = threading.Lock()
+        self._last_ts = 0
+        self.stats = WriterStats()
+        self._thread = threading.Thread(target=self._run, name="isbre-writer", daemon=True)
+        self._thread.start()
+
+    def submit(self, mutation: Mutation[T]) -> Future[T]:
+        future: Future[T] = Future()
+        with self._close_lock:
+            if self._closed:
+                raise WriterClosedError("the catalog is shutting down")
+            self._queue.put(_Request(mutation, future))
+        return future
+
+    def execute(self, mutation: Mutation[T]) -> T:
+        """Run `mutation` in the next batch and return its result once it is durable."""
+        return self.submit(mutation).result()
+
+    def close(self) -> None:
+        """Finish every request already queued, then stop."""
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._queue.put(_STOP)
+        self._thread.join()
+
+    def _run(self) -> None:
+        stopping = False
+        while not stopping:
+            batch = [self._queue.get()]
+            while len(batch) < self._max_batch:
+                try:
+                    batch.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            if batch[-1] is _STOP:
+                batch.pop()
+                stopping = True
+            if batch:
+                self._commit(batch)
+
+    def _commit(self, batch: list[_Request[Any]]) -> None:
+        batch = [request for request in batch if request.future.set_running_or_notify_cancel()]
+        while True:
+            outcomes: list[tuple[_Request[Any], Any, Exception | None]] = []
+            try:
+                with self._store.write() as view:
+                    context = Batch(view, self._last_ts)
+                    for request in batch:
+                        try:
+                            with view.savepoint() as savepoint:
+                                context.view = savepoint
+                                outcomes.append((request, request.mutation(context), None))
+                        except StoreFullError:
+                            raise
+                        except Exception as exc:  # this request's own failure, e.g. a conflict
+                            outcomes.append((request, None, exc))
+                break
+            except StoreFullError:
+                self._store.grow()  # then run the whole batch again in a larger map
+            except Exception as exc:  # the commit itself failed: no mutation of the batch landed
+                log.exception("write transaction failed; answering %d request(s) with the error", len(batch))
+                for request in batch:
+                    request.future.set_exception(exc)
+                return
+        self._last_ts = context.last_ts
+        self.stats.batches += 1
+        self.stats.mutations += len(batch)
+        for request, result, error in outcomes:
+            if error is None:
+                request.future.set_result(result)
+            else:
+                request.future.set_exception(error)

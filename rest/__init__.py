@@ -1,0 +1,1 @@
+"""isbre\x27s Iceberg REST API, settings and command line."""

@@ -1,0 +1,77 @@
+"""The application factory: the catalog service behind the Iceberg REST routes."""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import APIRouter, Depends, FastAPI, Query, Request, Response
+from fastapi.routing import APIRoute
+
+from catalog import CatalogService
+from rest import errors, namespaces, tables, views
+from rest.settings import Settings
+from rest.wire import json_response
+
+log = logging.getLogger(__name__)
+
+
+_ROUTERS = (namespaces.router, tables.router, views.router)
+
+
+def catalog_router() -> APIRouter:
+    router = APIRouter()
+    for module_router in _ROUTERS:
+        router.include_router(module_router)
+    return router
+
+
+def advertised_endpoints() -> list[str]:
+    """The spec's `endpoints` list, read off the routes that are actually mounted."""
+    found = []
+    for module_router in _ROUTERS:
+        for route in module_router.routes:
+            if isinstance(route, APIRoute):
+                found.extend(f"{method} /v1/{{prefix}}{route.path}" for method in sorted(route.methods))
+    return found
+
+
+def create_app(settings: Settings) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        app.state.service = CatalogService.open(
+            settings.warehouse, map_size=settings.map_size_mb << 20, max_batch=settings.max_batch
+        )
+        log.info("isbre catalog %r on warehouse %s", settings.prefix, app.state.service.warehouse)
+        try:
+            yield
+        finally:
+            app.state.service.close()
+
+    app = FastAPI(title="isbre", summary="An embedded Apache Iceberg REST catalog", lifespan=lifespan)
+    app.state.settings = settings
+    app.state.metrics_reports = Counter()
+    errors.install(app)
+
+    router = catalog_router()
+    endpoints = advertised_endpoints()
+
+    def check_prefix(request: Request) -> None:
+        prefix = request.path_params.get("prefix")
+        if prefix != settings.prefix:
+            raise errors.NotFound(f"Unknown catalog prefix {prefix!r}; this server serves {settings.prefix!r}")
+
+    @app.get("/v1/config")
+    def get_config(request: Request, warehouse: str | None = Query(None)) -> Response:
+        service = request.app.state.service
+        known = {settings.prefix, service.warehouse, str(settings.warehouse), str(settings.warehouse.resolve())}
+        if warehouse and warehouse not in known:
+            raise ValueError(f"Unknown warehouse {warehouse!r}; this server serves {settings.prefix!r}")
+        return json_response({"defaults": {}, "overrides": {"prefix": settings.prefix}, "endpoints": endpoints})
+
+    # Unprefixed first, so a namespace literally named like the prefix still resolves.
+    app.include_router(router, prefix="/v1")
+    app.include_router(router, prefix="/v1/{prefix}", dependencies=[Depends(check_prefix)])
+    return app

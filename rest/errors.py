@@ -1,0 +1,94 @@
+"""Every error leaves as the Iceberg REST spec's ErrorModel, with the code and type clients expect."""
+
+from __future__ import annotations
+
+import logging
+
+import pydantic
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pyiceberg import exceptions as ice
+from starlette.exceptions import HTTPException
+
+from catalog.service import ConflictingPropertiesError
+from catalog.writer import WriterClosedError
+
+log = logging.getLogger(__name__)
+
+# Most specific first: a subclass must come before its base class.
+_KNOWN: list[tuple[type[BaseException], int, str]] = [
+    (ice.NoSuchNamespaceError, 404, "NoSuchNamespaceException"),
+    (ice.NoSuchTableError, 404, "NoSuchTableException"),
+    (ice.NoSuchViewError, 404, "NoSuchViewException"),
+    (ice.NamespaceAlreadyExistsError, 409, "AlreadyExistsException"),
+    (ice.TableAlreadyExistsError, 409, "AlreadyExistsException"),
+    (ice.ViewAlreadyExistsError, 409, "AlreadyExistsException"),
+    (ice.NamespaceNotEmptyError, 409, "NamespaceNotEmptyException"),
+    (ice.CommitFailedException, 409, "CommitFailedException"),
+    (ConflictingPropertiesError, 422, "UnprocessableEntityException"),
+    (WriterClosedError, 503, "ServiceUnavailableException"),
+    (ice.ValidationError, 400, "BadRequestException"),
+    (pydantic.ValidationError, 400, "BadRequestException"),
+    (RequestValidationError, 400, "BadRequestException"),
+    (ValueError, 400, "BadRequestException"),
+]
+
+_HTTP_TYPES = {
+    400: "BadRequestException",
+    404: "NotFoundException",
+    405: "MethodNotAllowedException",
+    406: "NotAcceptableException",
+    415: "UnsupportedMediaTypeException",
+}
+
+
+class NotFound(Exception):
+    """A route-level 404 that is not about a catalog object (e.g. an unknown prefix)."""
+
+
+def error_response(code: int, error_type: str, message: str) -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "type": error_type, "code": code}}, status_code=code)
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, pydantic.ValidationError | RequestValidationError):
+        parts = []
+        for error in exc.errors():
+            where = ".".join(str(p) for p in error.get("loc", ()) if p != "body")
+            parts.append(f"{where}: {error.get('msg')}" if where else str(error.get("msg")))
+        return "Invalid request: " + "; ".join(parts[:5])
+    return str(exc) or type(exc).__name__
+
+
+def classify(exc: BaseException) -> tuple[int, str]:
+    for kind, code, error_type in _KNOWN:
+        if isinstance(exc, kind):
+            return code, error_type
+    return 500, "InternalServerError"
+
+
+async def _handle(request: Request, exc: Exception) -> JSONResponse:
+    code, error_type = classify(exc)
+    if code == 500:
+        log.exception("unexpected error serving %s %s", request.method, request.url.path, exc_info=exc)
+        return error_response(500, error_type, f"Internal error: {type(exc).__name__}")
+    return error_response(code, error_type, _describe(exc))
+
+
+async def _handle_http(request: Request, exc: HTTPException) -> JSONResponse:
+    error_type = _HTTP_TYPES.get(exc.status_code, "RESTException")
+    return error_response(exc.status_code, error_type, str(exc.detail))
+
+
+async def _handle_not_found(request: Request, exc: NotFound) -> JSONResponse:
+    return error_response(404, "NotFoundException", str(exc))
+
+
+def install(app: FastAPI) -> None:
+    app.add_exception_handler(HTTPException, _handle_http)
+    app.add_exception_handler(NotFound, _handle_not_found)
+    app.add_exception_handler(Exception, _handle)
+    app.add_exception_handler(RequestValidationError, _handle)
+    for kind, _, _ in _KNOWN:
+        app.add_exception_handler(kind, _handle)

@@ -1,0 +1,92 @@
+"""Request bodies of the REST API, on PyIceberg's own models where the spec shares them.
+
+PyIceberg's client-side request classes make some optional fields required, so
+the server declares its own envelopes around PyIceberg's schema, spec, update
+and requirement models.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pyiceberg.partitioning import PartitionSpec
+from pyiceberg.schema import Schema
+from pyiceberg.table.sorting import SortOrder
+from pyiceberg.table.update import TableRequirement, TableUpdate
+from pyiceberg.typedef import IcebergBaseModel
+from pyiceberg.view.metadata import ViewVersion
+
+from catalog.identifiers import Identifier
+from catalog.views import ViewRequirement, ViewUpdate
+
+
+class CreateNamespaceRequest(IcebergBaseModel):
+    namespace: list[str]
+    properties: dict[str, str] = Field(default_factory=dict)
+
+
+class UpdateNamespacePropertiesRequest(IcebergBaseModel):
+    removals: list[str] = Field(default_factory=list)
+    updates: dict[str, str] = Field(default_factory=dict)
+
+
+class TableIdentifierModel(IcebergBaseModel):
+    namespace: list[str]
+    name: str
+
+    def to_identifier(self) -> Identifier:
+        return Identifier.of(self.namespace, self.name)
+
+
+class CreateTableRequest(IcebergBaseModel):
+    name: str
+    location: str | None = None
+    table_schema: Schema = Field(alias="schema")
+    partition_spec: PartitionSpec | None = Field(alias="partition-spec", default=None)
+    write_order: SortOrder | None = Field(alias="write-order", default=None)
+    stage_create: bool = Field(alias="stage-create", default=False)
+    properties: dict[str, str] = Field(default_factory=dict)
+
+
+class RegisterTableRequest(IcebergBaseModel):
+    name: str
+    metadata_location: str = Field(alias="metadata-location")
+    overwrite: bool = False
+
+
+class CommitTableRequest(IcebergBaseModel):
+    identifier: TableIdentifierModel | None = None
+    requirements: tuple[TableRequirement, ...] = ()
+    updates: tuple[TableUpdate, ...] = ()
+
+
+class CommitTransactionRequest(IcebergBaseModel):
+    table_changes: list[CommitTableRequest] = Field(alias="table-changes")
+
+
+class RenameTableRequest(IcebergBaseModel):
+    source: TableIdentifierModel
+    destination: TableIdentifierModel
+
+
+class CreateViewRequest(IcebergBaseModel):
+    name: str
+    location: str | None = None
+    view_schema: Schema = Field(alias="schema")
+    view_version: ViewVersion = Field(alias="view-version")
+    properties: dict[str, str] = Field(default_factory=dict)
+
+
+class CommitViewRequest(IcebergBaseModel):
+    identifier: TableIdentifierModel | None = None
+    requirements: tuple[ViewRequirement, ...] = ()
+    updates: tuple[ViewUpdate, ...]
+
+
+class RegisterViewRequest(IcebergBaseModel):
+    name: str
+    metadata_location: str = Field(alias="metadata-location")
+
+
+class ReportMetricsRequest(IcebergBaseModel):
+    report_type: str = Field(alias="report-type")
+    table_name: str = Field(alias="table-name")

@@ -1,0 +1,53 @@
+"""isbre's one settings model: defaults < TOML file < ISBRE_* environment < command-line flags."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="ISBRE_", extra="forbid")
+
+    host: str = Field("127.0.0.1", description="Address to listen on.")
+    port: int = Field(8181, ge=0, le=65535, description="Port to listen on (0 picks a free one).")
+    warehouse: Path = Field(Path("warehouse"), description="Directory holding the LMDB store and table files.")
+    prefix: str = Field("isbre", pattern=r"^[A-Za-z0-9_-]+$", description="Catalog prefix advertised in /v1/config.")
+    map_size_mb: int = Field(256, ge=1, description="Initial LMDB map size; it doubles on its own when full.")
+    max_batch: int = Field(512, ge=1, description="Most mutations the writer commits in one transaction.")
+    max_page_size: int = Field(1000, ge=1, description="Largest pageSize a list request may ask for.")
+    log_level: str = Field("info", description="Python logging level name.")
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # First wins: flags (passed as init arguments), then environment, then the TOML file.
+        return init_settings, env_settings, TomlConfigSettingsSource(settings_cls)
+
+
+def load_settings(config_file: Path | None = None, **flags: Any) -> Settings:
+    """Settings from `config_file` (if any), the environment, and the flags that were given."""
+    given = {key: value for key, value in flags.items() if value is not None}
+    if config_file is None:
+        return Settings(**given)
+    if not config_file.is_file():
+        raise FileNotFoundError(f"config file not found: {config_file}")
+
+    class _FromFile(Settings):
+        model_config = SettingsConfigDict(toml_file=config_file)
+
+    return _FromFile(**given)

@@ -1,0 +1,160 @@
+"""Table routes of the Iceberg REST API, and the multi-table transaction."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import uuid
+
+from fastapi import APIRouter, Depends, Query, Request, Response
+from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
+from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
+
+from catalog import Identifier, TableChange, TableState
+from catalog.metadata_files import metadata_json
+from rest.models import (
+    CommitTableRequest,
+    CommitTransactionRequest,
+    CreateTableRequest,
+    RegisterTableRequest,
+    RenameTableRequest,
+    ReportMetricsRequest,
+)
+from rest.wire import json_response, namespace_from_path, page, parse, raw_body, raw_json_response, service
+
+log = logging.getLogger(__name__)
+router = APIRouter()
+
+
+def _ident(namespace: str, table: str) -> Identifier:
+    return Identifier.of(namespace_from_path(namespace), table)
+
+
+def _result(state: TableState, metadata: bytes | None = None) -> bytes:
+    """LoadTableResult / CommitTableResponse, reusing the metadata JSON already serialized."""
+    head = b"{"
+    if state.metadata_location is not None:
+        head += b'"metadata-location":' + json.dumps(state.metadata_location).encode() + b","
+    return head + b'"metadata":' + (metadata or state.json) + b',"config":{}}'
+
+
+def _refs_only(state: TableState) -> bytes:
+    """Metadata with only the snapshots that a branch or tag points at."""
+    wanted = {ref.snapshot_id for ref in state.metadata.refs.values()}
+    metadata = state.metadata.model_copy(
+        update={"snapshots": [s for s in state.metadata.snapshots if s.snapshot_id in wanted]}
+    )
+    return metadata_json(metadata)
+
+
+def _etag(metadata_location: str, snapshots: str) -> str:
+    return '"' + hashlib.sha256(f"{metadata_location}|{snapshots}".encode()).hexdigest()[:32] + '"'
+
+
+@router.get("/namespaces/{namespace}/tables")
+def list_tables(
+    request: Request,
+    namespace: str,
+    page_token: str | None = Query(None, alias="pageToken"),
+    page_size: int | None = Query(None, alias="pageSize"),
+) -> Response:
+    ns = namespace_from_path(namespace)
+    items, token = page(
+        request, page_token, page_size, lambda after, limit: service(request).list_tables(ns, after, limit), key=lambda i: i.name
+    )
+    body: dict = {"identifiers": [{"namespace": list(i.namespace), "name": i.name} for i in items]}
+    if token:
+        body["next-page-token"] = token
+    return json_response(body)
+
+
+@router.post("/namespaces/{namespace}/tables")
+def create_table(request: Request, namespace: str, raw: bytes = Depends(raw_body)) -> Response:
+    body = parse(CreateTableRequest, raw)
+    state = service(request).create_table(
+        Identifier.of(namespace_from_path(namespace), body.name),
+        body.table_schema,
+        body.partition_spec or UNPARTITIONED_PARTITION_SPEC,
+        body.write_order or UNSORTED_SORT_ORDER,
+        location=body.location,
+        properties=body.properties,
+        stage_only=body.stage_create,
+    )
+    return raw_json_response(_result(state))
+
+
+@router.get("/namespaces/{namespace}/tables/{table}")
+def load_table(
+    request: Request, namespace: str, table: str, snapshots: str = Query("all", pattern="^(all|refs)$")
+) -> Response:
+    ident = _ident(namespace, table)
+    pointer = service(request).table_pointer(ident)
+    etag = _etag(pointer.metadata_location, snapshots)
+    if etag in request.headers.get("if-none-match", ""):
+        return Response(status_code=304, headers={"ETag": etag})
+    state = service(request).load_table(ident)
+    body = _result(state, _refs_only(state) if snapshots == "refs" else None)
+    return raw_json_response(body, headers={"ETag": _etag(state.metadata_location or "", snapshots)})
+
+
+@router.head("/namespaces/{namespace}/tables/{table}")
+def table_exists(request: Request, namespace: str, table: str) -> Response:
+    service(request).table_pointer(_ident(namespace, table))
+    return Response(status_code=204)
+
+
+@router.post("/namespaces/{namespace}/tables/{table}")
+def commit_table(request: Request, namespace: str, table: str, raw: bytes = Depends(raw_body)) -> Response:
+    body = parse(CommitTableRequest, raw)
+    ident = _ident(namespace, table)
+    if body.identifier is not None and body.identifier.to_identifier() != ident:
+        raise ValueError(f"Identifier in the body ({body.identifier.to_identifier()}) does not match the path ({ident})")
+    state = service(request).commit_table(TableChange(ident, body.requirements, body.updates))
+    return raw_json_response(_result(state))
+
+
+@router.delete("/namespaces/{namespace}/tables/{table}")
+def drop_table(
+    request: Request, namespace: str, table: str, purge: bool = Query(False, alias="purgeRequested")
+) -> Response:
+    service(request).drop_table(_ident(namespace, table), purge=purge)
+    return Response(status_code=204)
+
+
+@router.post("/namespaces/{namespace}/register")
+def register_table(request: Request, namespace: str, raw: bytes = Depends(raw_body)) -> Response:
+    body = parse(RegisterTableRequest, raw)
+    ident = Identifier.of(namespace_from_path(namespace), body.name)
+    state = service(request).register_table(ident, body.metadata_location, overwrite=body.overwrite)
+    return raw_json_response(_result(state))
+
+
+@router.post("/tables/rename")
+def rename_table(request: Request, raw: bytes = Depends(raw_body)) -> Response:
+    body = parse(RenameTableRequest, raw)
+    service(request).rename_table(body.source.to_identifier(), body.destination.to_identifier())
+    return Response(status_code=204)
+
+
+@router.post("/namespaces/{namespace}/tables/{table}/metrics")
+def report_metrics(request: Request, namespace: str, table: str, raw: bytes = Depends(raw_body)) -> Response:
+    report = parse(ReportMetricsRequest, raw)
+    service(request).table_pointer(_ident(namespace, table))
+    request.app.state.metrics_reports[report.report_type] += 1
+    log.debug("metrics report %s for %s.%s", report.report_type, namespace, table)
+    return Response(status_code=204)
+
+
+@router.post("/transactions/commit")
+def commit_transaction(request: Request, raw: bytes = Depends(raw_body)) -> Response:
+    body = parse(CommitTransactionRequest, raw)
+    if not body.table_changes:
+        raise ValueError("A transaction needs at least one table change")
+    changes = []
+    for change in body.table_changes:
+        if change.identifier is None:
+            raise ValueError("Every table change of a transaction needs an identifier")
+        changes.append(TableChange(change.identifier.to_identifier(), change.requirements, change.updates))
+    service(request).commit_tables(changes, txn=str(uuid.uuid4()))
+    return Response(status_code=204)

@@ -1,0 +1,88 @@
+"""What every route needs: the service, request bodies, namespace path segments, pages."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import pydantic
+from fastapi import Request, Response
+
+from catalog import CatalogService
+from catalog.identifiers import check_namespace
+from rest.settings import Settings
+
+M = TypeVar("M", bound=pydantic.BaseModel)
+T = TypeVar("T")
+
+# The spec's default namespace separator in paths and `parent` (the unit separator, %1F).
+NAMESPACE_SEPARATOR = "\x1f"
+
+
+def service(request: Request) -> CatalogService:
+    return request.app.state.service
+
+
+def settings(request: Request) -> Settings:
+    return request.app.state.settings
+
+
+async def raw_body(request: Request) -> bytes:
+    return await request.body()
+
+
+def parse(model: type[M], raw: bytes) -> M:
+    if not raw:
+        raise ValueError("Invalid request: a JSON body is required")
+    return model.model_validate_json(raw)
+
+
+def json_response(value: Any, status_code: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(
+        json.dumps(value, separators=(",", ":")).encode(),
+        status_code=status_code,
+        media_type="application/json",
+        headers=headers,
+    )
+
+
+def raw_json_response(body: bytes, headers: dict[str, str] | None = None) -> Response:
+    return Response(body, media_type="application/json", headers=headers)
+
+
+def namespace_from_path(segment: str) -> tuple[str, ...]:
+    return check_namespace(segment.split(NAMESPACE_SEPARATOR))
+
+
+def _encode_token(last: Any) -> str:
+    return base64.urlsafe_b64encode(json.dumps(last).encode()).decode()
+
+
+def _decode_token(token: str) -> Any:
+    try:
+        return json.loads(base64.urlsafe_b64decode(token.encode()))
+    except ValueError as exc:
+        raise ValueError(f"Invalid pageToken: {token!r}") from exc
+
+
+def page(
+    request: Request,
+    page_token: str | None,
+    page_size: int | None,
+    fetch: Callable[[Any, int | None], Sequence[T]],
+    key: Callable[[T], Any],
+) -> tuple[Sequence[T], str | None]:
+    """One page of a listing: `fetch(after, limit)` returns items after the decoded token."""
+    if page_size is not None and page_size < 1:
+        raise ValueError(f"Invalid pageSize: {page_size}; it must be at least 1")
+    paginated = page_token is not None or page_size is not None
+    if not paginated:
+        return fetch(None, None), None
+    size = min(page_size or settings(request).max_page_size, settings(request).max_page_size)
+    after = _decode_token(page_token) if page_token else None
+    items = fetch(after, size + 1)
+    if len(items) > size:
+        return items[:size], _encode_token(key(items[size - 1]))
+    return items, None

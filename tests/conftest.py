@@ -1,0 +1,39 @@
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pyiceberg.catalog.rest import RestCatalog
+
+from tests.server import IsbreServer
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IsbreServer]:
+    """One isbre server per test module; tests keep apart by namespace."""
+    running = IsbreServer(tmp_path_factory.mktemp("isbre") / "warehouse").start()
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def rest_catalog(server: IsbreServer) -> RestCatalog:
+    return RestCatalog("isbre", uri=server.url)
+
+
+_counter = itertools.count()
+
+
+@pytest.fixture
+def namespace(rest_catalog: RestCatalog, request: pytest.FixtureRequest) -> str:
+    """A fresh namespace for one test."""
+    name = f"{request.node.name.split('[')[0]}_{next(_counter)}"
+    rest_catalog.create_namespace(name)
+    return name
+
+
+@pytest.fixture
+def warehouse(server: IsbreServer) -> Path:
+    return server.warehouse
