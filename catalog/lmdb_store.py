@@ -124,7 +124,9 @@ class _LmdbView(WriteView):
 
     def put_namespace(self, namespace: tuple[str, ...], properties: dict[str, str]) -> None:
         with self._full_is_retryable():
-            self._txn.put(namespace_key(namespace), json.dumps(properties).encode(), db=self._db("namespaces"))
+            self._txn.put(
+                namespace_key(namespace), json.dumps(properties).encode(), db=self._db("namespaces")
+            )
 
     def delete_namespace(self, namespace: tuple[str, ...]) -> None:
         self._txn.delete(namespace_key(namespace), db=self._db("namespaces"))
@@ -208,7 +210,9 @@ class LmdbStore(Store):
             if version is None:
                 txn.put(b"format", FORMAT_VERSION, db=self.dbs["meta"])
             elif version != FORMAT_VERSION:
-                raise RuntimeError(f"{path} holds store format {version!r}; this isbre reads {FORMAT_VERSION!r}")
+                raise RuntimeError(
+                    f"{path} holds store format {version!r}; this isbre reads {FORMAT_VERSION!r}"
+                )
 
     @contextmanager
     def _begin(self, write: bool) -> Iterator[lmdb.Transaction]:

@@ -255,7 +255,9 @@ class CatalogService:
             if view.pointer(VIEW, ident) is not None:
                 raise ViewAlreadyExistsError(f"View already exists: {ident}")
         table_uuid = uuid.uuid4()
-        location = (location or "").rstrip("/") or self._default_location(ident.namespace, ident.name, table_uuid)
+        location = (location or "").rstrip("/") or self._default_location(
+            ident.namespace, ident.name, table_uuid
+        )
         metadata = new_table_metadata(
             schema, partition_spec, sort_order, location, dict(properties or {}), table_uuid=table_uuid
         )
@@ -285,7 +287,9 @@ class CatalogService:
                 return self._swap(staged, txn)
             except _Stale:
                 continue
-        raise CommitFailedException(f"Gave up after {MAX_COMMIT_ATTEMPTS} attempts lost to concurrent commits")
+        raise CommitFailedException(
+            f"Gave up after {MAX_COMMIT_ATTEMPTS} attempts lost to concurrent commits"
+        )
 
     def _swap(self, staged: list[Staged], txn: str | None) -> list[TableState]:
         written: list[str] = []
@@ -389,7 +393,9 @@ class CatalogService:
 
         self._mutate(mutation)
 
-    def register_table(self, ident: Identifier, metadata_location: str, overwrite: bool = False) -> TableState:
+    def register_table(
+        self, ident: Identifier, metadata_location: str, overwrite: bool = False
+    ) -> TableState:
         try:
             loaded = self.table_files.get(metadata_location)
         except Exception as exc:
@@ -442,7 +448,9 @@ class CatalogService:
         properties: dict[str, str] | None = None,
     ) -> ViewState:
         view_uuid = uuid.uuid4()
-        location = (location or "").rstrip("/") or self._default_location(ident.namespace, ident.name, view_uuid)
+        location = (location or "").rstrip("/") or self._default_location(
+            ident.namespace, ident.name, view_uuid
+        )
         metadata = new_view_metadata(view_uuid, location, schema, version, dict(properties or {}))
         return self._swap_view(ident, None, metadata)
 
@@ -457,10 +465,14 @@ class CatalogService:
             if metadata == current.metadata:
                 return current
             try:
-                return self._swap_view(ident, Pointer(current.metadata_location, current.metadata.view_uuid), metadata)
+                return self._swap_view(
+                    ident, Pointer(current.metadata_location, current.metadata.view_uuid), metadata
+                )
             except _Stale:
                 continue
-        raise CommitFailedException(f"Gave up after {MAX_COMMIT_ATTEMPTS} attempts lost to concurrent commits")
+        raise CommitFailedException(
+            f"Gave up after {MAX_COMMIT_ATTEMPTS} attempts lost to concurrent commits"
+        )
 
     def _swap_view(self, ident: Identifier, base: Pointer | None, metadata: ViewMetadata) -> ViewState:
         data = metadata_json(metadata)

@@ -106,4 +106,3 @@ def commit_record(staged: Staged, txn: str | None) -> CommitRecord:
             record.operation = snapshot.summary.operation.value
             record.summary = summary_counters(snapshot.summary.additional_properties)
     return record
-

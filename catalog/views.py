@@ -182,8 +182,7 @@ def update_view_metadata(base: ViewMetadata, updates: tuple[ViewUpdate, ...]) ->
 
 
 def new_view_metadata(
-    view_uuid: uuid.UUID,
-    location: str, schema: Schema, version: ViewVersion, properties: dict[str, str]
+    view_uuid: uuid.UUID, location: str, schema: Schema, version: ViewVersion, properties: dict[str, str]
 ) -> ViewMetadata:
     """Metadata for a new view, built by the same updates a commit would use."""
     empty = ViewMetadata(

@@ -61,15 +61,24 @@ def create_app(settings: Settings) -> FastAPI:
     def check_prefix(request: Request) -> None:
         prefix = request.path_params.get("prefix")
         if prefix != settings.prefix:
-            raise errors.NotFound(f"Unknown catalog prefix {prefix!r}; this server serves {settings.prefix!r}")
+            raise errors.NotFound(
+                f"Unknown catalog prefix {prefix!r}; this server serves {settings.prefix!r}"
+            )
 
     @app.get("/v1/config")
     def get_config(request: Request, warehouse: str | None = Query(None)) -> Response:
         service = request.app.state.service
-        known = {settings.prefix, service.warehouse, str(settings.warehouse), str(settings.warehouse.resolve())}
+        known = {
+            settings.prefix,
+            service.warehouse,
+            str(settings.warehouse),
+            str(settings.warehouse.resolve()),
+        }
         if warehouse and warehouse not in known:
             raise ValueError(f"Unknown warehouse {warehouse!r}; this server serves {settings.prefix!r}")
-        return json_response({"defaults": {}, "overrides": {"prefix": settings.prefix}, "endpoints": endpoints})
+        return json_response(
+            {"defaults": {}, "overrides": {"prefix": settings.prefix}, "endpoints": endpoints}
+        )
 
     # Unprefixed first, so a namespace literally named like the prefix still resolves.
     app.include_router(router, prefix="/v1")

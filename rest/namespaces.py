@@ -30,7 +30,9 @@ def list_namespaces(
         request,
         page_token,
         page_size,
-        lambda after, limit: service(request).list_namespaces(parent_ns, tuple(after) if after else None, limit),
+        lambda after, limit: service(request).list_namespaces(
+            parent_ns, tuple(after) if after else None, limit
+        ),
         key=list,
     )
     body: dict = {"namespaces": [list(ns) for ns in items]}

@@ -19,8 +19,12 @@ class Settings(BaseSettings):
 
     host: str = Field("127.0.0.1", description="Address to listen on.")
     port: int = Field(8181, ge=0, le=65535, description="Port to listen on (0 picks a free one).")
-    warehouse: Path = Field(Path("warehouse"), description="Directory holding the LMDB store and table files.")
-    prefix: str = Field("isbre", pattern=r"^[A-Za-z0-9_-]+$", description="Catalog prefix advertised in /v1/config.")
+    warehouse: Path = Field(
+        Path("warehouse"), description="Directory holding the LMDB store and table files."
+    )
+    prefix: str = Field(
+        "isbre", pattern=r"^[A-Za-z0-9_-]+$", description="Catalog prefix advertised in /v1/config."
+    )
     map_size_mb: int = Field(256, ge=1, description="Initial LMDB map size; it doubles on its own when full.")
     max_batch: int = Field(512, ge=1, description="Most mutations the writer commits in one transaction.")
     max_page_size: int = Field(1000, ge=1, description="Largest pageSize a list request may ask for.")

@@ -61,7 +61,11 @@ def list_tables(
 ) -> Response:
     ns = namespace_from_path(namespace)
     items, token = page(
-        request, page_token, page_size, lambda after, limit: service(request).list_tables(ns, after, limit), key=lambda i: i.name
+        request,
+        page_token,
+        page_size,
+        lambda after, limit: service(request).list_tables(ns, after, limit),
+        key=lambda i: i.name,
     )
     body: dict = {"identifiers": [{"namespace": list(i.namespace), "name": i.name} for i in items]}
     if token:
@@ -109,7 +113,9 @@ def commit_table(request: Request, namespace: str, table: str, raw: bytes = Depe
     body = parse(CommitTableRequest, raw)
     ident = _ident(namespace, table)
     if body.identifier is not None and body.identifier.to_identifier() != ident:
-        raise ValueError(f"Identifier in the body ({body.identifier.to_identifier()}) does not match the path ({ident})")
+        raise ValueError(
+            f"Identifier in the body ({body.identifier.to_identifier()}) does not match the path ({ident})"
+        )
     state = service(request).commit_table(TableChange(ident, body.requirements, body.updates))
     return raw_json_response(_result(state))
 

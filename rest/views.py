@@ -36,7 +36,11 @@ def list_views(
 ) -> Response:
     ns = namespace_from_path(namespace)
     items, token = page(
-        request, page_token, page_size, lambda after, limit: service(request).list_views(ns, after, limit), key=lambda i: i.name
+        request,
+        page_token,
+        page_size,
+        lambda after, limit: service(request).list_views(ns, after, limit),
+        key=lambda i: i.name,
     )
     body: dict = {"identifiers": [{"namespace": list(i.namespace), "name": i.name} for i in items]}
     if token:
@@ -73,7 +77,9 @@ def replace_view(request: Request, namespace: str, view: str, raw: bytes = Depen
     body = parse(CommitViewRequest, raw)
     ident = _ident(namespace, view)
     if body.identifier is not None and body.identifier.to_identifier() != ident:
-        raise ValueError(f"Identifier in the body ({body.identifier.to_identifier()}) does not match the path ({ident})")
+        raise ValueError(
+            f"Identifier in the body ({body.identifier.to_identifier()}) does not match the path ({ident})"
+        )
     return _result(service(request).replace_view(ident, body.requirements, body.updates))
 
 

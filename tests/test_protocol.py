@@ -1,0 +1,156 @@
+"""Raw Iceberg REST protocol checks with httpx: caching headers, conflicts, bad input."""
+
+from __future__ import annotations
+
+import httpx
+import pyarrow as pa
+import pytest
+from pyiceberg.catalog.rest import RestCatalog
+
+from tests.server import IsbreServer
+
+SCHEMA = {
+    "type": "struct",
+    "schema-id": 0,
+    "fields": [{"id": 1, "name": "id", "type": "long", "required": True}],
+}
+
+
+def create(server: IsbreServer, namespace: str, name: str, **extra: object) -> httpx.Response:
+    return httpx.post(
+        f"{server.url}/v1/isbre/namespaces/{namespace}/tables", json={"name": name, "schema": SCHEMA, **extra}
+    )
+
+
+def test_config_advertises_prefix_and_endpoints(server: IsbreServer) -> None:
+    body = httpx.get(f"{server.url}/v1/config").json()
+    assert body["overrides"]["prefix"] == "isbre"
+    assert "POST /v1/{prefix}/transactions/commit" in body["endpoints"]
+    assert "GET /v1/{prefix}/namespaces/{namespace}/views/{view}" in body["endpoints"]
+    assert httpx.get(f"{server.url}/v1/config", params={"warehouse": "isbre"}).status_code == 200
+    unknown = httpx.get(f"{server.url}/v1/config", params={"warehouse": "elsewhere"})
+    assert unknown.status_code == 400
+
+
+def test_unknown_prefix_is_404(server: IsbreServer) -> None:
+    response = httpx.get(f"{server.url}/v1/other/namespaces")
+    assert response.status_code == 404
+    assert response.json()["error"]["code"] == 404
+
+
+def test_load_table_etag_and_not_modified(server: IsbreServer, namespace: str) -> None:
+    assert create(server, namespace, "cached").status_code == 200
+    url = f"{server.url}/v1/isbre/namespaces/{namespace}/tables/cached"
+    first = httpx.get(url)
+    etag = first.headers["etag"]
+    assert httpx.get(url, headers={"If-None-Match": etag}).status_code == 304
+
+    commit = {"updates": [{"action": "set-properties", "updates": {"k": "v"}}]}
+    assert httpx.post(url, json=commit).status_code == 200
+    after = httpx.get(url, headers={"If-None-Match": etag})
+    assert after.status_code == 200
+    assert after.headers["etag"] != etag
+    assert after.json()["metadata"]["properties"]["k"] == "v"
+
+
+def test_snapshots_refs_returns_only_referenced(
+    rest_catalog: RestCatalog, server: IsbreServer, namespace: str
+) -> None:
+    table = rest_catalog.create_table(f"{namespace}.snaps", schema=pa.schema([pa.field("x", pa.int64())]))
+    for i in range(3):
+        table.append(pa.table({"x": pa.array([i], pa.int64())}))
+    url = f"{server.url}/v1/isbre/namespaces/{namespace}/tables/snaps"
+    assert len(httpx.get(url, params={"snapshots": "all"}).json()["metadata"]["snapshots"]) == 3
+    refs = httpx.get(url, params={"snapshots": "refs"}).json()["metadata"]["snapshots"]
+    assert [s["snapshot-id"] for s in refs] == [table.current_snapshot().snapshot_id]
+    assert httpx.get(url, params={"snapshots": "some"}).status_code == 400
+
+
+def test_stale_requirement_is_409_commit_failed(server: IsbreServer, namespace: str) -> None:
+    create(server, namespace, "guarded").raise_for_status()
+    url = f"{server.url}/v1/isbre/namespaces/{namespace}/tables/guarded"
+    commit = {
+        "requirements": [{"type": "assert-current-schema-id", "current-schema-id": 7}],
+        "updates": [{"action": "set-properties", "updates": {"k": "v"}}],
+    }
+    response = httpx.post(url, json=commit)
+    assert response.status_code == 409
+    assert response.json()["error"]["type"] == "CommitFailedException"
+    assert "k" not in httpx.get(url).json()["metadata"]["properties"]
+
+
+@pytest.mark.parametrize(
+    "commit",
+    [
+        {"updates": [{"action": "no-such-action"}]},
+        {"updates": [{"action": "set-current-schema", "schema-id": 42}]},
+        {
+            "updates": [
+                {"action": "set-properties", "updates": {"a": "1"}},
+                {"action": "set-default-spec", "spec-id": 9},
+            ]
+        },
+        {"requirements": [{"type": "assert-create"}, {"type": "bogus"}], "updates": []},
+        {"identifier": {"namespace": ["elsewhere"], "name": "other"}, "updates": []},
+        "not an object",
+    ],
+)
+def test_bad_commit_is_400_and_changes_nothing(server: IsbreServer, namespace: str, commit: object) -> None:
+    create(server, namespace, "strict").raise_for_status()
+    url = f"{server.url}/v1/isbre/namespaces/{namespace}/tables/strict"
+    before = httpx.get(url).json()
+    response = httpx.post(url, json=commit)
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["type"] == "BadRequestException"
+    assert httpx.get(url).json() == before
+
+
+def test_malformed_json_is_400(server: IsbreServer, namespace: str) -> None:
+    response = httpx.post(
+        f"{server.url}/v1/isbre/namespaces/{namespace}/tables",
+        content=b"{not json",
+        headers={"content-type": "application/json"},
+    )
+    assert response.status_code == 400
+    assert response.json()["error"]["type"] == "BadRequestException"
+
+
+@pytest.mark.parametrize("name", ["", "a/b", "..", "x\ty", "n" * 300])
+def test_bad_table_name_is_400_and_leaves_nothing(server: IsbreServer, namespace: str, name: str) -> None:
+    response = create(server, namespace, name)
+    assert response.status_code == 400, response.text
+    listing = httpx.get(f"{server.url}/v1/isbre/namespaces/{namespace}/tables").json()
+    assert listing["identifiers"] == []
+    assert not list(server.warehouse.joinpath(namespace).glob("*"))
+
+
+def test_missing_objects_are_404_with_their_type(server: IsbreServer, namespace: str) -> None:
+    base = f"{server.url}/v1/isbre/namespaces"
+    cases = [
+        (httpx.get(f"{base}/nope"), "NoSuchNamespaceException"),
+        (httpx.get(f"{base}/{namespace}/tables/nope"), "NoSuchTableException"),
+        (httpx.get(f"{base}/nope/tables"), "NoSuchNamespaceException"),
+        (httpx.delete(f"{base}/{namespace}/tables/nope"), "NoSuchTableException"),
+        (httpx.get(f"{base}/{namespace}/views/nope"), "NoSuchViewException"),
+        (create(server, "nope", "t"), "NoSuchNamespaceException"),
+    ]
+    for response, error_type in cases:
+        assert response.status_code == 404, response.text
+        assert response.json()["error"]["type"] == error_type
+    assert httpx.head(f"{base}/{namespace}/tables/nope").status_code == 404
+
+
+def test_metrics_reports_are_accepted(server: IsbreServer, namespace: str) -> None:
+    create(server, namespace, "measured").raise_for_status()
+    report = {
+        "report-type": "scan-report",
+        "table-name": f"{namespace}.measured",
+        "snapshot-id": 1,
+        "filter": True,
+        "schema-id": 0,
+        "projected-field-ids": [1],
+        "projected-field-names": ["id"],
+        "metrics": {},
+    }
+    url = f"{server.url}/v1/isbre/namespaces/{namespace}/tables/measured/metrics"
+    assert httpx.post(url, json=report).status_code == 204
