@@ -1,0 +1,92 @@
+"""DuckDB's iceberg extension (installed offline from its PyPI wheels) against isbre."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pytest
+from pyiceberg.catalog.rest import RestCatalog
+
+from tests.server import IsbreServer
+
+
+def extension_file(name: str) -> Path:
+    package = importlib.import_module(f"duckdb_extension_{name}")
+    (found,) = Path(package.__path__[0]).glob(f"extensions/*/{name}.duckdb_extension")
+    return found
+
+
+@pytest.fixture
+def duck(server: IsbreServer, tmp_path: Path) -> Iterator[duckdb.DuckDBPyConnection]:
+    con = duckdb.connect()
+    con.execute(f"SET extension_directory = '{tmp_path / 'extensions'}'")
+    con.execute("SET autoinstall_known_extensions = false")
+    for name in ("httpfs", "avro", "iceberg"):
+        con.execute(f"INSTALL '{extension_file(name)}'")
+        con.execute(f"LOAD {name}")
+    con.execute(f"ATTACH 'isbre' AS lake (TYPE iceberg, ENDPOINT '{server.url}', AUTHORIZATION_TYPE 'none')")
+    yield con
+    con.close()
+
+
+def test_duckdb_reads_what_pyiceberg_wrote(
+    rest_catalog: RestCatalog, duck: duckdb.DuckDBPyConnection, namespace: str
+) -> None:
+    table = rest_catalog.create_table(
+        f"{namespace}.trips", schema=pa.schema([pa.field("id", pa.int64()), pa.field("city", pa.string())])
+    )
+    table.append(pa.table({"id": pa.array(range(50), pa.int64()), "city": ["oslo", "bergen"] * 25}))
+    table.append(pa.table({"id": pa.array(range(50, 60), pa.int64()), "city": ["tromso"] * 10}))
+
+    assert duck.execute(f"SELECT count(*) FROM lake.{namespace}.trips").fetchone() == (60,)
+    by_city = duck.execute(
+        f"SELECT city, count(*) FROM lake.{namespace}.trips GROUP BY city ORDER BY city"
+    ).fetchall()
+    assert by_city == [("bergen", 25), ("oslo", 25), ("tromso", 10)]
+    tables = duck.execute(
+        "SELECT schema_name, table_name FROM duckdb_tables() WHERE database_name = 'lake'"
+    ).fetchall()
+    assert (namespace, "trips") in tables
+
+
+def test_duckdb_writes_and_pyiceberg_reads(
+    rest_catalog: RestCatalog, duck: duckdb.DuckDBPyConnection, namespace: str
+) -> None:
+    duck.execute(f"CREATE TABLE lake.{namespace}.ducks (x INTEGER, y VARCHAR)")
+    duck.execute(f"INSERT INTO lake.{namespace}.ducks VALUES (1, 'one'), (2, 'two'), (3, 'three')")
+    duck.execute(f"UPDATE lake.{namespace}.ducks SET y = 'uno' WHERE x = 1")
+    duck.execute(f"DELETE FROM lake.{namespace}.ducks WHERE x = 2")
+    assert duck.execute(f"SELECT * FROM lake.{namespace}.ducks ORDER BY x").fetchall() == [
+        (1, "uno"),
+        (3, "three"),
+    ]
+
+    table = rest_catalog.load_table(f"{namespace}.ducks")
+    rows = sorted(zip(*table.scan().to_arrow().to_pydict().values(), strict=True))
+    assert rows == [(1, "uno"), (3, "three")]
+    assert len(table.snapshots()) >= 3
+
+
+def test_duckdb_appends_to_a_pyiceberg_table(
+    rest_catalog: RestCatalog, duck: duckdb.DuckDBPyConnection, namespace: str
+) -> None:
+    table = rest_catalog.create_table(f"{namespace}.mixed", schema=pa.schema([pa.field("n", pa.int64())]))
+    table.append(pa.table({"n": pa.array([1, 2], pa.int64())}))
+    duck.execute(f"INSERT INTO lake.{namespace}.mixed VALUES (3), (4)")
+    assert sorted(rest_catalog.load_table(f"{namespace}.mixed").scan().to_arrow()["n"].to_pylist()) == [
+        1,
+        2,
+        3,
+        4,
+    ]
+
+
+def test_duckdb_creates_a_schema(
+    rest_catalog: RestCatalog, duck: duckdb.DuckDBPyConnection, namespace: str
+) -> None:
+    duck.execute(f"CREATE SCHEMA lake.{namespace}_duck")
+    assert rest_catalog.namespace_exists(f"{namespace}_duck")

@@ -1,0 +1,40 @@
+"""One settings model: defaults < TOML file < ISBRE_* environment < flags."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from rest.settings import load_settings
+
+
+def test_defaults_need_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in ("ISBRE_HOST", "ISBRE_PORT", "ISBRE_WAREHOUSE"):
+        monkeypatch.delenv(key, raising=False)
+    settings = load_settings()
+    assert (settings.host, settings.port, settings.warehouse) == ("127.0.0.1", 8181, Path("warehouse"))
+
+
+def test_each_layer_overrides_the_one_below(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = tmp_path / "isbre.toml"
+    config.write_text('port = 9000\nwarehouse = "/data/lake"\nmax_batch = 64\nhost = "127.0.0.2"\n')
+    monkeypatch.setenv("ISBRE_PORT", "9100")
+    monkeypatch.setenv("ISBRE_HOST", "127.0.0.3")
+    settings = load_settings(config, host="127.0.0.4")
+    assert settings.max_batch == 64  # from the file
+    assert settings.warehouse == Path("/data/lake")  # from the file
+    assert settings.port == 9100  # environment beats the file
+    assert settings.host == "127.0.0.4"  # a flag beats everything
+
+
+def test_unknown_and_invalid_settings_are_refused(tmp_path: Path) -> None:
+    config = tmp_path / "isbre.toml"
+    config.write_text("prot = 1\n")
+    with pytest.raises(ValidationError, match="prot"):
+        load_settings(config)
+    with pytest.raises(ValidationError):
+        load_settings(port=70000)
+    with pytest.raises(FileNotFoundError):
+        load_settings(tmp_path / "missing.toml")
