@@ -252,7 +252,7 @@ class LmdbStore(Store):
             log.warning("LMDB map is full; growing it to %d MiB", size >> 20)
             self.env.set_mapsize(size)
 
-    def map_size(self) -> int:
+    def capacity(self) -> int:
         return self.env.info()["map_size"]
 
     def close(self) -> None:

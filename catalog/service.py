@@ -9,8 +9,10 @@ pointer only if nobody moved it meanwhile.
 from __future__ import annotations
 
 import logging
+import threading
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -63,8 +65,10 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 TABLE, VIEW = "table", "view"
-# How often a commit is re-staged after losing the pointer swap to a concurrent commit.
+# How often a commit is re-staged after losing the pointer swap to a commit from another process
+# (commits from this process take their table's lock and do not race each other).
 MAX_COMMIT_ATTEMPTS = 32
+LOCK_STRIPES = 64
 
 
 class ConflictingPropertiesError(ValueError):
@@ -120,6 +124,21 @@ class CatalogService:
         self.writer = Writer(store, max_batch=max_batch)
         self.table_files: MetadataCache[TableMetadata] = MetadataCache(self.io, parse_table_metadata)
         self.view_files: MetadataCache[ViewMetadata] = MetadataCache(self.io, parse_view_metadata)
+        self._stripes = [threading.Lock() for _ in range(LOCK_STRIPES)]
+
+    @contextmanager
+    def _staging(self, kind: str, idents: list[Identifier]) -> Iterator[None]:
+        """Serialize staging per object in this process.
+
+        Two commits to one table can never share a batch (the second depends on
+        the first), so staging them one at a time costs nothing and saves the
+        loser from re-staging, possibly forever, under heavy contention.
+        """
+        stripes = sorted({hash((kind, ident)) % LOCK_STRIPES for ident in idents})
+        with ExitStack() as stack:
+            for stripe in stripes:
+                stack.enter_context(self._stripes[stripe])
+            yield
 
     @classmethod
     def open(cls, warehouse: Path, map_size: int = 256 << 20, max_batch: int = 512) -> CatalogService:
@@ -276,17 +295,18 @@ class CatalogService:
         idents = [change.ident for change in changes]
         if len(set(idents)) != len(idents):
             raise ValueError("A transaction may change each table only once")
-        for _ in range(MAX_COMMIT_ATTEMPTS):
-            with self.store.read() as view:
-                bases = [view.pointer(TABLE, ident) for ident in idents]
-            staged = [
-                stage(change, base, self.table_files.get(base.metadata_location) if base else None)
-                for change, base in zip(changes, bases, strict=True)
-            ]
-            try:
-                return self._swap(staged, txn)
-            except _Stale:
-                continue
+        with self._staging(TABLE, idents):
+            for _ in range(MAX_COMMIT_ATTEMPTS):
+                with self.store.read() as view:
+                    bases = [view.pointer(TABLE, ident) for ident in idents]
+                staged = [
+                    stage(change, base, self.table_files.get(base.metadata_location) if base else None)
+                    for change, base in zip(changes, bases, strict=True)
+                ]
+                try:
+                    return self._swap(staged, txn)
+                except _Stale:
+                    continue
         raise CommitFailedException(
             f"Gave up after {MAX_COMMIT_ATTEMPTS} attempts lost to concurrent commits"
         )

@@ -108,6 +108,10 @@ class Store(ABC):
         """Make room after a StoreFullError."""
 
     @abstractmethod
+    def capacity(self) -> int:
+        """Bytes the store has reserved (for LMDB, the map size)."""
+
+    @abstractmethod
     def close(self) -> None: ...
 
     def scan_log(self, after: int, batch: int = 1000) -> Iterator[CommitRecord]:

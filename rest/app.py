@@ -11,7 +11,7 @@ from fastapi import APIRouter, Depends, FastAPI, Query, Request, Response
 from fastapi.routing import APIRoute
 
 from catalog import CatalogService
-from rest import errors, namespaces, tables, views
+from rest import errors, metrics, namespaces, tables, views
 from rest.settings import Settings
 from rest.wire import json_response
 
@@ -80,6 +80,7 @@ def create_app(settings: Settings) -> FastAPI:
             {"defaults": {}, "overrides": {"prefix": settings.prefix}, "endpoints": endpoints}
         )
 
+    app.include_router(metrics.router)
     # Unprefixed first, so a namespace literally named like the prefix still resolves.
     app.include_router(router, prefix="/v1")
     app.include_router(router, prefix="/v1/{prefix}", dependencies=[Depends(check_prefix)])

@@ -154,3 +154,21 @@ def test_metrics_reports_are_accepted(server: IsbreServer, namespace: str) -> No
     }
     url = f"{server.url}/v1/isbre/namespaces/{namespace}/tables/measured/metrics"
     assert httpx.post(url, json=report).status_code == 204
+    assert httpx.post(url, json=report).status_code == 204
+    counted = [line for line in httpx.get(f"{server.url}/metrics").text.splitlines() if "scan-report" in line]
+    assert counted == ['isbre_metrics_reports_total{type="scan-report"} 2']
+    assert httpx.post(url, json={"report-type": "scan-report"}).status_code == 400
+
+
+def test_metrics_exposes_writer_counters(server: IsbreServer, namespace: str) -> None:
+    def sample(name: str) -> float:
+        text = httpx.get(f"{server.url}/metrics").text
+        (line,) = [line for line in text.splitlines() if line.startswith(name + " ")]
+        return float(line.split()[1])
+
+    before = sample("isbre_commit_mutations_total")
+    seq_before = sample("isbre_commit_seq")
+    create(server, namespace, "counted").raise_for_status()
+    assert sample("isbre_commit_mutations_total") == before + 1
+    assert sample("isbre_commit_seq") == seq_before + 1
+    assert sample("isbre_commit_batches_total") >= 1

@@ -1,0 +1,25 @@
+"""`make bench`: isbre's figures side by side with a peer measured in the same run."""
+
+from __future__ import annotations
+
+import os
+import platform
+import tempfile
+from pathlib import Path
+
+from tests.bench import commits, load_table
+
+
+def main() -> None:
+    print(
+        f"# isbre benchmarks on {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}\n"
+    )
+    with tempfile.TemporaryDirectory(prefix="isbre-bench-") as workdir:
+        reports = [commits.run(Path(workdir)), load_table.run(Path(workdir))]
+    print()
+    for report in reports:
+        print(report.markdown(), end="\n\n")
+
+
+if __name__ == "__main__":
+    main()
