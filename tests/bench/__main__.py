@@ -11,9 +11,8 @@ from tests.bench import commits, load_table
 
 
 def main() -> None:
-    print(
-        f"# isbre benchmarks on {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}\n"
-    )
+    machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    print(f"# isbre benchmarks on {machine}", end="\n\n")
     with tempfile.TemporaryDirectory(prefix="isbre-bench-") as workdir:
         reports = [commits.run(Path(workdir)), load_table.run(Path(workdir))]
     print()
