@@ -69,6 +69,7 @@ TABLE, VIEW = "table", "view"
 # (commits from this process take their table's lock and do not race each other).
 MAX_COMMIT_ATTEMPTS = 32
 LOCK_STRIPES = 64
+_MISSING: dict[str, type[Exception]] = {TABLE: NoSuchTableError, VIEW: NoSuchViewError}
 
 
 class ConflictingPropertiesError(ValueError):
@@ -114,6 +115,13 @@ def _require_free(view: WriteView, ident: Identifier) -> None:
         raise TableAlreadyExistsError(f"Table already exists: {ident}")
     if view.pointer(VIEW, ident) is not None:
         raise ViewAlreadyExistsError(f"View already exists: {ident}")
+
+
+def _read_for_register(cache: MetadataCache[Any], location: str) -> Loaded[Any]:
+    try:
+        return cache.get(location)
+    except Exception as exc:  # missing, unreadable or not metadata: the caller's mistake
+        raise ValueError(f"Cannot read metadata at {location}: {exc}") from exc
 
 
 class CatalogService:
@@ -344,26 +352,29 @@ class CatalogService:
         return states
 
     def drop_table(self, ident: Identifier, purge: bool = False) -> None:
+        pointer = self._drop(TABLE, ident, {"purge": purge})
+        if purge:
+            self._purge(self.table_files.get(pointer.metadata_location).metadata, pointer.metadata_location)
+
+    def _drop(self, kind: str, ident: Identifier, properties: dict[str, Any] | None = None) -> Pointer:
         def mutation(batch: Batch) -> Pointer:
-            pointer = batch.view.pointer(TABLE, ident)
+            pointer = batch.view.pointer(kind, ident)
             if pointer is None:
-                raise NoSuchTableError(f"Table does not exist: {ident}")
-            batch.view.delete_pointer(TABLE, ident)
+                raise _MISSING[kind](f"{kind.capitalize()} does not exist: {ident}")
+            batch.view.delete_pointer(kind, ident)
             batch.log(
                 CommitRecord(
-                    "table.drop",
+                    f"{kind}.drop",
                     list(ident.namespace),
                     ident.name,
                     table_uuid=pointer.uuid,
                     previous_metadata_location=pointer.metadata_location,
-                    properties={"purge": purge},
+                    properties=properties,
                 )
             )
             return pointer
 
-        pointer = self._mutate(mutation)
-        if purge:
-            self._purge(self.table_files.get(pointer.metadata_location).metadata, pointer.metadata_location)
+        return self._mutate(mutation)
 
     def _inside_warehouse(self, location: str) -> bool:
         return location.startswith(self.warehouse + "/")
@@ -390,12 +401,10 @@ class CatalogService:
         self._rename(TABLE, source, target)
 
     def _rename(self, kind: str, source: Identifier, target: Identifier) -> None:
-        missing = NoSuchTableError if kind == TABLE else NoSuchViewError
-
         def mutation(batch: Batch) -> None:
             pointer = batch.view.pointer(kind, source)
             if pointer is None:
-                raise missing(f"{kind.capitalize()} does not exist: {source}")
+                raise _MISSING[kind](f"{kind.capitalize()} does not exist: {source}")
             _require_namespace(batch.view, target.namespace)
             _require_free(batch.view, target)
             batch.view.delete_pointer(kind, source)
@@ -416,10 +425,7 @@ class CatalogService:
     def register_table(
         self, ident: Identifier, metadata_location: str, overwrite: bool = False
     ) -> TableState:
-        try:
-            loaded = self.table_files.get(metadata_location)
-        except Exception as exc:
-            raise ValueError(f"Cannot read table metadata at {metadata_location}: {exc}") from exc
+        loaded = _read_for_register(self.table_files, metadata_location)
 
         def mutation(batch: Batch) -> None:
             _require_namespace(batch.view, ident.namespace)
@@ -529,31 +535,13 @@ class CatalogService:
         return ViewState(ident, location, metadata, data)
 
     def drop_view(self, ident: Identifier) -> None:
-        def mutation(batch: Batch) -> None:
-            pointer = batch.view.pointer(VIEW, ident)
-            if pointer is None:
-                raise NoSuchViewError(f"View does not exist: {ident}")
-            batch.view.delete_pointer(VIEW, ident)
-            batch.log(
-                CommitRecord(
-                    "view.drop",
-                    list(ident.namespace),
-                    ident.name,
-                    table_uuid=pointer.uuid,
-                    previous_metadata_location=pointer.metadata_location,
-                )
-            )
-
-        self._mutate(mutation)
+        self._drop(VIEW, ident)
 
     def rename_view(self, source: Identifier, target: Identifier) -> None:
         self._rename(VIEW, source, target)
 
     def register_view(self, ident: Identifier, metadata_location: str) -> ViewState:
-        try:
-            loaded = self.view_files.get(metadata_location)
-        except Exception as exc:
-            raise ValueError(f"Cannot read view metadata at {metadata_location}: {exc}") from exc
+        loaded = _read_for_register(self.view_files, metadata_location)
 
         def mutation(batch: Batch) -> None:
             _require_namespace(batch.view, ident.namespace)

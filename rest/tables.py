@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import uuid
 
@@ -21,7 +20,7 @@ from rest.models import (
     RenameTableRequest,
     ReportMetricsRequest,
 )
-from rest.wire import json_response, namespace_from_path, page, parse, raw_body, raw_json_response, service
+from rest.wire import identifiers_page, load_result, namespace_from_path, parse, raw_body, service
 
 log = logging.getLogger(__name__)
 router = APIRouter()
@@ -29,14 +28,6 @@ router = APIRouter()
 
 def _ident(namespace: str, table: str) -> Identifier:
     return Identifier.of(namespace_from_path(namespace), table)
-
-
-def _result(state: TableState, metadata: bytes | None = None) -> bytes:
-    """LoadTableResult / CommitTableResponse, reusing the metadata JSON already serialized."""
-    head = b"{"
-    if state.metadata_location is not None:
-        head += b'"metadata-location":' + json.dumps(state.metadata_location).encode() + b","
-    return head + b'"metadata":' + (metadata or state.json) + b',"config":{}}'
 
 
 def _refs_only(state: TableState) -> bytes:
@@ -60,17 +51,9 @@ def list_tables(
     page_size: int | None = Query(None, alias="pageSize"),
 ) -> Response:
     ns = namespace_from_path(namespace)
-    items, token = page(
-        request,
-        page_token,
-        page_size,
-        lambda after, limit: service(request).list_tables(ns, after, limit),
-        key=lambda i: i.name,
+    return identifiers_page(
+        request, page_token, page_size, lambda after, limit: service(request).list_tables(ns, after, limit)
     )
-    body: dict = {"identifiers": [{"namespace": list(i.namespace), "name": i.name} for i in items]}
-    if token:
-        body["next-page-token"] = token
-    return json_response(body)
 
 
 @router.post("/namespaces/{namespace}/tables")
@@ -85,7 +68,7 @@ def create_table(request: Request, namespace: str, raw: bytes = Depends(raw_body
         properties=body.properties,
         stage_only=body.stage_create,
     )
-    return raw_json_response(_result(state))
+    return load_result(state.metadata_location, state.json)
 
 
 @router.get("/namespaces/{namespace}/tables/{table}")
@@ -98,8 +81,9 @@ def load_table(
     if etag in request.headers.get("if-none-match", ""):
         return Response(status_code=304, headers={"ETag": etag})
     state = service(request).load_table(ident)
-    body = _result(state, _refs_only(state) if snapshots == "refs" else None)
-    return raw_json_response(body, headers={"ETag": _etag(state.metadata_location or "", snapshots)})
+    response = load_result(state.metadata_location, _refs_only(state) if snapshots == "refs" else state.json)
+    response.headers["ETag"] = _etag(state.metadata_location or "", snapshots)
+    return response
 
 
 @router.head("/namespaces/{namespace}/tables/{table}")
@@ -117,7 +101,7 @@ def commit_table(request: Request, namespace: str, table: str, raw: bytes = Depe
             f"Identifier in the body ({body.identifier.to_identifier()}) does not match the path ({ident})"
         )
     state = service(request).commit_table(TableChange(ident, body.requirements, body.updates))
-    return raw_json_response(_result(state))
+    return load_result(state.metadata_location, state.json)
 
 
 @router.delete("/namespaces/{namespace}/tables/{table}")
@@ -133,7 +117,7 @@ def register_table(request: Request, namespace: str, raw: bytes = Depends(raw_bo
     body = parse(RegisterTableRequest, raw)
     ident = Identifier.of(namespace_from_path(namespace), body.name)
     state = service(request).register_table(ident, body.metadata_location, overwrite=body.overwrite)
-    return raw_json_response(_result(state))
+    return load_result(state.metadata_location, state.json)
 
 
 @router.post("/tables/rename")

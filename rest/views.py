@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import json
-
 from fastapi import APIRouter, Depends, Query, Request, Response
 
 from catalog import Identifier, ViewState
 from rest.models import CommitViewRequest, CreateViewRequest, RegisterViewRequest, RenameTableRequest
-from rest.wire import json_response, namespace_from_path, page, parse, raw_body, raw_json_response, service
+from rest.wire import identifiers_page, load_result, namespace_from_path, parse, raw_body, service
 
 router = APIRouter()
 
@@ -18,13 +16,7 @@ def _ident(namespace: str, view: str) -> Identifier:
 
 
 def _result(state: ViewState) -> Response:
-    return raw_json_response(
-        b'{"metadata-location":'
-        + json.dumps(state.metadata_location).encode()
-        + b',"metadata":'
-        + state.json
-        + b',"config":{}}'
-    )
+    return load_result(state.metadata_location, state.json)
 
 
 @router.get("/namespaces/{namespace}/views")
@@ -35,17 +27,9 @@ def list_views(
     page_size: int | None = Query(None, alias="pageSize"),
 ) -> Response:
     ns = namespace_from_path(namespace)
-    items, token = page(
-        request,
-        page_token,
-        page_size,
-        lambda after, limit: service(request).list_views(ns, after, limit),
-        key=lambda i: i.name,
+    return identifiers_page(
+        request, page_token, page_size, lambda after, limit: service(request).list_views(ns, after, limit)
     )
-    body: dict = {"identifiers": [{"namespace": list(i.namespace), "name": i.name} for i in items]}
-    if token:
-        body["next-page-token"] = token
-    return json_response(body)
 
 
 @router.post("/namespaces/{namespace}/views")

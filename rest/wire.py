@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 import pydantic
 from fastapi import Request, Response
 
-from catalog import CatalogService
+from catalog import CatalogService, Identifier
 from catalog.identifiers import check_namespace
 from rest.settings import Settings
 
@@ -50,6 +50,28 @@ def json_response(value: Any, status_code: int = 200, headers: dict[str, str] | 
 
 def raw_json_response(body: bytes, headers: dict[str, str] | None = None) -> Response:
     return Response(body, media_type="application/json", headers=headers)
+
+
+def load_result(metadata_location: str | None, metadata: bytes) -> Response:
+    """LoadTableResult / LoadViewResult around metadata JSON that is already serialized."""
+    head = b"{"
+    if metadata_location is not None:
+        head += b'"metadata-location":' + json.dumps(metadata_location).encode() + b","
+    return raw_json_response(head + b'"metadata":' + metadata + b',"config":{}}')
+
+
+def identifiers_page(
+    request: Request,
+    page_token: str | None,
+    page_size: int | None,
+    fetch: Callable[[Any, int | None], Sequence[Identifier]],
+) -> Response:
+    """ListTablesResponse / ListViewsResponse."""
+    items, token = page(request, page_token, page_size, fetch, key=lambda ident: ident.name)
+    body: dict[str, Any] = {"identifiers": [{"namespace": list(i.namespace), "name": i.name} for i in items]}
+    if token:
+        body["next-page-token"] = token
+    return json_response(body)
 
 
 def namespace_from_path(segment: str) -> tuple[str, ...]:
