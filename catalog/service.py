@@ -121,7 +121,8 @@ def _read_for_register(cache: MetadataCache[Any], location: str) -> Loaded[Any]:
     try:
         return cache.get(location)
     except Exception as exc:  # missing, unreadable or not metadata: the caller's mistake
-        raise ValueError(f"Cannot read metadata at {location}: {exc}") from exc
+        # Name the failure, not its text: a parse error can quote the file's contents.
+        raise ValueError(f"Cannot read metadata at {location}: {type(exc).__name__}") from exc
 
 
 class CatalogService:

@@ -172,3 +172,23 @@ def test_metrics_exposes_writer_counters(server: IsbreServer, namespace: str) ->
     assert sample("isbre_commit_mutations_total") == before + 1
     assert sample("isbre_commit_seq") == seq_before + 1
     assert sample("isbre_commit_batches_total") >= 1
+
+
+@pytest.mark.parametrize("location", ["file:///nonexistent/00000-x.metadata.json", "/etc/hostname"])
+def test_register_unreadable_metadata_is_400(server: IsbreServer, namespace: str, location: str) -> None:
+    response = httpx.post(
+        f"{server.url}/v1/isbre/namespaces/{namespace}/register",
+        json={"name": "r", "metadata-location": location},
+    )
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["type"] == "BadRequestException"
+    assert httpx.head(f"{server.url}/v1/isbre/namespaces/{namespace}/tables/r").status_code == 404
+
+
+def test_unknown_route_and_method_use_the_error_model(server: IsbreServer) -> None:
+    missing = httpx.get(f"{server.url}/v1/isbre/no/such/route")
+    assert missing.status_code == 404
+    assert missing.json()["error"]["type"] == "NotFoundException"
+    wrong = httpx.put(f"{server.url}/v1/isbre/namespaces")
+    assert wrong.status_code == 405
+    assert wrong.json()["error"]["code"] == 405
