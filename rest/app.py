@@ -7,11 +7,12 @@ from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import APIRouter, Depends, FastAPI, Query, Request, Response
+from fastapi import FastAPI, Query, Request, Response
 from fastapi.routing import APIRoute
 
 from catalog import CatalogService
 from rest import errors, metrics, namespaces, tables, views
+from rest.prefix import PrefixAliases
 from rest.settings import Settings
 from rest.wire import json_response
 
@@ -19,13 +20,6 @@ log = logging.getLogger(__name__)
 
 
 _ROUTERS = (namespaces.router, tables.router, views.router)
-
-
-def catalog_router() -> APIRouter:
-    router = APIRouter()
-    for module_router in _ROUTERS:
-        router.include_router(module_router)
-    return router
 
 
 def advertised_endpoints() -> list[str]:
@@ -55,15 +49,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.metrics_reports = Counter()
     errors.install(app)
 
-    router = catalog_router()
     endpoints = advertised_endpoints()
-
-    def check_prefix(request: Request) -> None:
-        prefix = request.path_params.get("prefix")
-        if prefix != settings.prefix:
-            raise errors.NotFound(
-                f"Unknown catalog prefix {prefix!r}; this server serves {settings.prefix!r}"
-            )
 
     @app.get("/v1/config")
     def get_config(request: Request, warehouse: str | None = Query(None)) -> Response:
@@ -81,7 +67,7 @@ def create_app(settings: Settings) -> FastAPI:
         )
 
     app.include_router(metrics.router)
-    # Unprefixed first, so a namespace literally named like the prefix still resolves.
-    app.include_router(router, prefix="/v1")
-    app.include_router(router, prefix="/v1/{prefix}", dependencies=[Depends(check_prefix)])
+    for router in _ROUTERS:
+        app.include_router(router, prefix=f"/v1/{settings.prefix}")
+    app.add_middleware(PrefixAliases, prefix=settings.prefix)
     return app

@@ -43,10 +43,6 @@ _HTTP_TYPES = {
 }
 
 
-class NotFound(Exception):
-    """A route-level 404 that is not about a catalog object (e.g. an unknown prefix)."""
-
-
 def error_response(code: int, error_type: str, message: str) -> JSONResponse:
     return JSONResponse({"error": {"message": message, "type": error_type, "code": code}}, status_code=code)
 
@@ -81,13 +77,8 @@ async def _handle_http(request: Request, exc: HTTPException) -> JSONResponse:
     return error_response(exc.status_code, error_type, str(exc.detail))
 
 
-async def _handle_not_found(request: Request, exc: NotFound) -> JSONResponse:
-    return error_response(404, "NotFoundException", str(exc))
-
-
 def install(app: FastAPI) -> None:
     app.add_exception_handler(HTTPException, _handle_http)
-    app.add_exception_handler(NotFound, _handle_not_found)
     app.add_exception_handler(Exception, _handle)
     app.add_exception_handler(RequestValidationError, _handle)
     for kind, _, _ in _KNOWN:

@@ -35,7 +35,21 @@ def test_config_advertises_prefix_and_endpoints(server: IsbreServer) -> None:
 def test_unknown_prefix_is_404(server: IsbreServer) -> None:
     response = httpx.get(f"{server.url}/v1/other/namespaces")
     assert response.status_code == 404
-    assert response.json()["error"]["code"] == 404
+    assert response.json()["error"] == {
+        "message": "Unknown catalog prefix 'other'; this server serves 'isbre'",
+        "type": "NotFoundException",
+        "code": 404,
+    }
+
+
+def test_unprefixed_paths_are_aliases(server: IsbreServer) -> None:
+    for name in ("namespaces", "isbre"):
+        created = httpx.post(f"{server.url}/v1/namespaces", json={"namespace": [name]})
+        assert created.status_code == 200, created.text
+        assert httpx.get(f"{server.url}/v1/namespaces/{name}").json()["namespace"] == [name]
+        assert httpx.get(f"{server.url}/v1/isbre/namespaces/{name}").json()["namespace"] == [name]
+        assert create(server, name, "t").status_code == 200
+        assert httpx.get(f"{server.url}/v1/namespaces/{name}/tables/t").status_code == 200
 
 
 def test_load_table_etag_and_not_modified(server: IsbreServer, namespace: str) -> None:

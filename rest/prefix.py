@@ -1,0 +1,40 @@
+"""Catalog routes live under `/v1/<prefix>/`; this middleware serves the unprefixed aliases.
+
+Clients that skip `/v1/config` use `/v1/namespaces/...` directly. Rewriting
+those paths once, before routing, keeps a single copy of every route (route
+matching is a measurable share of a request's cost) and puts the
+unknown-prefix error in one place.
+"""
+
+from __future__ import annotations
+
+import json
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+# First path segments under /v1/ that begin a catalog route.
+CATALOG_ROOTS = frozenset({"namespaces", "tables", "views", "transactions"})
+
+
+class PrefixAliases:
+    def __init__(self, app: ASGIApp, prefix: str) -> None:
+        self.app = app
+        self.prefix = prefix
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            parts = scope["path"].split("/", 4)  # "", "v1", first, second, rest
+            if len(parts) >= 3 and parts[1] == "v1":
+                if parts[2] in CATALOG_ROOTS:
+                    scope = dict(scope, path=f"/v1/{self.prefix}{scope['path'][3:]}")
+                elif len(parts) >= 4 and parts[3] in CATALOG_ROOTS and parts[2] != self.prefix:
+                    await self._unknown_prefix(parts[2], send)
+                    return
+        await self.app(scope, receive, send)
+
+    async def _unknown_prefix(self, prefix: str, send: Send) -> None:
+        message = f"Unknown catalog prefix {prefix!r}; this server serves {self.prefix!r}"
+        body = json.dumps({"error": {"message": message, "type": "NotFoundException", "code": 404}}).encode()
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+        await send({"type": "http.response.start", "status": 404, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
