@@ -91,12 +91,18 @@ class MetadataCache(Generic[M]):
         self._entries: OrderedDict[str, Loaded[M]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, location: str) -> Loaded[M]:
+    def peek(self, location: str) -> Loaded[M] | None:
+        """The cached entry, or None; never touches storage."""
         with self._lock:
             entry = self._entries.get(location)
             if entry is not None:
                 self._entries.move_to_end(location)
-                return entry
+            return entry
+
+    def get(self, location: str) -> Loaded[M]:
+        entry = self.peek(location)
+        if entry is not None:
+            return entry
         metadata = self._parse(self._io, location)
         entry = Loaded(metadata, metadata_json(metadata))
         self.put(location, entry)

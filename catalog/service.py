@@ -255,6 +255,14 @@ class CatalogService:
         loaded = self.table_files.get(pointer.metadata_location)
         return TableState(ident, pointer.metadata_location, loaded.metadata, loaded.json)
 
+    def load_table_if_cached(self, ident: Identifier) -> TableState | None:
+        """`load_table` when it needs no file read (None otherwise): safe to call on an event loop."""
+        pointer = self.table_pointer(ident)
+        loaded = self.table_files.peek(pointer.metadata_location)
+        if loaded is None:
+            return None
+        return TableState(ident, pointer.metadata_location, loaded.metadata, loaded.json)
+
     def list_tables(self, namespace: tuple[str, ...], after: str | None = None, limit: int | None = None):
         return self._list(TABLE, namespace, after, limit)
 
