@@ -113,6 +113,12 @@ class _LmdbView(WriteView):
                     break
         return found
 
+    def log_floor(self) -> int:
+        with self._txn.cursor(db=self._db("commit_log")) as cursor:
+            if cursor.first():
+                return _SEQ.unpack(cursor.key())[0]
+        return self.commit_seq() + 1
+
     # -- writes: LMDB raises MapFullError from any of them when the map is full
 
     @contextmanager
@@ -145,6 +151,19 @@ class _LmdbView(WriteView):
             seq = _SEQ.pack(record.commit_seq)
             self._txn.put(seq, record.to_json(), db=self._db("commit_log"), append=True)
             self._txn.put(_HIGH_WATER, seq, db=self._db("meta"))
+
+    def trim_log(self, keep_after: int, older_than_us: int, limit: int) -> int:
+        removed = 0
+        with self._txn.cursor(db=self._db("commit_log")) as cursor:
+            positioned = cursor.first()
+            while positioned and removed < limit:
+                seq = _SEQ.unpack(cursor.key())[0]
+                if seq > keep_after and CommitRecord.from_json(cursor.value()).ts >= older_than_us:
+                    break
+                cursor.delete()  # moves to the next record, or off the end of the log
+                removed += 1
+                positioned = bool(cursor.key())
+        return removed
 
     @contextmanager
     def savepoint(self) -> Iterator[WriteView]:

@@ -55,7 +55,7 @@ from catalog.metadata_files import (
     remove_quietly,
     write_durably,
 )
-from catalog.records import CommitRecord
+from catalog.records import CommitRecord, now_us
 from catalog.store import Pointer, Store, WriteView
 from catalog.tables import Staged, TableChange, commit_record, next_metadata_location, stage
 from catalog.views import ViewRequirement, ViewUpdate, new_view_metadata, update_view_metadata
@@ -336,6 +336,8 @@ class CatalogService:
                     write_durably(self.io, entry.metadata_location, entry.json)
                     written.append(entry.metadata_location)
 
+            txn_size = sum(entry.changed for entry in staged) if txn else None
+
             def mutation(batch: Batch) -> None:
                 for entry in staged:
                     now = batch.view.pointer(TABLE, entry.ident)
@@ -347,7 +349,7 @@ class CatalogService:
                 for entry in staged:
                     if entry.changed:
                         batch.view.put_pointer(TABLE, entry.ident, entry.pointer)
-                        batch.log(commit_record(entry, txn))
+                        batch.log(commit_record(entry, txn, txn_size))
 
             self._mutate(mutation)
         except BaseException:
@@ -577,6 +579,45 @@ class CatalogService:
 
     def records(self, after: int = 0) -> Iterator[CommitRecord]:
         return self.store.scan_log(after)
+
+    def commits_since(self, after: int, limit: int = 1000) -> list[CommitRecord]:
+        """Up to `limit` records with `commit_seq > after`, in order."""
+        with self.store.read() as view:
+            return view.records(after, limit)
+
+    def log_bounds(self) -> tuple[int, int]:
+        """(lowest retained commit_seq, highest commit_seq); a cursor is valid from floor - 1 to high."""
+        with self.store.read() as view:
+            return view.log_floor(), view.commit_seq()
+
+    def cursor_before(self, ts_us: int) -> int:
+        """The cursor just before the first retained record at or after `ts_us`.
+
+        Record timestamps never decrease, so this is a binary search over commit_seq.
+        """
+        with self.store.read() as view:
+            low, high = view.log_floor(), view.commit_seq() + 1
+            while low < high:
+                middle = (low + high) // 2
+                (record,) = view.records(middle - 1, 1)
+                if record.ts < ts_us:
+                    low = middle + 1
+                else:
+                    high = middle
+        return low - 1
+
+    def trim_log(self, keep_records: int, keep_us: int, chunk: int = 1000) -> int:
+        """Drop records beyond the retention window, in small writer batches; returns how many went."""
+
+        def mutation(batch: Batch) -> int:
+            return batch.view.trim_log(batch.view.commit_seq() - keep_records, now_us() - keep_us, chunk)
+
+        removed = 0
+        while True:
+            step = self._mutate(mutation)
+            removed += step
+            if step < chunk:
+                return removed
 
 
 class _WarehouseOnlyIO(FileIO):

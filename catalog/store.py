@@ -70,6 +70,10 @@ class ReadView(ABC):
     def records(self, after: int, limit: int) -> list[CommitRecord]:
         """Records with `commit_seq > after`, in order."""
 
+    @abstractmethod
+    def log_floor(self) -> int:
+        """The lowest `commit_seq` still in the log (high-water + 1 when it is empty)."""
+
 
 class WriteView(ReadView):
     """A write transaction: everything in it becomes durable together, or not at all."""
@@ -89,6 +93,11 @@ class WriteView(ReadView):
     @abstractmethod
     def append(self, record: CommitRecord) -> None:
         """Add a stamped record to the log."""
+
+    @abstractmethod
+    def trim_log(self, keep_after: int, older_than_us: int, limit: int) -> int:
+        """Delete up to `limit` of the oldest records that have `commit_seq <= keep_after` or
+        `ts < older_than_us`; returns how many went."""
 
     @abstractmethod
     def savepoint(self) -> AbstractContextManager[WriteView]:

@@ -113,7 +113,7 @@ def _empty_metadata() -> TableMetadata:
     return MetastoreCatalog._empty_table_metadata()
 
 
-def commit_record(staged: Staged, txn: str | None) -> CommitRecord:
+def commit_record(staged: Staged, txn: str | None, txn_size: int | None) -> CommitRecord:
     metadata = staged.metadata
     record = CommitRecord(
         kind="table.create" if staged.base is None else "table.commit",
@@ -124,6 +124,7 @@ def commit_record(staged: Staged, txn: str | None) -> CommitRecord:
         previous_metadata_location=staged.base.metadata_location if staged.base else None,
         schema_id=metadata.current_schema_id,
         txn=txn,
+        txn_size=txn_size,
     )
     added = [u.snapshot for u in staged.updates if isinstance(u, AddSnapshotUpdate)]
     if added:

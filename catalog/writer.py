@@ -31,16 +31,21 @@ class Batch:
     def __init__(self, view: WriteView, last_ts: int) -> None:
         self.view = view
         self.last_ts = last_ts
+        self.logged: list[CommitRecord] = []
 
     def log(self, record: CommitRecord) -> CommitRecord:
         # Keep `ts` from going backwards if the wall clock does.
         self.last_ts = max(now_us(), self.last_ts)
         record.stamp(self.view.commit_seq() + 1, self.last_ts)
         self.view.append(record)
+        self.logged.append(record)
         return record
 
 
 Mutation = Callable[[Batch], T]
+# Called on the writer thread with each committed batch's records, in commit_seq order.
+# It must return quickly: the next batch waits for it.
+Listener = Callable[[list[CommitRecord]], None]
 
 
 @dataclass
@@ -75,8 +80,15 @@ class Writer:
         self._close_lock = threading.Lock()
         self._last_ts = 0
         self.stats = WriterStats()
+        self._listeners: list[Listener] = []
         self._thread = threading.Thread(target=self._run, name="isbre-writer", daemon=True)
         self._thread.start()
+
+    def add_listener(self, listener: Listener) -> None:
+        self._listeners.append(listener)
+
+    def remove_listener(self, listener: Listener) -> None:
+        self._listeners.remove(listener)
 
     def submit(self, mutation: Mutation[T]) -> Future[T]:
         future: Future[T] = Future()
@@ -119,13 +131,16 @@ class Writer:
         while True:
             outcomes: list[tuple[_Request[Any], Any, Exception | None]] = []
             try:
+                committed: list[CommitRecord] = []
                 with self._store.write() as view:
                     context = Batch(view, self._last_ts)
                     for request in batch:
+                        context.logged = []
                         try:
                             with view.savepoint() as savepoint:
                                 context.view = savepoint
                                 outcomes.append((request, request.mutation(context), None))
+                            committed += context.logged
                         except StoreFullError:
                             raise
                         except Exception as exc:  # this request's own failure, e.g. a conflict
@@ -146,3 +161,9 @@ class Writer:
                 request.future.set_result(result)
             else:
                 request.future.set_exception(error)
+        if committed:
+            for listener in self._listeners:
+                try:
+                    listener(committed)
+                except Exception:
+                    log.exception("commit listener %r failed; the commits themselves are durable", listener)

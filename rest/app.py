@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -11,6 +12,9 @@ from fastapi import FastAPI, Query, Request, Response
 from fastapi.routing import APIRoute
 
 from catalog import CatalogService
+from events import pull, sse
+from events.broadcast import Broadcaster
+from events.retention import trim_periodically
 from rest import errors, metrics, namespaces, tables, views
 from rest.prefix import PrefixAliases
 from rest.settings import Settings
@@ -19,7 +23,7 @@ from rest.wire import json_response
 log = logging.getLogger(__name__)
 
 
-_ROUTERS = (namespaces.router, tables.router, views.router)
+_ROUTERS = (namespaces.router, tables.router, views.router, sse.router, pull.router)
 
 
 def advertised_endpoints() -> list[str]:
@@ -35,14 +39,26 @@ def advertised_endpoints() -> list[str]:
 def create_app(settings: Settings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        app.state.service = CatalogService.open(
+        service = CatalogService.open(
             settings.warehouse, map_size=settings.map_size_mb << 20, max_batch=settings.max_batch
         )
-        log.info("isbre catalog %r on warehouse %s", settings.prefix, app.state.service.warehouse)
+        app.state.service = service
+        app.state.broadcaster = Broadcaster(service, capacity=settings.events_ring_size)
+        trimming = asyncio.create_task(
+            trim_periodically(
+                service,
+                settings.events_retention_records,
+                settings.events_retention_days,
+                settings.events_trim_interval_seconds,
+            )
+        )
+        log.info("isbre catalog %r on warehouse %s", settings.prefix, service.warehouse)
         try:
             yield
         finally:
-            app.state.service.close()
+            trimming.cancel()
+            app.state.broadcaster.close()
+            service.close()
 
     app = FastAPI(title="isbre", summary="An embedded Apache Iceberg REST catalog", lifespan=lifespan)
     app.state.settings = settings

@@ -13,6 +13,7 @@ from starlette.exceptions import HTTPException
 
 from catalog.service import ConflictingPropertiesError
 from catalog.writer import WriterClosedError
+from events.subscription import CursorExpiredError
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +28,7 @@ _KNOWN: list[tuple[type[BaseException], int, str]] = [
     (ice.NamespaceNotEmptyError, 409, "NamespaceNotEmptyException"),
     (ice.CommitFailedException, 409, "CommitFailedException"),
     (ConflictingPropertiesError, 422, "UnprocessableEntityException"),
+    (CursorExpiredError, 410, "CursorExpiredException"),
     (WriterClosedError, 503, "ServiceUnavailableException"),
     (ice.ValidationError, 400, "BadRequestException"),
     (pydantic.ValidationError, 400, "BadRequestException"),

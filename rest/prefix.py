@@ -13,7 +13,7 @@ import json
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 # First path segments under /v1/ that begin a catalog route.
-CATALOG_ROOTS = frozenset({"namespaces", "tables", "views", "transactions"})
+CATALOG_ROOTS = frozenset({"namespaces", "tables", "views", "transactions", "events"})
 
 
 class PrefixAliases:

@@ -29,6 +29,20 @@ class Settings(BaseSettings):
     max_batch: int = Field(512, ge=1, description="Most mutations the writer commits in one transaction.")
     max_page_size: int = Field(1000, ge=1, description="Largest pageSize a list request may ask for.")
     log_level: str = Field("info", description="Python logging level name.")
+    events_keepalive_seconds: float = Field(15.0, gt=0, description="Interval of SSE keep-alive comments.")
+    events_retry_ms: int = Field(3000, ge=0, description="Reconnect delay suggested to SSE clients.")
+    events_ring_size: int = Field(
+        4096, ge=1, description="Recent events held in memory for live subscribers; slower ones read the log."
+    )
+    events_retention_records: int = Field(
+        10_000_000, ge=1, description="Commit records kept at least; older ones may be trimmed."
+    )
+    events_retention_days: float = Field(
+        30.0, gt=0, description="Age after which commit records may be trimmed."
+    )
+    events_trim_interval_seconds: float = Field(
+        60.0, gt=0, description="How often the log is checked for trimming."
+    )
 
     @classmethod
     def settings_customise_sources(

@@ -111,3 +111,23 @@ def test_many_writers_on_one_table_never_starve(tmp_path: Path) -> None:
         assert {f"k{i}" for i in range(600)} <= set(service.load_table(ident).metadata.properties)
     finally:
         service.close()
+
+
+def test_trimming_keeps_the_newest_records(tmp_path: Path) -> None:
+    service = CatalogService.open(tmp_path / "wh")
+    try:
+        for i in range(25):
+            service.create_namespace((f"n{i}",), {})
+        assert service.log_bounds() == (1, 25)
+        year = 365 * 24 * 3600 * 10**6
+        assert service.trim_log(keep_records=10, keep_us=year, chunk=4) == 15
+        assert service.log_bounds() == (16, 25)
+        assert [r.commit_seq for r in service.records()] == list(range(16, 26))
+        assert service.trim_log(keep_records=10, keep_us=year) == 0
+        # By age: everything is older than "zero microseconds ago".
+        assert service.trim_log(keep_records=10**9, keep_us=0) == 10
+        assert service.log_bounds() == (26, 25)
+        service.create_namespace(("after",), {})
+        assert [r.commit_seq for r in service.records()] == [26]
+    finally:
+        service.close()

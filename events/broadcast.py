@@ -1,0 +1,108 @@
+"""The live fan-out: a bounded ring of recent records that subscribers read at their own pace.
+
+The writer thread appends each committed batch and wakes the waiting
+subscribers; it never waits for them. There are no per-subscriber queues: a
+subscriber keeps only its cursor, takes what the ring holds after it, and
+when it has fallen behind the ring (its cursor is older than the oldest
+record kept), it reads the commit log instead until it catches up. Memory is
+the ring's size, however many subscribers there are and however slow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections import deque
+from dataclasses import dataclass
+from itertools import islice
+
+from catalog import CatalogService
+from catalog.records import CommitRecord
+from events.frames import sse_frame
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Entry:
+    record: CommitRecord
+    frame: bytes  # encoded once, shared by every subscriber
+
+    @classmethod
+    def of(cls, record: CommitRecord) -> Entry:
+        return cls(record, sse_frame(record))
+
+
+class Broadcaster:
+    def __init__(self, service: CatalogService, capacity: int = 4096) -> None:
+        self._service = service
+        self._ring: deque[Entry] = deque(maxlen=capacity)
+        self._lock = threading.Lock()
+        self._high = service.commit_seq()
+        self._waiters: dict[asyncio.AbstractEventLoop, set[asyncio.Event]] = {}
+        service.writer.add_listener(self.publish)
+
+    def close(self) -> None:
+        self._service.writer.remove_listener(self.publish)
+
+    @property
+    def high(self) -> int:
+        return self._high
+
+    def subscribers_waiting(self) -> int:
+        with self._lock:
+            return sum(len(events) for events in self._waiters.values())
+
+    # -- the writer side
+
+    def publish(self, records: list[CommitRecord]) -> None:
+        """Called on the writer thread after each committed batch."""
+        if records[0].commit_seq > self._high + 1:
+            # Another process committed to this store in between: keep the ring gap-free.
+            records = (
+                self._service.commits_since(self._high, records[0].commit_seq - self._high - 1) + records
+            )
+        entries = [Entry.of(r) for r in records if r.commit_seq > self._high]
+        if not entries:
+            return
+        with self._lock:
+            self._ring.extend(entries)
+            self._high = entries[-1].record.commit_seq
+            waiters, self._waiters = self._waiters, {}
+        for loop, events in waiters.items():
+            try:
+                loop.call_soon_threadsafe(_set_all, events)
+            except RuntimeError:  # that loop has closed; its subscribers are gone
+                continue
+
+    # -- the subscriber side
+
+    def since(self, cursor: int) -> list[Entry] | None:
+        """Entries after `cursor` from the ring; None when the ring no longer reaches back that far."""
+        with self._lock:
+            if cursor >= self._high:
+                return []
+            if not self._ring or cursor < self._ring[0].record.commit_seq - 1:
+                return None
+            return list(islice(self._ring, cursor - self._ring[0].record.commit_seq + 1, None))
+
+    async def wait(self, cursor: int) -> None:
+        """Return once something after `cursor` has been published."""
+        event = asyncio.Event()
+        with self._lock:
+            if self._high > cursor:
+                return
+            self._waiters.setdefault(asyncio.get_running_loop(), set()).add(event)
+        try:
+            await event.wait()
+        finally:
+            with self._lock:
+                waiting = self._waiters.get(asyncio.get_running_loop())
+                if waiting is not None:
+                    waiting.discard(event)
+
+
+def _set_all(events: set[asyncio.Event]) -> None:
+    for event in events:
+        event.set()

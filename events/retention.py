@@ -1,0 +1,27 @@
+"""Keeps the commit log within its retention window, trimming in small writer batches."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import anyio
+
+from catalog import CatalogService
+
+log = logging.getLogger(__name__)
+
+
+async def trim_periodically(
+    service: CatalogService, keep_records: int, keep_days: float, every: float
+) -> None:
+    keep_us = int(keep_days * 24 * 3600 * 10**6)
+    while True:
+        await asyncio.sleep(every)
+        try:
+            removed = await anyio.to_thread.run_sync(service.trim_log, keep_records, keep_us)
+        except Exception:
+            log.exception("trimming the commit log failed; will try again in %ss", every)
+            continue
+        if removed:
+            log.info("trimmed %d commit records beyond the retention window", removed)

@@ -1,0 +1,63 @@
+"""GET /v1/events: commit records as Server-Sent Events; GET /v1/events/cursor: the high-water."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Query, Request, Response
+from sse_starlette import EventSourceResponse
+
+from events.filters import EventFilter
+from events.frames import retry_frame
+from events.subscription import CursorExpiredError, check_cursor, follow
+
+router = APIRouter()
+
+
+def _start(after: int | None, last_event_id: str | None, high: int) -> int:
+    """Last-Event-ID (a reconnecting EventSource) wins over `after`; neither means "from now"."""
+    if last_event_id:
+        try:
+            return int(last_event_id)
+        except ValueError as exc:
+            raise ValueError(f"Invalid Last-Event-ID {last_event_id!r}: expected a commit_seq") from exc
+    return high if after is None else after
+
+
+@router.get("/events")
+async def stream_events(
+    request: Request,
+    after: int | None = Query(None, ge=0),
+    namespace: str | None = None,
+    table: Annotated[list[str] | None, Query()] = None,
+    kind: Annotated[list[str] | None, Query()] = None,
+    last_event_id: str | None = Header(None),
+) -> Response:
+    state = request.app.state
+    event_filter = EventFilter.parse(namespace, table or (), kind or ())
+    cursor = _start(after, last_event_id, state.broadcaster.high)
+    check_cursor(state.service, cursor)
+
+    async def body() -> AsyncIterator[bytes]:
+        yield retry_frame(state.settings.events_retry_ms)
+        try:
+            async for entries in follow(state.broadcaster, state.service, cursor, event_filter):
+                yield b"".join(entry.frame for entry in entries)
+        except CursorExpiredError as exc:
+            error = {"error": {"message": str(exc), "type": "CursorExpiredException", "code": 410}}
+            yield b"event: error\ndata: %s\n\n" % json.dumps(error).encode()
+
+    return EventSourceResponse(
+        body(),
+        ping=state.settings.events_keepalive_seconds,
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+    )
+
+
+@router.get("/events/cursor")
+def events_cursor(request: Request) -> Response:
+    floor, high = request.app.state.service.log_bounds()
+    body = json.dumps({"commit_seq": high, "oldest_commit_seq": floor})
+    return Response(body, media_type="application/json")

@@ -1,0 +1,111 @@
+"""The in-process subscription: replay, the live ring, and falling back to the log."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from catalog import CatalogService
+from events.broadcast import Broadcaster
+from events.filters import EventFilter
+from events.subscription import CursorAheadError, CursorExpiredError, follow, subscribe
+
+
+@pytest.fixture
+def service(tmp_path: Path):
+    running = CatalogService.open(tmp_path / "wh")
+    yield running
+    running.close()
+
+
+async def take(stream, count: int) -> list[int]:
+    seqs: list[int] = []
+    async for entries in stream:
+        seqs += [e.record.commit_seq for e in entries]
+        if len(seqs) >= count:
+            return seqs
+    return seqs
+
+
+def create(service: CatalogService, names: range, prefix: str = "n") -> None:
+    for i in names:
+        service.create_namespace((f"{prefix}{i}",), {})
+
+
+def test_replay_then_live_without_gap(service: CatalogService) -> None:
+    create(service, range(10))
+    broadcaster = Broadcaster(service, capacity=4)
+
+    async def scenario() -> list[int]:
+        stream = follow(broadcaster, service, after=0)
+        first = await take(stream, 10)  # all from the log: the ring started empty
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, create, service, range(10, 15))
+        return first + await take(stream, 5)
+
+    assert asyncio.run(scenario()) == list(range(1, 16))
+
+
+def test_a_subscriber_behind_the_ring_reads_the_log(service: CatalogService) -> None:
+    broadcaster = Broadcaster(service, capacity=4)
+
+    async def scenario() -> list[int]:
+        stream = follow(broadcaster, service, after=0)
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, create, service, range(2))
+        seqs = await take(stream, 2)
+        # Not iterated while 50 commits land: the ring keeps only the last 4.
+        await loop.run_in_executor(None, create, service, range(2, 52))
+        assert broadcaster.since(2) is None, "the subscriber should be behind the ring now"
+        return seqs + await take(stream, 50)
+
+    assert asyncio.run(scenario()) == list(range(1, 53))
+    assert broadcaster.subscribers_waiting() == 0
+
+
+def test_many_subscribers_share_one_ring(service: CatalogService) -> None:
+    broadcaster = Broadcaster(service, capacity=64)
+
+    async def scenario() -> list[list[int]]:
+        streams = [follow(broadcaster, service, after=0) for _ in range(20)]
+        readers = [asyncio.ensure_future(take(s, 30)) for s in streams]
+        await asyncio.sleep(0.05)
+        assert broadcaster.subscribers_waiting() == 20
+        await asyncio.get_running_loop().run_in_executor(None, create, service, range(30))
+        return await asyncio.gather(*readers)
+
+    assert all(seqs == list(range(1, 31)) for seqs in asyncio.run(scenario()))
+
+
+def test_filtered_subscription_yields_records(service: CatalogService) -> None:
+    create(service, range(3), prefix="keep")
+    create(service, range(3), prefix="skip")
+    broadcaster = Broadcaster(service)
+
+    async def scenario() -> list[str]:
+        names = []
+        async for record in subscribe(broadcaster, service, 0, EventFilter(namespace=("keep1",))):
+            names.append(record.namespace[0])
+            break
+        return names
+
+    assert asyncio.run(scenario()) == ["keep1"]
+
+
+def test_cursor_checks(service: CatalogService) -> None:
+    create(service, range(10))
+    broadcaster = Broadcaster(service)
+    service.trim_log(keep_records=3, keep_us=10**15)
+
+    async def first(after: int) -> None:
+        async for _ in subscribe(broadcaster, service, after):
+            return
+
+    assert service.log_bounds() == (8, 10)  # the 3 newest records are kept
+    with pytest.raises(CursorExpiredError):
+        asyncio.run(first(6))
+    with pytest.raises(CursorAheadError):
+        asyncio.run(first(11))
+    asyncio.run(first(7))  # the oldest valid cursor: the record after it is still there
