@@ -11,7 +11,7 @@ import os
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 # Snapshot-summary counters copied into a record, under snake_case names.
 SUMMARY_COUNTERS = (
@@ -62,6 +62,9 @@ class CommitRecord:
     commit_seq: int = 0
     ts: int = 0
     run_id: str = field(default="")
+    # A stamped record never changes, so its JSON is made (or read) once and reused:
+    # replaying the log would otherwise spend most of its time re-encoding.
+    _json: ClassVar[bytes | None] = None
 
     def stamp(self, commit_seq: int, ts_us: int) -> None:
         self.commit_seq = commit_seq
@@ -69,13 +72,16 @@ class CommitRecord:
         self.run_id = new_run_id(ts_us)
 
     def to_json(self) -> bytes:
-        return json.dumps(
-            {k: v for k, v in asdict(self).items() if v is not None}, separators=(",", ":")
-        ).encode()
+        if self._json is None:
+            values = {k: v for k, v in asdict(self).items() if v is not None}
+            self._json = json.dumps(values, separators=(",", ":")).encode()
+        return self._json
 
     @classmethod
     def from_json(cls, raw: bytes) -> CommitRecord:
-        return cls(**json.loads(raw))
+        record = cls(**json.loads(raw))
+        record._json = bytes(raw)
+        return record
 
 
 def summary_counters(summary: dict[str, str]) -> dict[str, int]:

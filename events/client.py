@@ -3,7 +3,9 @@
     from events.client import subscribe
 
     for event in subscribe("http://127.0.0.1:8181", tables=["sales.orders"]):
-        print(event.commit_seq, event.kind, event.record["snapshot_id"])
+        print(event.commit_seq, event.kind, event.record.get("snapshot_id"))
+
+`async for event in subscribe(...)` does the same on asyncio.
 
 The client reconnects on its own (with `Last-Event-ID` and capped exponential
 backoff), so a server restart goes unnoticed by the loop above. With
@@ -99,62 +101,60 @@ class _Resume:
         return self.delay
 
 
-def _timeout(idle_timeout: float) -> httpx.Timeout:
-    # Keep-alive comments arrive every few seconds; silence longer than this means a dead connection.
-    return httpx.Timeout(10.0, read=idle_timeout)
+class Subscription:
+    """Iterate it with `for` or with `async for`: every matching commit after `after`
+    (or from the moment iteration starts, when None), in order, forever."""
+
+    def __init__(
+        self,
+        url: str,
+        after: int | None = None,
+        tables: Iterable[str] = (),
+        namespace: str | None = None,
+        kinds: Iterable[str] = (),
+        cursor_file: str | os.PathLike[str] | None = None,
+        max_delay: float = 10.0,
+        idle_timeout: float = 60.0,
+    ) -> None:
+        self._options = (url, after, tuple(tables), namespace, tuple(kinds), cursor_file, max_delay)
+        # Keep-alive comments arrive every few seconds; silence longer than this means a dead connection.
+        self._timeout = httpx.Timeout(10.0, read=idle_timeout)
+
+    def __iter__(self) -> Iterator[CommitEvent]:
+        state = _Resume(*self._options)
+        with httpx.Client(timeout=self._timeout) as client:
+            if state.cursor is None:
+                state.cursor = client.get(f"{state.url}/v1/events/cursor").json()["commit_seq"]
+            while True:
+                try:
+                    with connect_sse(client, "GET", f"{state.url}/v1/events", **state.request()) as source:
+                        body = b"" if source.response.is_success else source.response.read()
+                        state.check(source.response, body)
+                        for sse in source.iter_sse():
+                            if (event := state.event(sse)) is not None:
+                                yield event
+                                state.done_with(event)
+                except (httpx.TransportError, httpx.HTTPStatusError):
+                    time.sleep(state.backoff())
+
+    async def __aiter__(self) -> AsyncIterator[CommitEvent]:
+        state = _Resume(*self._options)
+        async with httpx.AsyncClient(timeout=self._timeout) as client:
+            if state.cursor is None:
+                state.cursor = (await client.get(f"{state.url}/v1/events/cursor")).json()["commit_seq"]
+            while True:
+                try:
+                    async with aconnect_sse(
+                        client, "GET", f"{state.url}/v1/events", **state.request()
+                    ) as source:
+                        body = b"" if source.response.is_success else await source.response.aread()
+                        state.check(source.response, body)
+                        async for sse in source.aiter_sse():
+                            if (event := state.event(sse)) is not None:
+                                yield event
+                                state.done_with(event)
+                except (httpx.TransportError, httpx.HTTPStatusError):
+                    await asyncio.sleep(state.backoff())
 
 
-def subscribe(
-    url: str,
-    after: int | None = None,
-    tables: Iterable[str] = (),
-    namespace: str | None = None,
-    kinds: Iterable[str] = (),
-    cursor_file: str | os.PathLike[str] | None = None,
-    max_delay: float = 10.0,
-    idle_timeout: float = 60.0,
-) -> Iterator[CommitEvent]:
-    """Every matching commit after `after` (or from now, when None), in order, forever."""
-    state = _Resume(url, after, tables, namespace, kinds, cursor_file, max_delay)
-    with httpx.Client(timeout=_timeout(idle_timeout)) as client:
-        if state.cursor is None:
-            state.cursor = client.get(f"{state.url}/v1/events/cursor").json()["commit_seq"]
-        while True:
-            try:
-                with connect_sse(client, "GET", f"{state.url}/v1/events", **state.request()) as source:
-                    body = b"" if source.response.is_success else source.response.read()
-                    state.check(source.response, body)
-                    for sse in source.iter_sse():
-                        if (event := state.event(sse)) is not None:
-                            yield event
-                            state.done_with(event)
-            except (httpx.TransportError, httpx.HTTPStatusError):
-                time.sleep(state.backoff())
-
-
-async def asubscribe(
-    url: str,
-    after: int | None = None,
-    tables: Iterable[str] = (),
-    namespace: str | None = None,
-    kinds: Iterable[str] = (),
-    cursor_file: str | os.PathLike[str] | None = None,
-    max_delay: float = 10.0,
-    idle_timeout: float = 60.0,
-) -> AsyncIterator[CommitEvent]:
-    """The asyncio twin of `subscribe`."""
-    state = _Resume(url, after, tables, namespace, kinds, cursor_file, max_delay)
-    async with httpx.AsyncClient(timeout=_timeout(idle_timeout)) as client:
-        if state.cursor is None:
-            state.cursor = (await client.get(f"{state.url}/v1/events/cursor")).json()["commit_seq"]
-        while True:
-            try:
-                async with aconnect_sse(client, "GET", f"{state.url}/v1/events", **state.request()) as source:
-                    body = b"" if source.response.is_success else await source.response.aread()
-                    state.check(source.response, body)
-                    async for sse in source.aiter_sse():
-                        if (event := state.event(sse)) is not None:
-                            yield event
-                            state.done_with(event)
-            except (httpx.TransportError, httpx.HTTPStatusError):
-                await asyncio.sleep(state.backoff())
+subscribe = Subscription

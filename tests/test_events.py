@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from events.client import CommitEvent, EventStreamError, asubscribe, subscribe
+from events.client import CommitEvent, EventStreamError, subscribe
 from tests.server import IsbreServer
 
 SCHEMA = {
@@ -46,7 +46,7 @@ class Collector:
         self.events: list[CommitEvent] = []
         self.error: BaseException | None = None
         self._stopped = threading.Event()
-        self._stream = subscribe(url, **options)
+        self._stream = iter(subscribe(url, **options))
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
@@ -276,7 +276,7 @@ def test_expired_cursor_is_410(short_memory: IsbreServer) -> None:
 
     assert httpx.post(f"{base}/events", json={"continuation-token": encode_token(0)}).status_code == 410
     with pytest.raises(EventStreamError, match="older than the retained"):
-        next(subscribe(short_memory.url, after=0))
+        next(iter(subscribe(short_memory.url, after=0)))
 
 
 def test_a_paused_subscriber_misses_nothing(short_memory: IsbreServer) -> None:
@@ -336,7 +336,7 @@ def test_async_client_follows_too(server: IsbreServer, tables: str) -> None:
 
     async def scenario() -> list[int]:
         seqs = []
-        async for event in asubscribe(server.url, after=start, tables=[f"{tables}.t2"]):
+        async for event in subscribe(server.url, after=start, tables=[f"{tables}.t2"]):
             seqs.append(event.commit_seq)
             if len(seqs) == 3:
                 return seqs
