@@ -19,6 +19,7 @@ from itertools import islice
 
 from catalog import CatalogService
 from catalog.records import CommitRecord
+from events.filters import EventFilter
 from events.frames import sse_frame
 
 log = logging.getLogger(__name__)
@@ -34,13 +35,22 @@ class Entry:
         return cls(record, sse_frame(record))
 
 
+@dataclass(eq=False)
+class _Waiter:
+    """A caught-up subscriber waiting for its next match; `cursor` moves past records it skips."""
+
+    event: asyncio.Event
+    event_filter: EventFilter
+    cursor: int
+
+
 class Broadcaster:
     def __init__(self, service: CatalogService, capacity: int = 4096) -> None:
         self._service = service
         self._ring: deque[Entry] = deque(maxlen=capacity)
         self._lock = threading.Lock()
         self._high = service.commit_seq()
-        self._waiters: dict[asyncio.AbstractEventLoop, set[asyncio.Event]] = {}
+        self._waiters: dict[asyncio.AbstractEventLoop, set[_Waiter]] = {}
         service.writer.add_listener(self.publish)
 
     def close(self) -> None:
@@ -69,12 +79,31 @@ class Broadcaster:
         with self._lock:
             self._ring.extend(entries)
             self._high = entries[-1].record.commit_seq
-            waiters, self._waiters = self._waiters, {}
-        for loop, events in waiters.items():
+            loops = list(self._waiters)
+        for loop in loops:
             try:
-                loop.call_soon_threadsafe(_set_all, events)
+                loop.call_soon_threadsafe(self._notify, loop, entries)
             except RuntimeError:  # that loop has closed; its subscribers are gone
                 continue
+
+    def _notify(self, loop: asyncio.AbstractEventLoop, entries: list[Entry]) -> None:
+        """On the subscribers' loop: wake those with something to send, move the others' cursors on.
+
+        Checking a filter here costs a fraction of waking a subscriber to find
+        nothing to send, which is most of them when each follows a few tables.
+        """
+        with self._lock:
+            waiters = list(self._waiters.get(loop, ()))
+        for waiter in waiters:
+            if waiter.event.is_set():
+                continue
+            fresh = [e.record for e in entries if e.record.commit_seq > waiter.cursor]
+            if not fresh:
+                continue
+            if waiter.event_filter.everything or any(map(waiter.event_filter.matches, fresh)):
+                waiter.event.set()
+            else:
+                waiter.cursor = fresh[-1].commit_seq
 
     # -- the subscriber side
 
@@ -87,22 +116,24 @@ class Broadcaster:
                 return None
             return list(islice(self._ring, cursor - self._ring[0].record.commit_seq + 1, None))
 
-    async def wait(self, cursor: int) -> None:
-        """Return once something after `cursor` has been published."""
-        event = asyncio.Event()
+    async def wait(self, cursor: int, event_filter: EventFilter) -> int:
+        """Wait until a record after `cursor` that `event_filter` matches has been published.
+
+        Returns the cursor to read on from: past every record skipped meanwhile.
+        """
+        loop = asyncio.get_running_loop()
+        waiter = _Waiter(asyncio.Event(), event_filter, cursor)
         with self._lock:
             if self._high > cursor:
-                return
-            self._waiters.setdefault(asyncio.get_running_loop(), set()).add(event)
+                return cursor
+            self._waiters.setdefault(loop, set()).add(waiter)
         try:
-            await event.wait()
+            await waiter.event.wait()
         finally:
             with self._lock:
-                waiting = self._waiters.get(asyncio.get_running_loop())
+                waiting = self._waiters.get(loop)
                 if waiting is not None:
-                    waiting.discard(event)
-
-
-def _set_all(events: set[asyncio.Event]) -> None:
-    for event in events:
-        event.set()
+                    waiting.discard(waiter)
+                    if not waiting:
+                        del self._waiters[loop]
+        return waiter.cursor

@@ -49,7 +49,7 @@ async def follow(
                 )
             entries = [Entry.of(r) for r in records]
         if not entries:
-            await broadcaster.wait(cursor)
+            cursor = await broadcaster.wait(cursor, event_filter)
             continue
         cursor = entries[-1].record.commit_seq
         if not event_filter.everything:

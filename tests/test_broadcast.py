@@ -109,3 +109,31 @@ def test_cursor_checks(service: CatalogService) -> None:
     with pytest.raises(CursorAheadError):
         asyncio.run(first(11))
     asyncio.run(first(7))  # the oldest valid cursor: the record after it is still there
+
+
+def test_a_filtered_subscriber_sleeps_through_what_it_does_not_want(service: CatalogService) -> None:
+    broadcaster = Broadcaster(service, capacity=4)
+    looks = []
+    since = broadcaster.since
+
+    def counting(cursor: int):
+        looks.append(cursor)
+        return since(cursor)
+
+    broadcaster.since = counting  # observe, do not change: every call still reads the real ring
+
+    async def scenario() -> list[tuple[int, str]]:
+        stream = follow(broadcaster, service, after=0, event_filter=EventFilter(namespace=("keep",)))
+        reader = asyncio.ensure_future(stream.__anext__())
+        await asyncio.sleep(0.05)  # caught up at 0 and waiting
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, create, service, range(50), "skip")
+        assert not reader.done(), "woken by records its filter rejects"
+        await loop.run_in_executor(None, service.create_namespace, ("keep",), {})
+        entries = await asyncio.wait_for(reader, 5)
+        return [(e.record.commit_seq, e.record.namespace[0]) for e in entries]
+
+    assert asyncio.run(scenario()) == [(51, "keep")]
+    # Once on subscribing, once when woken for the match, which it reads from just before it:
+    # never for the 50 records it skipped (and never from the log, which 50 > 4 would need).
+    assert looks == [0, 50]

@@ -43,8 +43,9 @@ def _run_threads(writers: int, work) -> float:
     return timed(go)
 
 
-def isbre_rate(server: IsbreServer, writers: int, commits: int) -> float:
-    run = f"i{uuid.uuid4().hex[:8]}"
+def isbre_rate(server: IsbreServer, writers: int, commits: int, run: str | None = None) -> float:
+    """Commits per second; writer w commits to table bench.<run>_w<w>, created first."""
+    run = run or f"i{uuid.uuid4().hex[:8]}"
     base = f"{server.url}/v1/isbre/namespaces/bench/tables"
     uuids = []
     for w in range(writers):

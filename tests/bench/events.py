@@ -12,7 +12,9 @@ import asyncio
 import multiprocessing as mp
 import re
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 
 import httpx
@@ -26,12 +28,15 @@ _TS = re.compile(rb'"ts":(\d+)')
 _SEQ = re.compile(rb"\nid: (\d+)\n")
 
 
-async def _subscriber(port: int, after: int, until: int, latencies: list[float] | None) -> int:
-    """Read frames until commit_seq `until`; optionally record each event's latency. Returns the count."""
+async def _subscriber(
+    port: int, after: int, expected: int, latencies: list[float] | None, query: str = ""
+) -> int:
+    """Read `expected` events after `after`; optionally record each one's latency. Returns the count."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(
-        f"GET /v1/events?after={after} HTTP/1.1\r\nHost: bench\r\nAccept: text/event-stream\r\n\r\n".encode()
+    request = (
+        f"GET /v1/events?after={after}{query} HTTP/1.1\r\nHost: bench\r\nAccept: text/event-stream\r\n\r\n"
     )
+    writer.write(request.encode())
     await writer.drain()
     seen, tail = 0, b""
     while True:
@@ -44,33 +49,38 @@ async def _subscriber(port: int, after: int, until: int, latencies: list[float] 
             latencies.extend(
                 (now_us - int(ts)) / 1000 for ts in _TS.findall(data[len(tail) - 64 if tail else 0 :])
             )
-        seqs = _SEQ.findall(data)
-        seen += len(_SEQ.findall(chunk)) if not tail else len(seqs) - len(_SEQ.findall(tail))
+        seen += len(_SEQ.findall(data)) - len(_SEQ.findall(tail))
         tail = data[-64:]
-        if seqs and int(seqs[-1]) >= until:
+        if seen >= expected:
             writer.close()
             return seen
 
 
-def _subscribers_process(port: int, after: int, until: int, count: int, ready, results) -> None:
+def _subscribers_process(
+    port: int, after: int, expected: list[int], queries: list[str], ready, results
+) -> None:
     async def main() -> list[float]:
         latencies: list[float] = []
-        tasks = [_subscriber(port, after, until, latencies if i == 0 else None) for i in range(count)]
+        tasks = [
+            _subscriber(port, after, count, latencies if i == 0 else None, query)
+            for i, (count, query) in enumerate(zip(expected, queries, strict=True))
+        ]
         gathered = asyncio.gather(*tasks)
         await asyncio.sleep(0.5)  # let every connection open before the commits start
         ready.set()
+        started = time.process_time(), time.perf_counter()
         await gathered
-        return latencies
+        return latencies, (time.process_time() - started[0]) / (time.perf_counter() - started[1])
 
     results.put(asyncio.run(main()))
 
 
-def _attach(server: IsbreServer, count: int, until: int):
+def _attach(server: IsbreServer, queries: list[str], expected: list[int]):
+    """One subscriber per query string, in a separate process, each stopping after its expected count."""
     after = httpx.get(f"{server.url}/v1/events/cursor").json()["commit_seq"]
     ready, results = mp.Event(), mp.Queue()
-    process = mp.Process(
-        target=_subscribers_process, args=(server.port, after, after + until, count, ready, results)
-    )
+    args = (server.port, after, expected, queries, ready, results)
+    process = mp.Process(target=_subscribers_process, args=args)
     process.start()
     ready.wait(30)
     return process, results
@@ -88,9 +98,9 @@ def _namespace_commits(server: IsbreServer, count: int, prefix: str, pace: float
 
 def latency(server: IsbreServer, subscribers: int, commits: int = 500) -> tuple[float, float]:
     """p50 and p99 commit-to-event latency (ms), one writer committing at a steady pace."""
-    process, results = _attach(server, subscribers, commits)
+    process, results = _attach(server, [""] * subscribers, [commits] * subscribers)
     _namespace_commits(server, commits, f"lat{subscribers}_{time.monotonic_ns()}_", pace=0.002)
-    latencies = results.get(timeout=120)
+    latencies, _ = results.get(timeout=120)
     process.join()
     return percentile(latencies, 0.5), percentile(latencies, 0.99)
 
@@ -125,7 +135,7 @@ def run(workdir: Path, replay_records: int = 100_000) -> list[Report]:
     )
     throughput_report = Report(
         "Commit throughput (8 writers, set-properties) with subscribers attached, median of 3 runs",
-        ["subscribers", "commits/s", "ratio to none"],
+        ["subscribers", "commits/s", "ratio to none", "subscribers' own CPU (cores)"],
     )
     replay_report = Report("Replay from cursor 0 over SSE, median of 3 runs", ["records", "events/s"])
 
@@ -138,17 +148,24 @@ def run(workdir: Path, replay_records: int = 100_000) -> list[Report]:
             runs = sorted(latency(server, subscribers) for _ in range(RUNS))
             latency_report.add(str(subscribers), *runs[len(runs) // 2])
         alone = median_of(RUNS, lambda: isbre_rate(server, 8, 100))
-        throughput_report.add("0", alone, "1.00")
+        throughput_report.add("none", alone, "1.00", "-")
 
-        def attached() -> float:
-            process, results = _attach(server, 100, 8 * 100 + 8)  # the tables' creates are events too
-            rate = isbre_rate(server, 8, 100)
-            results.get(timeout=120)
+        client_cpu: list[float] = []
+
+        def attached(each_one_table: bool) -> float:
+            run = f"sub{uuid.uuid4().hex[:8]}"
+            queries = [f"&table=bench.{run}_w{i % 8}" if each_one_table else "" for i in range(100)]
+            # A table's events are its create and 100 commits; all 8 tables' for an unfiltered subscriber.
+            process, results = _attach(server, queries, [101 if each_one_table else 808] * 100)
+            rate = isbre_rate(server, 8, 100, run)
+            client_cpu.append(results.get(timeout=120)[1])
             process.join()
             return rate
 
-        with_subscribers = median_of(RUNS, attached)
-        throughput_report.add("100", with_subscribers, f"{with_subscribers / alone:.2f}")
+        for label, each_one_table in (("100, all events", False), ("100, one table each", True)):
+            client_cpu.clear()
+            rate = median_of(RUNS, partial(attached, each_one_table))
+            throughput_report.add(label, rate, f"{rate / alone:.2f}", f"{sorted(client_cpu)[1]:.2f}")
     finally:
         server.stop()
     return [latency_report, replay_report, throughput_report]
