@@ -58,12 +58,6 @@ class Identifier:
     def of(cls, namespace: object, name: object) -> Identifier:
         return cls(check_namespace(namespace), check_name(name))
 
-    @classmethod
-    def parse(cls, dotted: str) -> Identifier:
-        """`a.b.t` -> namespace (a, b), name t; for CLIs and configuration."""
-        *namespace, name = dotted.split(".")
-        return cls.of(namespace, name)
-
     def __str__(self) -> str:
         return ".".join((*self.namespace, self.name))
 

@@ -59,10 +59,6 @@ class WriterStats:
     batches: int = 0
     mutations: int = 0
 
-    @property
-    def average_batch(self) -> float:
-        return self.mutations / self.batches if self.batches else 0.0
-
 
 class WriterClosedError(RuntimeError):
     pass

@@ -41,13 +41,16 @@ async def stream_events(
     check_cursor(state.service, cursor)
 
     async def body() -> AsyncIterator[bytes]:
-        yield retry_frame(state.settings.events_retry_ms)
+        state.event_streams += 1
         try:
+            yield retry_frame(state.settings.events_retry_ms)
             async for entries in follow(state.broadcaster, state.service, cursor, event_filter):
                 yield b"".join(entry.frame for entry in entries)
         except CursorExpiredError as exc:
             error = {"error": {"message": str(exc), "type": "CursorExpiredException", "code": 410}}
             yield b"event: error\ndata: %s\n\n" % json.dumps(error).encode()
+        finally:
+            state.event_streams -= 1
 
     return EventSourceResponse(
         body(),

@@ -63,6 +63,7 @@ def create_app(settings: Settings) -> FastAPI:
     app = FastAPI(title="isbre", summary="An embedded Apache Iceberg REST catalog", lifespan=lifespan)
     app.state.settings = settings
     app.state.metrics_reports = Counter()
+    app.state.event_streams = 0
     errors.install(app)
 
     endpoints = advertised_endpoints()

@@ -35,6 +35,9 @@ def metrics(request: Request) -> Response:
             "isbre_commit_seq", "gauge", "Highest commit_seq in the commit log.", [("", service.commit_seq())]
         ),
         _line(
+            "isbre_event_streams", "gauge", "Open SSE event streams.", [("", request.app.state.event_streams)]
+        ),
+        _line(
             "isbre_store_capacity_bytes",
             "gauge",
             "Bytes reserved by the store.",

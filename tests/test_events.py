@@ -240,6 +240,22 @@ def test_pull_filters_by_operation_and_object(server: IsbreServer, tables: str) 
     assert bad.status_code == 400
 
 
+def test_open_streams_are_counted(server: IsbreServer) -> None:
+    def streams() -> float:
+        lines = httpx.get(f"{server.url}/metrics").text.splitlines()
+        return float(next(line for line in lines if line.startswith("isbre_event_streams ")).split()[1])
+
+    before = streams()
+    with httpx.stream("GET", f"{server.url}/v1/events", timeout=10) as response:
+        lines = response.iter_lines()  # kept: a dropped iterator closes the response
+        next(lines)  # the retry hint: the stream is open
+        assert streams() == before + 1
+    deadline = time.monotonic() + 5
+    while streams() != before:
+        assert time.monotonic() < deadline, "a closed stream was never uncounted"
+        time.sleep(0.05)
+
+
 def test_cursor_ahead_of_the_log_is_400(server: IsbreServer) -> None:
     response = httpx.get(f"{server.url}/v1/events", params={"after": high_water(server) + 1000})
     assert response.status_code == 400
