@@ -113,6 +113,10 @@ class _LmdbView(WriteView):
                     break
         return found
 
+    def cursors(self) -> dict[str, int]:
+        with self._txn.cursor(db=self._db("cursors")) as cursor:
+            return {key.decode(): _SEQ.unpack(value)[0] for key, value in cursor}
+
     def log_floor(self) -> int:
         with self._txn.cursor(db=self._db("commit_log")) as cursor:
             if cursor.first():
@@ -152,12 +156,18 @@ class _LmdbView(WriteView):
             self._txn.put(seq, record.to_json(), db=self._db("commit_log"), append=True)
             self._txn.put(_HIGH_WATER, seq, db=self._db("meta"))
 
-    def trim_log(self, keep_after: int, older_than_us: int, limit: int) -> int:
+    def put_cursor(self, name: str, commit_seq: int) -> None:
+        with self._full_is_retryable():
+            self._txn.put(name.encode(), _SEQ.pack(commit_seq), db=self._db("cursors"))
+
+    def trim_log(self, keep_after: int, older_than_us: int, ceiling: int, limit: int) -> int:
         removed = 0
         with self._txn.cursor(db=self._db("commit_log")) as cursor:
             positioned = cursor.first()
             while positioned and removed < limit:
                 seq = _SEQ.unpack(cursor.key())[0]
+                if seq > ceiling:
+                    break
                 if seq > keep_after and CommitRecord.from_json(cursor.value()).ts >= older_than_us:
                     break
                 cursor.delete()  # moves to the next record, or off the end of the log

@@ -255,6 +255,13 @@ class CatalogService:
         loaded = self.table_files.get(pointer.metadata_location)
         return TableState(ident, pointer.metadata_location, loaded.metadata, loaded.json)
 
+    def table_metadata_or_none(self, location: str) -> TableMetadata | None:
+        """The metadata at `location`, or None when it cannot be read (e.g. purged since)."""
+        try:
+            return self.table_files.get(location).metadata
+        except Exception:
+            return None
+
     def load_table_if_cached(self, ident: Identifier) -> TableState | None:
         """`load_table` when it needs no file read (None otherwise): safe to call on an event loop."""
         pointer = self.table_pointer(ident)
@@ -606,11 +613,28 @@ class CatalogService:
                     high = middle
         return low - 1
 
+    def consumer_cursor(self, name: str) -> int | None:
+        with self.store.read() as view:
+            return view.cursors().get(name)
+
+    def set_consumer_cursor(self, name: str, commit_seq: int) -> None:
+        """Record a consumer's durable position; the log keeps every record after it."""
+
+        def mutation(batch: Batch) -> None:
+            batch.view.put_cursor(name, commit_seq)
+
+        self._mutate(mutation)
+
     def trim_log(self, keep_records: int, keep_us: int, chunk: int = 1000) -> int:
-        """Drop records beyond the retention window, in small writer batches; returns how many went."""
+        """Drop records beyond the retention window, in small writer batches; returns how many went.
+
+        Records a consumer with a durable cursor has not yet handled are kept, whatever their age.
+        """
 
         def mutation(batch: Batch) -> int:
-            return batch.view.trim_log(batch.view.commit_seq() - keep_records, now_us() - keep_us, chunk)
+            high = batch.view.commit_seq()
+            ceiling = min([high, *batch.view.cursors().values()])
+            return batch.view.trim_log(high - keep_records, now_us() - keep_us, ceiling, chunk)
 
         removed = 0
         while True:

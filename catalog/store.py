@@ -71,6 +71,10 @@ class ReadView(ABC):
         """Records with `commit_seq > after`, in order."""
 
     @abstractmethod
+    def cursors(self) -> dict[str, int]:
+        """Durable positions of the log's consumers (the lineage outbox, …), by name."""
+
+    @abstractmethod
     def log_floor(self) -> int:
         """The lowest `commit_seq` still in the log (high-water + 1 when it is empty)."""
 
@@ -95,9 +99,12 @@ class WriteView(ReadView):
         """Add a stamped record to the log."""
 
     @abstractmethod
-    def trim_log(self, keep_after: int, older_than_us: int, limit: int) -> int:
+    def put_cursor(self, name: str, commit_seq: int) -> None: ...
+
+    @abstractmethod
+    def trim_log(self, keep_after: int, older_than_us: int, ceiling: int, limit: int) -> int:
         """Delete up to `limit` of the oldest records that have `commit_seq <= keep_after` or
-        `ts < older_than_us`; returns how many went."""
+        `ts < older_than_us`, but none above `ceiling`; returns how many went."""
 
     @abstractmethod
     def savepoint(self) -> AbstractContextManager[WriteView]:

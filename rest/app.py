@@ -15,7 +15,10 @@ from catalog import CatalogService
 from events import pull, sse
 from events.broadcast import Broadcaster
 from events.retention import trim_periodically
-from rest import errors, metrics, namespaces, tables, views
+from lineage.config import build_client
+from lineage.mapping import LineageMapper, LineageNames
+from lineage.outbox import LineageOutbox
+from rest import errors, health, metrics, namespaces, tables, views
 from rest.prefix import PrefixAliases
 from rest.settings import Settings
 from rest.wire import json_response
@@ -36,6 +39,25 @@ def advertised_endpoints() -> list[str]:
     return found
 
 
+def lineage_names(settings: Settings) -> LineageNames:
+    return LineageNames(
+        settings.lineage_namespace or f"isbre://{settings.host}:{settings.port}/{settings.prefix}"
+    )
+
+
+def _start_lineage(settings: Settings, service: CatalogService) -> LineageOutbox | None:
+    client = build_client(settings.lineage_url, settings.lineage_api_key, settings.lineage_transport)
+    if client is None:
+        log.info("lineage is off: no OpenLineage transport is configured")
+        return None
+    outbox = LineageOutbox(
+        service, client, LineageMapper(lineage_names(settings), service.table_metadata_or_none)
+    )
+    outbox.start()
+    log.info("lineage on: sending through %s", type(client.transport).__name__)
+    return outbox
+
+
 def create_app(settings: Settings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -52,11 +74,14 @@ def create_app(settings: Settings) -> FastAPI:
                 settings.events_trim_interval_seconds,
             )
         )
+        app.state.outbox = _start_lineage(settings, service)
         log.info("isbre catalog %r on warehouse %s", settings.prefix, service.warehouse)
         try:
             yield
         finally:
             trimming.cancel()
+            if app.state.outbox is not None:
+                app.state.outbox.stop()
             app.state.broadcaster.close()
             service.close()
 
@@ -84,6 +109,7 @@ def create_app(settings: Settings) -> FastAPI:
         )
 
     app.include_router(metrics.router)
+    app.include_router(health.router)
     for router in _ROUTERS:
         app.include_router(router, prefix=f"/v1/{settings.prefix}")
     app.add_middleware(PrefixAliases, prefix=settings.prefix)

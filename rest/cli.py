@@ -8,10 +8,14 @@ import logging
 import sys
 from pathlib import Path
 
+import httpx
 import uvicorn
 
+from catalog import CatalogService
 from events.client import EventStreamError, subscribe
-from rest.app import create_app
+from lineage.config import build_client
+from lineage.mapping import LineageMapper, group_runs
+from rest.app import create_app, lineage_names
 from rest.settings import load_settings
 
 
@@ -45,6 +49,38 @@ def _tail(args: argparse.Namespace) -> int:
     return 0
 
 
+def _lineage_status(args: argparse.Namespace) -> int:
+    response = httpx.get(f"{args.url.rstrip('/')}/v1/lineage/status", timeout=10)
+    response.raise_for_status()
+    print(json.dumps(response.json(), indent=2))
+    return 0
+
+
+def _lineage_replay(args: argparse.Namespace) -> int:
+    """Send the lineage of commits --from..--to again, e.g. to backfill a new receiver."""
+    settings = load_settings(args.config, warehouse=args.warehouse)
+    client = build_client(settings.lineage_url, settings.lineage_api_key, settings.lineage_transport)
+    if client is None:
+        print("isbre lineage replay: no OpenLineage transport is configured", file=sys.stderr)
+        return 1
+    service = CatalogService.open(settings.warehouse)
+    try:
+        mapper = LineageMapper(lineage_names(settings), service.table_metadata_or_none)
+        sent = 0
+        records = [
+            r for r in service.records(after=args.from_seq - 1) if args.to is None or r.commit_seq <= args.to
+        ]
+        for run in group_runs(records):
+            for event in mapper.run_events(run):
+                client.emit(event)
+                sent += 1
+    finally:
+        service.close()
+    last = records[-1].commit_seq if records else args.from_seq
+    print(f"sent {sent} events for commits {args.from_seq}..{last}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="isbre", description="An embedded Apache Iceberg REST catalog.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -67,6 +103,19 @@ def main(argv: list[str] | None = None) -> int:
         "--kind", action="append", default=[], help="only this kind, e.g. table.commit (repeatable)"
     )
     tail.set_defaults(handler=_tail)
+
+    lineage = commands.add_parser("lineage", help="OpenLineage delivery").add_subparsers(
+        dest="lineage", required=True
+    )
+    status = lineage.add_parser("status", help="print the lineage outbox's state")
+    status.add_argument("--url", default="http://127.0.0.1:8181", help="isbre server (default %(default)s)")
+    status.set_defaults(handler=_lineage_status)
+    replay = lineage.add_parser("replay", help="send the lineage of past commits again")
+    replay.add_argument("--from", dest="from_seq", type=int, required=True, help="first commit_seq to send")
+    replay.add_argument("--to", type=int, help="last commit_seq to send (default: the newest)")
+    replay.add_argument("--warehouse", type=Path, help="warehouse directory (default ./warehouse)")
+    replay.add_argument("--config", type=Path, help="TOML settings file (for the lineage transport)")
+    replay.set_defaults(handler=_lineage_replay)
     args = parser.parse_args(argv)
     return args.handler(args)
 

@@ -50,4 +50,26 @@ def metrics(request: Request) -> Response:
             [(f'{{type="{kind}"}}', count) for kind, count in sorted(reports.items())],
         ),
     ]
+    outbox = request.app.state.outbox
+    if outbox is not None:
+        blocks += [
+            _line(
+                "isbre_lineage_backlog",
+                "gauge",
+                "Commit records not yet sent as lineage.",
+                [("", outbox.backlog())],
+            ),
+            _line(
+                "isbre_lineage_events_sent_total",
+                "counter",
+                "Lineage events delivered.",
+                [("", outbox.status.events_sent)],
+            ),
+            _line(
+                "isbre_lineage_failures_total",
+                "counter",
+                "Failed lineage deliveries.",
+                [("", outbox.status.failures)],
+            ),
+        ]
     return Response("\n".join(blocks) + "\n", media_type="text/plain; version=0.0.4")

@@ -40,6 +40,18 @@ class Settings(BaseSettings):
     events_retention_days: float = Field(
         30.0, gt=0, description="Age after which commit records may be trimmed."
     )
+    lineage_url: str | None = Field(
+        None,
+        description="OpenLineage HTTP endpoint (Marquez, OpenMetadata); else OPENLINEAGE_URL or openlineage.yml.",
+    )
+    lineage_api_key: str | None = Field(None, description="Bearer token for lineage_url.")
+    lineage_transport: dict[str, Any] | None = Field(
+        None, description="A full openlineage-python transport configuration; wins over lineage_url."
+    )
+    lineage_namespace: str | None = Field(
+        None,
+        description="OpenLineage namespace of isbre's datasets and jobs (default isbre://<host>:<port>/<prefix>).",
+    )
     events_trim_interval_seconds: float = Field(
         60.0, gt=0, description="How often the log is checked for trimming."
     )

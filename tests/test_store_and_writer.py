@@ -131,3 +131,20 @@ def test_trimming_keeps_the_newest_records(tmp_path: Path) -> None:
         assert [r.commit_seq for r in service.records()] == [26]
     finally:
         service.close()
+
+
+def test_trimming_keeps_what_a_consumer_has_not_handled(tmp_path: Path) -> None:
+    service = CatalogService.open(tmp_path / "wh")
+    try:
+        for i in range(20):
+            service.create_namespace((f"n{i}",), {})
+        service.set_consumer_cursor("lineage", 7)
+        assert service.consumer_cursor("lineage") == 7
+        # Everything is "old" and only 2 records need keeping, but the consumer is at 7.
+        assert service.trim_log(keep_records=2, keep_us=0) == 7
+        assert service.log_bounds() == (8, 20)
+        service.set_consumer_cursor("lineage", 20)
+        assert service.trim_log(keep_records=2, keep_us=0) == 13
+        assert service.log_bounds() == (21, 20)
+    finally:
+        service.close()

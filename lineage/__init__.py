@@ -1,0 +1,1 @@
+"""OpenLineage for isbre: commit records become RunEvents, delivered through a durable outbox."""

@@ -1,0 +1,147 @@
+"""The lineage outbox: a consumer of the commit log with its own durable cursor.
+
+It reads records after its cursor, maps each run to RunEvents and sends them
+through an openlineage-python transport. A failed send is retried with capped
+exponential backoff, for as long as it takes: events are delayed, never
+dropped, and commits never wait for them (the writer only sets a flag). The
+cursor advances in LMDB after each delivered chunk, so after a restart the
+outbox resumes where it stopped; a chunk in flight at a crash is sent again,
+and receivers deduplicate by the stable runId (delivery is at least once).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+
+from openlineage.client import OpenLineageClient
+from openlineage.client.event_v2 import RunEvent
+
+from catalog import CatalogService
+from catalog.records import CommitRecord
+from lineage.mapping import LineageMapper, group_runs
+
+log = logging.getLogger(__name__)
+
+CURSOR = "lineage"
+
+
+class _Stopping(Exception):
+    pass
+
+
+@dataclass
+class OutboxStatus:
+    delivered_seq: int = 0
+    events_sent: int = 0
+    failures: int = 0
+    last_error: str | None = None
+    last_failure_at: float | None = None
+    mapping_errors: int = 0
+    recent_failures: list[str] = field(default_factory=list)
+
+    def failed(self, error: BaseException) -> None:
+        self.failures += 1
+        self.last_error = f"{type(error).__name__}: {error}"
+        self.last_failure_at = time.time()
+        self.recent_failures = [*self.recent_failures[-9:], self.last_error]
+
+
+class LineageOutbox:
+    def __init__(
+        self,
+        service: CatalogService,
+        client: OpenLineageClient,
+        mapper: LineageMapper,
+        chunk: int = 200,
+        max_backoff: float = 30.0,
+    ) -> None:
+        self._service = service
+        self._client = client
+        self._mapper = mapper
+        self._chunk = chunk
+        self._max_backoff = max_backoff
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        if service.consumer_cursor(CURSOR) is None:
+            # A new outbox starts from now; `isbre lineage replay` sends history.
+            service.set_consumer_cursor(CURSOR, service.commit_seq())
+        self.status = OutboxStatus(delivered_seq=service.consumer_cursor(CURSOR) or 0)
+        self._thread = threading.Thread(target=self._run, name="isbre-lineage-outbox", daemon=True)
+
+    def _on_commit(self, records: list[CommitRecord]) -> None:
+        self._wake.set()
+
+    def start(self) -> None:
+        self._service.writer.add_listener(self._on_commit)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._wake.set()
+        self._thread.join(timeout=30)
+        self._service.writer.remove_listener(self._on_commit)
+
+    def backlog(self) -> int:
+        return self._service.commit_seq() - self.status.delivered_seq
+
+    def _run(self) -> None:
+        try:
+            while not self._stopping.is_set():
+                records = self._next_chunk(self.status.delivered_seq)
+                if not records:
+                    self._wake.wait(1.0)
+                    self._wake.clear()
+                    continue
+                for run in group_runs(records):
+                    for event in self._events(run):
+                        self._deliver(event)
+                self._service.set_consumer_cursor(CURSOR, records[-1].commit_seq)
+                self.status.delivered_seq = records[-1].commit_seq
+        except _Stopping:
+            return
+        except Exception:
+            log.exception(
+                "the lineage outbox stopped; events after %s wait for a restart", self.status.delivered_seq
+            )
+
+    def _next_chunk(self, cursor: int) -> list[CommitRecord]:
+        records = self._service.commits_since(cursor, self._chunk)
+        # Never split a transaction's records over two chunks: they form one run.
+        while (
+            records
+            and records[-1].txn
+            and sum(r.txn == records[-1].txn for r in records) < (records[-1].txn_size or 1)
+        ):
+            more = self._service.commits_since(records[-1].commit_seq, records[-1].txn_size or 1)
+            if not more:
+                break
+            records += more
+        return records
+
+    def _events(self, run: list[CommitRecord]) -> list[RunEvent]:
+        try:
+            return self._mapper.run_events(run)
+        except Exception:
+            # A record isbre cannot map is a bug, not a delivery failure; one must not block all lineage.
+            self.status.mapping_errors += 1
+            log.exception("cannot map commit %s to OpenLineage; skipping that run", run[0].commit_seq)
+            return []
+
+    def _deliver(self, event: RunEvent) -> None:
+        delay = 0.5
+        while True:
+            if self._stopping.is_set():
+                raise _Stopping
+            try:
+                self._client.emit(event)
+            except Exception as exc:
+                self.status.failed(exc)
+                log.warning("lineage delivery failed (%s); retrying in %.1fs", self.status.last_error, delay)
+                self._stopping.wait(delay)
+                delay = min(self._max_backoff, delay * 2)
+                continue
+            self.status.events_sent += 1
+            return
