@@ -42,7 +42,7 @@ class Settings(BaseSettings):
     )
     lineage_url: str | None = Field(
         None,
-        description="OpenLineage HTTP endpoint (Marquez, OpenMetadata); else OPENLINEAGE_URL or openlineage.yml.",
+        description="OpenLineage HTTP endpoint (Marquez, OpenMetadata); default: OPENLINEAGE_URL.",
     )
     lineage_api_key: str | None = Field(None, description="Bearer token for lineage_url.")
     lineage_transport: dict[str, Any] | None = Field(
