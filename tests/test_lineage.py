@@ -1,0 +1,261 @@
+"""OpenLineage RunEvents for commits, delivered to a real receiver through the durable outbox."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pyarrow as pa
+import pytest
+from pyiceberg.catalog.rest import RestCatalog
+from pyiceberg.types import StringType
+
+from tests.lineage_receiver import Receiver, validate
+from tests.server import IsbreServer, free_port
+
+NAMESPACE = "isbre://lineage-test"
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    running = Receiver().start()
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def lineage_server(tmp_path: Path, receiver: Receiver) -> Iterator[IsbreServer]:
+    env = {"ISBRE_LINEAGE_URL": receiver.url, "ISBRE_LINEAGE_NAMESPACE": NAMESPACE}
+    running = IsbreServer(tmp_path / "warehouse", env=env).start()
+    yield running
+    running.stop()
+
+
+def wait_for(receiver: Receiver, count: int, timeout: float = 60.0) -> list[dict]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        events = receiver.snapshot()
+        if len(events) >= count:
+            return events
+        time.sleep(0.05)
+    raise TimeoutError(f"received {len(receiver.snapshot())} events, wanted {count}")
+
+
+def table_records(server: IsbreServer) -> list[dict]:
+    """Every table record in the log, from the isbre events stream (the source of truth for run ids)."""
+    high = httpx.get(f"{server.url}/v1/events/cursor").json()["commit_seq"]
+    records = []
+    with httpx.stream("GET", f"{server.url}/v1/events", params={"after": 0}, timeout=30) as response:
+        for line in response.iter_lines():
+            if line.startswith("data: "):
+                records.append(json.loads(line[6:]))
+                if records[-1]["commit_seq"] >= high:
+                    break
+    return [r for r in records if r["kind"].startswith("table.")]
+
+
+def outputs(event: dict) -> list[str]:
+    return [o["name"] for o in event["outputs"]]
+
+
+def test_a_scripted_session_produces_exactly_the_expected_runs(
+    lineage_server: IsbreServer, receiver: Receiver
+) -> None:
+    catalog = RestCatalog("isbre", uri=lineage_server.url)
+    catalog.create_namespace("sales")
+    catalog.create_namespace("archive")
+    schema = pa.schema([pa.field("id", pa.int64()), pa.field("amount", pa.float64())])
+    orders = catalog.create_table("sales.orders", schema=schema, properties={"comment": "all orders"})
+    rows = pa.table({"id": pa.array([1, 2, 3], pa.int64()), "amount": [1.0, 2.0, 3.0]})
+    orders.append(rows)
+    orders.append(rows)
+    with orders.update_schema() as update:
+        update.add_column("note", StringType(), doc="free text")
+    catalog.create_table("sales.customers", schema=schema)
+    catalog.rename_table("sales.orders", "archive.orders")
+    # A two-table transaction.
+    changes = [
+        {
+            "identifier": {"namespace": ["sales"], "name": "customers"},
+            "updates": [{"action": "set-properties", "updates": {"a": "1"}}],
+        },
+        {
+            "identifier": {"namespace": ["archive"], "name": "orders"},
+            "updates": [{"action": "set-properties", "updates": {"a": "1"}}],
+        },
+    ]
+    httpx.post(
+        f"{lineage_server.url}/v1/isbre/transactions/commit", json={"table-changes": changes}
+    ).raise_for_status()
+    # A commit declaring its inputs, column lineage, job and parent run.
+    declared = {
+        "isbre.lineage.job": "nightly.orders_rollup",
+        "isbre.lineage.inputs": json.dumps(
+            ["sales.customers", {"namespace": "kafka://broker", "name": "payments"}]
+        ),
+        "isbre.lineage.column-lineage": json.dumps(
+            {"amount": [{"namespace": "kafka://broker", "name": "payments", "field": "value"}]}
+        ),
+        "isbre.lineage.parent-run": json.dumps(
+            {
+                "job": {"namespace": "airflow", "name": "nightly"},
+                "run": {"runId": "01923fb6-1b2c-7d8e-9f00-a1b2c3d4e5f6"},
+            }
+        ),
+    }
+    catalog.load_table("archive.orders").append(rows, snapshot_properties=declared)
+    catalog.drop_table("sales.customers")
+
+    records = table_records(lineage_server)
+    runs = len(records) - 1  # the transaction's two records are one run
+    events = wait_for(receiver, 2 * runs)
+    time.sleep(0.5)
+    events = receiver.snapshot()
+    assert len(events) == 2 * runs, "more events than runs: something was sent twice"
+    for event in events:
+        validate(event)
+
+    # START then COMPLETE for each run, runs in commit order, one runId per run.
+    assert [e["eventType"] for e in events] == ["START", "COMPLETE"] * runs
+    run_ids = [e["run"]["runId"] for e in events[::2]]
+    assert run_ids == [e["run"]["runId"] for e in events[1::2]]
+    expected_ids = [
+        r["run_id"]
+        for r in records
+        if not (r.get("txn") and r is not next(x for x in records if x.get("txn") == r["txn"]))
+    ]
+    assert run_ids == expected_ids
+
+    complete = events[1::2]
+    create, append1, append2, evolve, create2, rename, txn, declared_run, drop = complete
+    assert outputs(create) == ["sales.orders"]
+    facets = create["outputs"][0]["facets"]
+    assert facets["lifecycleStateChange"]["lifecycleStateChange"] == "CREATE"
+    assert [f["name"] for f in facets["schema"]["fields"]] == ["id", "amount"]
+    assert facets["documentation"]["description"] == "all orders"
+    assert facets["storage"]["storageLayer"] == "iceberg"
+    assert create["job"]["facets"]["jobType"]["jobType"] == "CATALOG_COMMIT"
+    assert create["producer"].startswith("https://pypi.org/project/isbre/")
+    assert create["outputs"][0]["namespace"] == NAMESPACE
+
+    statistics = append1["outputs"][0]["outputFacets"]["outputStatistics"]
+    assert statistics["rowCount"] == 3 and statistics["fileCount"] == 1 and statistics["size"] > 0
+    assert (
+        append2["outputs"][0]["facets"]["version"]["datasetVersion"]
+        != append1["outputs"][0]["facets"]["version"]["datasetVersion"]
+    )
+    note = evolve["outputs"][0]["facets"]["schema"]["fields"][-1]
+    assert (
+        note == {"name": "note", "type": "string", "description": "free text", "fields": []}
+        or note["name"] == "note"
+    )
+    assert outputs(create2) == ["sales.customers"]
+
+    assert outputs(rename) == ["archive.orders"]
+    lifecycle = rename["outputs"][0]["facets"]["lifecycleStateChange"]
+    assert lifecycle["lifecycleStateChange"] == "RENAME"
+    assert lifecycle["previousIdentifier"] == {"namespace": NAMESPACE, "name": "sales.orders"}
+
+    assert sorted(outputs(txn)) == ["archive.orders", "sales.customers"]
+    assert txn["job"]["name"].startswith("isbre.transaction.")
+
+    assert declared_run["job"]["name"] == "nightly.orders_rollup"
+    assert [(i["namespace"], i["name"]) for i in declared_run["inputs"]] == [
+        (NAMESPACE, "sales.customers"),
+        ("kafka://broker", "payments"),
+    ]
+    column = declared_run["outputs"][0]["facets"]["columnLineage"]["fields"]["amount"]["inputFields"]
+    assert column == [
+        {"namespace": "kafka://broker", "name": "payments", "field": "value", "transformations": []}
+    ]
+    parent = declared_run["run"]["facets"]["parent"]
+    assert (parent["job"]["namespace"], parent["job"]["name"]) == ("airflow", "nightly")
+    assert parent["run"]["runId"] == "01923fb6-1b2c-7d8e-9f00-a1b2c3d4e5f6"
+
+    assert drop["outputs"][0]["facets"]["lifecycleStateChange"]["lifecycleStateChange"] == "DROP"
+    status = httpx.get(f"{lineage_server.url}/v1/lineage/status").json()
+    assert status["enabled"] and status["backlog"] == 0 and status["events_sent"] == 2 * runs
+
+
+def commit_properties(server: IsbreServer, table: str, count: int) -> float:
+    started = time.monotonic()
+    with httpx.Client() as client:
+        for i in range(count):
+            body = {"updates": [{"action": "set-properties", "updates": {f"k{i}": "v"}}]}
+            client.post(f"{server.url}/v1/isbre/namespaces/db/tables/{table}", json=body).raise_for_status()
+    return time.monotonic() - started
+
+
+SCHEMA = {
+    "type": "struct",
+    "schema-id": 0,
+    "fields": [{"id": 1, "name": "id", "type": "long", "required": True}],
+}
+
+
+def test_an_outage_delays_events_and_loses_none(lineage_server: IsbreServer, receiver: Receiver) -> None:
+    base = f"{lineage_server.url}/v1/isbre"
+    httpx.post(f"{base}/namespaces", json={"namespace": ["db"]}).raise_for_status()
+    httpx.post(f"{base}/namespaces/db/tables", json={"name": "t", "schema": SCHEMA}).raise_for_status()
+    wait_for(receiver, 2)
+    port = int(receiver.url.rsplit(":", 1)[1])
+    receiver.stop()
+
+    commit_properties(lineage_server, "t", 30)  # every commit succeeds with the receiver down
+    health = httpx.get(f"{lineage_server.url}/health").json()
+    assert health["components"]["lineage"]["backlog"] > 0
+    deadline = time.monotonic() + 30
+    while httpx.get(f"{lineage_server.url}/v1/lineage/status").json()["failures"] == 0:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert httpx.get(f"{lineage_server.url}/health").json()["status"] == "degraded"
+
+    revived = Receiver(port).start()
+    try:
+        events = wait_for(revived, 2 * 30, timeout=90)
+        run_ids = [e["run"]["runId"] for e in events if e["eventType"] == "COMPLETE"]
+        expected = [r["run_id"] for r in table_records(lineage_server)][1:]
+        assert run_ids[: len(expected)] == expected, "late events must arrive in commit order"
+        for event in events:
+            validate(event)
+    finally:
+        revived.stop()
+
+
+def test_a_crash_mid_backlog_loses_nothing(tmp_path: Path) -> None:
+    port = free_port()
+    receiver = Receiver(port).start()
+    env = {"ISBRE_LINEAGE_URL": receiver.url}
+    server = IsbreServer(tmp_path / "warehouse", env=env).start()
+    base = f"{server.url}/v1/isbre"
+    httpx.post(f"{base}/namespaces", json={"namespace": ["db"]}).raise_for_status()
+    httpx.post(f"{base}/namespaces/db/tables", json={"name": "t", "schema": SCHEMA}).raise_for_status()
+    wait_for(receiver, 2)
+    receiver.stop()
+    commit_properties(server, "t", 20)
+    expected = [r["run_id"] for r in table_records(server)]
+    server.kill()
+
+    revived = Receiver(port).start()
+    restarted = IsbreServer(server.warehouse, env=env).start()
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            received = [e["run"]["runId"] for e in revived.snapshot() if e["eventType"] == "COMPLETE"]
+            if set(expected[1:]) <= set(received):
+                break
+            assert time.monotonic() < deadline, f"missing {len(set(expected[1:]) - set(received))} runs"
+            time.sleep(0.1)
+        first_seen = list(dict.fromkeys(received))
+        assert [r for r in first_seen if r in expected] == [r for r in expected if r in first_seen]
+    finally:
+        restarted.stop()
+        revived.stop()
+
+
+def test_lineage_is_off_without_a_transport(server: IsbreServer) -> None:
+    assert httpx.get(f"{server.url}/v1/lineage/status").json() == {"enabled": False}
+    assert httpx.get(f"{server.url}/health").json()["status"] == "ok"
