@@ -21,6 +21,7 @@ class Receiver:
 
     def __init__(self, port: int = 0) -> None:
         self.events: list[dict[str, Any]] = []
+        self.authorizations: set[str | None] = set()
         self._lock = threading.Lock()
         self._port = port
         self._server: ThreadingHTTPServer | None = None
@@ -40,6 +41,7 @@ class Receiver:
                 else:
                     with receiver._lock:
                         receiver.events.append(json.loads(body))
+                        receiver.authorizations.add(self.headers.get("Authorization"))
                     self.send_response(201)
                 self.send_header("Content-Length", "0")
                 self.end_headers()

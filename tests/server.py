@@ -35,8 +35,10 @@ class IsbreServer:
         command = [sys.executable, "-m", "rest.cli", "serve", "--port", str(self.port)]
         command += ["--warehouse", str(self.warehouse)]
         log = self.log_path.open("ab")
+        # Only what a test asks for: a developer's own OpenLineage or isbre settings stay out.
+        inherited = {k: v for k, v in os.environ.items() if not k.startswith(("OPENLINEAGE", "ISBRE_"))}
         self.process = subprocess.Popen(
-            command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **self.env}
+            command, stdout=log, stderr=subprocess.STDOUT, env={**inherited, **self.env}
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

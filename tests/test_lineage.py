@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -259,3 +262,63 @@ def test_a_crash_mid_backlog_loses_nothing(tmp_path: Path) -> None:
 def test_lineage_is_off_without_a_transport(server: IsbreServer) -> None:
     assert httpx.get(f"{server.url}/v1/lineage/status").json() == {"enabled": False}
     assert httpx.get(f"{server.url}/health").json()["status"] == "ok"
+
+
+def test_openlineage_environment_and_bearer_token(tmp_path: Path, receiver: Receiver) -> None:
+    """OpenLineage's own environment configures delivery when isbre's settings do not."""
+    env = {"OPENLINEAGE_URL": receiver.url, "OPENLINEAGE_API_KEY": "s3cret"}
+    server = IsbreServer(tmp_path / "warehouse", env=env).start()
+    try:
+        base = f"{server.url}/v1/isbre"
+        httpx.post(f"{base}/namespaces", json={"namespace": ["db"]}).raise_for_status()
+        httpx.post(f"{base}/namespaces/db/tables", json={"name": "t", "schema": SCHEMA}).raise_for_status()
+        wait_for(receiver, 2)
+        assert receiver.authorizations == {"Bearer s3cret"}
+    finally:
+        server.stop()
+
+
+def test_status_and_replay_commands(tmp_path: Path, receiver: Receiver) -> None:
+    warehouse = tmp_path / "warehouse"
+    server = IsbreServer(warehouse, env={"ISBRE_LINEAGE_URL": receiver.url}).start()
+    base = f"{server.url}/v1/isbre"
+    httpx.post(f"{base}/namespaces", json={"namespace": ["db"]}).raise_for_status()
+    for name in ("a", "b", "c"):
+        httpx.post(f"{base}/namespaces/db/tables", json={"name": name, "schema": SCHEMA}).raise_for_status()
+    wait_for(receiver, 6)
+    status = subprocess.run(
+        [sys.executable, "-m", "rest.cli", "lineage", "status", "--url", server.url],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert json.loads(status.stdout)["events_sent"] == 6
+    server.stop()
+
+    again = Receiver().start()
+    try:
+        replay = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "rest.cli",
+                "lineage",
+                "replay",
+                "--from",
+                "3",
+                "--to",
+                "4",
+                "--warehouse",
+                str(warehouse),
+            ],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "ISBRE_LINEAGE_URL": again.url},
+            check=True,
+        )
+        assert "sent 4 events for commits 3..4" in replay.stdout
+        assert [o["name"] for e in again.snapshot() for o in e["outputs"]] == ["db.b", "db.b", "db.c", "db.c"]
+        original = {e["run"]["runId"] for e in receiver.snapshot()}
+        assert {e["run"]["runId"] for e in again.snapshot()} <= original, "a replay reuses the runIds"
+    finally:
+        again.stop()
