@@ -32,6 +32,13 @@ class _Stopping(Exception):
     pass
 
 
+def start_from_now(service: CatalogService) -> None:
+    """Give a new outbox its cursor: lineage starts with the next commit (`isbre lineage replay`
+    sends history). A no-op once the cursor exists."""
+    if service.consumer_cursor(CURSOR) is None:
+        service.set_consumer_cursor(CURSOR, service.commit_seq())
+
+
 @dataclass
 class OutboxStatus:
     delivered_seq: int = 0
@@ -57,17 +64,17 @@ class LineageOutbox:
         mapper: LineageMapper,
         chunk: int = 200,
         max_backoff: float = 30.0,
+        idle_wait: float = 1.0,
     ) -> None:
         self._service = service
         self._client = client
         self._mapper = mapper
         self._chunk = chunk
         self._max_backoff = max_backoff
+        self._idle_wait = idle_wait
         self._wake = threading.Event()
         self._stopping = threading.Event()
-        if service.consumer_cursor(CURSOR) is None:
-            # A new outbox starts from now; `isbre lineage replay` sends history.
-            service.set_consumer_cursor(CURSOR, service.commit_seq())
+        start_from_now(service)
         self.status = OutboxStatus(delivered_seq=service.consumer_cursor(CURSOR) or 0)
         self._thread = threading.Thread(target=self._run, name="isbre-lineage-outbox", daemon=True)
 
@@ -92,7 +99,7 @@ class LineageOutbox:
             while not self._stopping.is_set():
                 records = self._next_chunk(self.status.delivered_seq)
                 if not records:
-                    self._wake.wait(1.0)
+                    self._wake.wait(self._idle_wait)
                     self._wake.clear()
                     continue
                 for run in group_runs(records):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -15,9 +16,9 @@ from catalog import CatalogService
 from events import pull, sse
 from events.broadcast import Broadcaster
 from events.retention import trim_periodically
-from lineage.config import build_client
-from lineage.mapping import LineageMapper, LineageNames
-from lineage.outbox import LineageOutbox
+from lineage.config import openlineage_configured
+from lineage.mapping import LineageNames
+from lineage.worker import LineageWorker
 from rest import errors, health, metrics, namespaces, tables, views
 from rest.prefix import PrefixAliases
 from rest.settings import Settings
@@ -45,17 +46,21 @@ def lineage_names(settings: Settings) -> LineageNames:
     )
 
 
-def _start_lineage(settings: Settings, service: CatalogService) -> LineageOutbox | None:
-    client = build_client(settings.lineage_url, settings.lineage_api_key, settings.lineage_transport)
-    if client is None:
+def _start_lineage(settings: Settings, service: CatalogService) -> LineageWorker | None:
+    options = []
+    if settings.lineage_transport:
+        options += ["--transport", json.dumps(settings.lineage_transport)]
+    elif settings.lineage_url:
+        options += ["--url", settings.lineage_url]
+        if settings.lineage_api_key:
+            options += ["--api-key", settings.lineage_api_key]
+    elif not openlineage_configured():
         log.info("lineage is off: no OpenLineage transport is configured")
         return None
-    outbox = LineageOutbox(
-        service, client, LineageMapper(lineage_names(settings), service.table_metadata_or_none)
-    )
-    outbox.start()
-    log.info("lineage on: sending through %s", type(client.transport).__name__)
-    return outbox
+    worker = LineageWorker(service, settings.warehouse.resolve(), lineage_names(settings).namespace, options)
+    worker.start()
+    log.info("lineage on: the outbox runs in its own process")
+    return worker
 
 
 def create_app(settings: Settings) -> FastAPI:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
 import threading
 from functools import cache
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -25,6 +27,7 @@ class Receiver:
         self._lock = threading.Lock()
         self._port = port
         self._server: ThreadingHTTPServer | None = None
+        self._connections: set[socket.socket] = set()
 
     @property
     def url(self) -> str:
@@ -34,6 +37,18 @@ class Receiver:
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive, as real receivers do
+
+            def setup(self) -> None:
+                super().setup()
+                with receiver._lock:
+                    receiver._connections.add(self.connection)
+
+            def finish(self) -> None:
+                super().finish()
+                with receiver._lock:
+                    receiver._connections.discard(self.connection)
+
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 if self.path != "/api/v1/lineage":
@@ -46,6 +61,13 @@ class Receiver:
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 
+            def do_GET(self) -> None:
+                body = str(len(receiver.events)).encode()  # GET /count, for benchmarks in another process
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
             def log_message(self, *args: Any) -> None:
                 pass
 
@@ -56,10 +78,16 @@ class Receiver:
         return self
 
     def stop(self) -> None:
+        """Stop listening and drop open connections, as a crashed or stopped receiver would."""
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+        with self._lock:
+            for connection in self._connections:
+                with contextlib.suppress(OSError):
+                    connection.shutdown(socket.SHUT_RDWR)
+            self._connections.clear()
 
     def snapshot(self) -> list[dict[str, Any]]:
         with self._lock:

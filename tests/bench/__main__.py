@@ -7,14 +7,19 @@ import platform
 import tempfile
 from pathlib import Path
 
-from tests.bench import commits, events, load_table
+from tests.bench import commits, events, lineage, load_table
 
 
 def main() -> None:
     machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
     print(f"# isbre benchmarks on {machine}", end="\n\n")
     with tempfile.TemporaryDirectory(prefix="isbre-bench-") as workdir:
-        reports = [commits.run(Path(workdir)), load_table.run(Path(workdir)), *events.run(Path(workdir))]
+        reports = [
+            commits.run(Path(workdir)),
+            load_table.run(Path(workdir)),
+            *events.run(Path(workdir)),
+            lineage.run(Path(workdir)),
+        ]
     print()
     for report in reports:
         print(report.markdown(), end="\n\n")
