@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any
+from typing import Any, TypeVar
 
 from openlineage.client.event_v2 import InputDataset, Job, OutputDataset, Run, RunEvent, RunState
 from openlineage.client.facet_v2 import (
@@ -36,6 +36,7 @@ from pyiceberg.types import IcebergType, ListType, MapType, NestedField, StructT
 from catalog.records import CommitRecord
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # Snapshot-summary keys a writer sets to declare lineage (Spark: the `snapshot-property.<key>`
 # write option; PyIceberg: `snapshot_properties`).
@@ -106,9 +107,15 @@ class LineageNames:
 
     def resolve(self, declared: Any) -> tuple[str, str]:
         """A declared dataset: {"namespace", "name"}, or "ns.table" meaning a table of this catalog."""
-        if isinstance(declared, dict):
-            return str(declared["namespace"]), str(declared["name"])
-        return self.namespace, str(declared)
+        if (
+            isinstance(declared, dict)
+            and isinstance(declared.get("namespace"), str)
+            and isinstance(declared.get("name"), str)
+        ):
+            return declared["namespace"], declared["name"]
+        if isinstance(declared, str):
+            return self.namespace, declared
+        raise ValueError(f"not a dataset: {declared!r}")
 
 
 def _summary(metadata: TableMetadata | None, snapshot_id: int | None) -> dict[str, str]:
@@ -120,14 +127,16 @@ def _summary(metadata: TableMetadata | None, snapshot_id: int | None) -> dict[st
     return dict(snapshot.summary.additional_properties)
 
 
-def _declared_json(summary: dict[str, str], key: str) -> Any:
+def _declared(summary: dict[str, str], key: str, build: Callable[[Any], T]) -> T | None:
+    """What a writer declared under `key`, built into facets; a malformed declaration is
+    logged and ignored, and the run goes out without it."""
     raw = summary.get(key)
     if raw is None:
         return None
     try:
-        return json.loads(raw)
-    except ValueError:
-        log.warning("ignoring %s: not JSON: %.200s", key, raw)
+        return build(json.loads(raw))
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        log.warning("ignoring snapshot-summary key %s (%s): %.200s", key, exc, raw)
         return None
 
 
@@ -170,8 +179,8 @@ class LineageMapper:
             facets["lifecycleStateChange"] = lifecycle_state_change_dataset.LifecycleStateChangeDatasetFacet(
                 lifecycleStateChange=lifecycle, previousIdentifier=previous
             )
-        if column_lineage := _declared_json(summary, COLUMN_LINEAGE_KEY):
-            facets["columnLineage"] = self._column_lineage(column_lineage)
+        if column_lineage := _declared(summary, COLUMN_LINEAGE_KEY, self._column_lineage):
+            facets["columnLineage"] = column_lineage
         output_facets: dict[str, Any] = {}
         if record.summary:
             output_facets["outputStatistics"] = (
@@ -195,10 +204,34 @@ class LineageMapper:
             for source in sources:
                 namespace, name = self.names.resolve(source)
                 inputs.append(
-                    column_lineage_dataset.InputField(namespace=namespace, name=name, field=source["field"])
+                    column_lineage_dataset.InputField(
+                        namespace=namespace, name=name, field=str(source["field"])
+                    )
                 )
             fields[column] = column_lineage_dataset.Fields(inputFields=inputs)
         return column_lineage_dataset.ColumnLineageDatasetFacet(fields=fields)
+
+    def _inputs(self, declared: list[Any]) -> list[InputDataset]:
+        if not isinstance(declared, list):
+            raise TypeError("expected a list of datasets")
+        inputs = []
+        for entry in declared:
+            try:
+                namespace, name = self.names.resolve(entry)
+            except ValueError as exc:
+                log.warning("ignoring a declared input: %s", exc)
+                continue
+            inputs.append(InputDataset(namespace=namespace, name=name))
+        return inputs
+
+    @staticmethod
+    def _parent(declared: dict[str, Any]) -> parent_run.ParentRunFacet:
+        return parent_run.ParentRunFacet(
+            run=parent_run.Run(runId=str(declared["run"]["runId"])),
+            job=parent_run.Job(
+                namespace=str(declared["job"]["namespace"]), name=str(declared["job"]["name"])
+            ),
+        )
 
     def run_events(self, records: list[CommitRecord]) -> list[RunEvent]:
         """START and COMPLETE for one run: one table record, or every record of one transaction."""
@@ -209,9 +242,7 @@ class LineageMapper:
             summary = _summary(metadata, record.snapshot_id)
             summaries.append(summary)
             outputs.append(self._output(record, metadata, summary))
-            for declared in _declared_json(summary, INPUTS_KEY) or []:
-                namespace, name = self.names.resolve(declared)
-                inputs.append(InputDataset(namespace=namespace, name=name))
+            inputs += _declared(summary, INPUTS_KEY, self._inputs) or []
         first = records[0]
         declared_job = next((s[JOB_KEY] for s in summaries if JOB_KEY in s), None)
         job_name = declared_job or (
@@ -225,12 +256,9 @@ class LineageMapper:
                 nominalStartTime=event_time, nominalEndTime=event_time
             )
         }
-        parent = next((p for s in summaries if (p := _declared_json(s, PARENT_RUN_KEY))), None)
+        parent = next((p for s in summaries if (p := _declared(s, PARENT_RUN_KEY, self._parent))), None)
         if parent:
-            run_facets["parent"] = parent_run.ParentRunFacet(
-                run=parent_run.Run(runId=parent["run"]["runId"]),
-                job=parent_run.Job(namespace=parent["job"]["namespace"], name=parent["job"]["name"]),
-            )
+            run_facets["parent"] = parent
         job = Job(
             namespace=self.names.namespace,
             name=job_name,

@@ -1,0 +1,44 @@
+"""The mapping in-process: what a writer declares badly is ignored, not the whole run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+from openlineage.client.serde import Serde
+from pyiceberg.catalog import load_catalog
+
+from catalog.embedded import LmdbCatalog
+from lineage.mapping import LineageMapper, LineageNames, group_runs
+from tests.lineage_receiver import validate
+
+
+def test_malformed_declarations_are_ignored_but_the_run_is_kept(tmp_path: Path) -> None:
+    catalog = load_catalog(
+        "x", **{"py-catalog-impl": "catalog.embedded.LmdbCatalog", "warehouse": str(tmp_path)}
+    )
+    assert isinstance(catalog, LmdbCatalog)
+    catalog.create_namespace("db")
+    table = catalog.create_table("db.t", schema=pa.schema([pa.field("a", pa.int64())]))
+    declared = {
+        "isbre.lineage.inputs": json.dumps(["db.source", {"namespace": "kafka://b"}, 42]),
+        "isbre.lineage.column-lineage": json.dumps({"a": ["db.source"], "b": "not a list"}),
+        "isbre.lineage.parent-run": json.dumps({"job": {"name": "no namespace"}}),
+        "isbre.lineage.job": "kept.job",
+    }
+    table.append(pa.table({"a": pa.array([1], pa.int64())}), snapshot_properties=declared)
+    service = catalog.service
+    mapper = LineageMapper(LineageNames("isbre://test"), service.table_metadata_or_none)
+    (run,) = group_runs(list(service.records()))[-1:]
+    events = [json.loads(Serde.to_json(e)) for e in mapper.run_events(run)]
+    catalog.close()
+
+    assert [e["eventType"] for e in events] == ["START", "COMPLETE"]
+    for event in events:
+        validate(event)
+    complete = events[1]
+    assert complete["job"]["name"] == "kept.job"
+    assert [(i["namespace"], i["name"]) for i in complete["inputs"]] == [("isbre://test", "db.source")]
+    assert "columnLineage" not in complete["outputs"][0]["facets"]
+    assert "parent" not in complete["run"]["facets"]
