@@ -128,10 +128,31 @@ def commit_record(staged: Staged, txn: str | None, txn_size: int | None) -> Comm
     )
     added = [u.snapshot for u in staged.updates if isinstance(u, AddSnapshotUpdate)]
     if added:
-        snapshot = added[-1]
-        record.snapshot_id = snapshot.snapshot_id
-        record.parent_snapshot_id = snapshot.parent_snapshot_id
-        if snapshot.summary is not None:
-            record.operation = snapshot.summary.operation.value
-            record.summary = summary_counters(snapshot.summary.additional_properties)
+        # One commit can add several snapshots (PyIceberg's overwrite: a delete, then an append);
+        # the record describes the commit as a whole.
+        record.snapshot_id = added[-1].snapshot_id
+        record.parent_snapshot_id = added[0].parent_snapshot_id
+        summaries = [s.summary for s in added if s.summary is not None]
+        if summaries:
+            record.operation = _combined_operation([s.operation.value for s in summaries])
+            record.summary = _combined_counters(
+                [summary_counters(s.additional_properties) for s in summaries]
+            )
     return record
+
+
+def _combined_operation(operations: list[str]) -> str:
+    if len(set(operations)) == 1:
+        return operations[0]
+    adds = any(op in ("append", "overwrite") for op in operations)
+    removes = any(op in ("delete", "overwrite") for op in operations)
+    return "overwrite" if adds and removes else operations[-1]
+
+
+def _combined_counters(counters: list[dict[str, int]]) -> dict[str, int]:
+    """Deltas summed over the snapshots, totals as of the last one."""
+    combined: dict[str, int] = {}
+    for snapshot in counters:
+        for key, value in snapshot.items():
+            combined[key] = value if key.startswith("total_") else combined.get(key, 0) + value
+    return combined

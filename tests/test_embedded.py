@@ -46,3 +46,19 @@ def test_two_catalogs_in_one_process_share_the_store(tmp_path: Path) -> None:
     first.close()
     assert second.list_namespaces() == [("shared",)]
     second.close()
+
+
+def test_an_overwrite_commit_is_recorded_as_one_overwrite(tmp_path: Path) -> None:
+    catalog = open_catalog(tmp_path / "wh")
+    catalog.create_namespace("db")
+    table = catalog.create_table("db.t", schema=pa.schema([pa.field("n", pa.int64())]))
+    table.append(pa.table({"n": pa.array([1, 2, 3], pa.int64())}))
+    table.overwrite(pa.table({"n": pa.array([9], pa.int64())}))
+    record = list(catalog.service.records())[-1]
+    assert record.operation == "overwrite"
+    assert record.summary is not None
+    assert record.summary["deleted_records"] == 3
+    assert record.summary["added_records"] == 1
+    assert record.summary["total_records"] == 1
+    assert record.snapshot_id == catalog.load_table("db.t").current_snapshot().snapshot_id
+    catalog.close()

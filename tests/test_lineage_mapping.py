@@ -42,3 +42,27 @@ def test_malformed_declarations_are_ignored_but_the_run_is_kept(tmp_path: Path) 
     assert [(i["namespace"], i["name"]) for i in complete["inputs"]] == [("isbre://test", "db.source")]
     assert "columnLineage" not in complete["outputs"][0]["facets"]
     assert "parent" not in complete["run"]["facets"]
+
+
+def test_an_overwrite_is_an_overwrite_lifecycle_change(tmp_path: Path) -> None:
+    catalog = load_catalog(
+        "x", **{"py-catalog-impl": "catalog.embedded.LmdbCatalog", "warehouse": str(tmp_path)}
+    )
+    assert isinstance(catalog, LmdbCatalog)
+    catalog.create_namespace("db")
+    table = catalog.create_table("db.t", schema=pa.schema([pa.field("a", pa.int64())]))
+    table.append(pa.table({"a": pa.array([1, 2], pa.int64())}))
+    table.overwrite(pa.table({"a": pa.array([3], pa.int64())}))
+    service = catalog.service
+    mapper = LineageMapper(LineageNames("isbre://test"), service.table_metadata_or_none)
+    runs = group_runs(list(service.records()))
+    lifecycles = []
+    for run in runs:
+        complete = json.loads(Serde.to_json(mapper.run_events(run)[1]))
+        validate(complete)
+        facet = complete["outputs"][0]["facets"].get("lifecycleStateChange")
+        lifecycles.append((run[0].operation, facet["lifecycleStateChange"] if facet else None))
+    catalog.close()
+    assert lifecycles[0] == (None, "CREATE")
+    assert ("append", None) in lifecycles
+    assert ("overwrite", "OVERWRITE") in lifecycles
