@@ -126,11 +126,18 @@ def _read_for_register(cache: MetadataCache[Any], location: str) -> Loaded[Any]:
 
 
 class CatalogService:
-    def __init__(self, store: Store, warehouse: str, io: FileIO | None = None, max_batch: int = 512) -> None:
+    def __init__(
+        self,
+        store: Store,
+        warehouse: str,
+        io: FileIO | None = None,
+        max_batch: int = 512,
+        max_queue: int = 10_000,
+    ) -> None:
         self.store = store
         self.warehouse = warehouse.rstrip("/")
         self.io = io or PyArrowFileIO()
-        self.writer = Writer(store, max_batch=max_batch)
+        self.writer = Writer(store, max_batch=max_batch, max_queue=max_queue)
         self.table_files: MetadataCache[TableMetadata] = MetadataCache(self.io, parse_table_metadata)
         self.view_files: MetadataCache[ViewMetadata] = MetadataCache(self.io, parse_view_metadata)
         self._stripes = [threading.Lock() for _ in range(LOCK_STRIPES)]
@@ -150,12 +157,14 @@ class CatalogService:
             yield
 
     @classmethod
-    def open(cls, warehouse: Path, map_size: int = 256 << 20, max_batch: int = 512) -> CatalogService:
+    def open(
+        cls, warehouse: Path, map_size: int = 256 << 20, max_batch: int = 512, max_queue: int = 10_000
+    ) -> CatalogService:
         """The embedded catalog: LMDB under `<warehouse>/isbre.lmdb`, tables under `<warehouse>/`."""
         warehouse = warehouse.resolve()
         warehouse.mkdir(parents=True, exist_ok=True)
         store = LmdbStore(warehouse / "isbre.lmdb", map_size=map_size)
-        return cls(store, warehouse.as_uri(), max_batch=max_batch)
+        return cls(store, warehouse.as_uri(), max_batch=max_batch, max_queue=max_queue)
 
     def close(self) -> None:
         self.writer.close()

@@ -64,13 +64,18 @@ class WriterClosedError(RuntimeError):
     pass
 
 
+class WriterOverloadedError(RuntimeError):
+    """The queue of pending mutations is full: the caller should retry later."""
+
+
 _STOP: Any = object()
 
 
 class Writer:
-    def __init__(self, store: Store, max_batch: int = 512) -> None:
+    def __init__(self, store: Store, max_batch: int = 512, max_queue: int = 10_000) -> None:
         self._store = store
         self._max_batch = max_batch
+        self._max_queue = max_queue
         self._queue: queue.SimpleQueue[_Request[Any]] = queue.SimpleQueue()
         self._closed = False
         self._close_lock = threading.Lock()
@@ -91,12 +96,22 @@ class Writer:
         with self._close_lock:
             if self._closed:
                 raise WriterClosedError("the catalog is shutting down")
+            if self._queue.qsize() >= self._max_queue:
+                # Refuse rather than let memory and every caller's wait grow without bound.
+                raise WriterOverloadedError(f"{self._max_queue} mutations are already waiting; retry shortly")
             self._queue.put(_Request(mutation, future))
         return future
 
     def execute(self, mutation: Mutation[T]) -> T:
         """Run `mutation` in the next batch and return its result once it is durable."""
         return self.submit(mutation).result()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive() and not self._closed
+
+    def queue_depth(self) -> int:
+        return self._queue.qsize()
 
     def close(self) -> None:
         """Finish every request already queued, then stop."""

@@ -67,7 +67,10 @@ def create_app(settings: Settings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         service = CatalogService.open(
-            settings.warehouse, map_size=settings.map_size_mb << 20, max_batch=settings.max_batch
+            settings.warehouse,
+            map_size=settings.map_size_mb << 20,
+            max_batch=settings.max_batch,
+            max_queue=settings.max_queue,
         )
         app.state.service = service
         app.state.broadcaster = Broadcaster(service, capacity=settings.events_ring_size)

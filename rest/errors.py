@@ -12,8 +12,9 @@ from pyiceberg import exceptions as ice
 from starlette.exceptions import HTTPException
 
 from catalog.service import ConflictingPropertiesError
-from catalog.writer import WriterClosedError
+from catalog.writer import WriterClosedError, WriterOverloadedError
 from events.subscription import CursorExpiredError
+from rest.wire import BodyTooLargeError
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +31,8 @@ _KNOWN: list[tuple[type[BaseException], int, str]] = [
     (ConflictingPropertiesError, 422, "UnprocessableEntityException"),
     (CursorExpiredError, 410, "CursorExpiredException"),
     (WriterClosedError, 503, "ServiceUnavailableException"),
+    (WriterOverloadedError, 503, "ServiceUnavailableException"),
+    (BodyTooLargeError, 413, "RequestEntityTooLargeException"),
     (ice.ValidationError, 400, "BadRequestException"),
     (pydantic.ValidationError, 400, "BadRequestException"),
     (RequestValidationError, 400, "BadRequestException"),
@@ -46,7 +49,11 @@ _HTTP_TYPES = {
 
 
 def error_response(code: int, error_type: str, message: str) -> JSONResponse:
-    return JSONResponse({"error": {"message": message, "type": error_type, "code": code}}, status_code=code)
+    # A 503 is temporary by definition here (overload, shutdown): say when to come back.
+    headers = {"Retry-After": "1"} if code == 503 else None
+    return JSONResponse(
+        {"error": {"message": message, "type": error_type, "code": code}}, status_code=code, headers=headers
+    )
 
 
 def _describe(exc: BaseException) -> str:

@@ -34,6 +34,25 @@ def get_lineage_status(request: Request) -> Response:
     return json_response(lineage_status(request))
 
 
+@router.get("/live")
+def live() -> Response:
+    """The process answers: nothing more (Kubernetes restarts it when this fails)."""
+    return json_response({"status": "ok"})
+
+
+@router.get("/ready")
+def ready(request: Request) -> Response:
+    """Ready for traffic: the store opens a transaction and the writer takes mutations."""
+    service = request.app.state.service
+    try:
+        service.commit_seq()
+    except Exception as exc:
+        return json_response({"status": "down", "reason": f"store: {type(exc).__name__}"}, status_code=503)
+    if not service.writer.alive:
+        return json_response({"status": "down", "reason": "writer stopped"}, status_code=503)
+    return json_response({"status": "ok"})
+
+
 @router.get("/health")
 def health(request: Request) -> Response:
     service = request.app.state.service
@@ -45,6 +64,10 @@ def health(request: Request) -> Response:
         "status": "degraded" if degraded else "ok",
         "components": {
             "store": {"status": "ok", "commit_seq": high, "oldest_commit_seq": floor},
+            "writer": {
+                "status": "ok" if service.writer.alive else "down",
+                "queue_depth": service.writer.queue_depth(),
+            },
             "events": {"status": "ok", "streams": request.app.state.event_streams},
             "lineage": {"status": "degraded" if degraded else "ok", **lineage},
         },

@@ -27,6 +27,10 @@ class Settings(BaseSettings):
     )
     map_size_mb: int = Field(256, ge=1, description="Initial LMDB map size; it doubles on its own when full.")
     max_batch: int = Field(512, ge=1, description="Most mutations the writer commits in one transaction.")
+    max_queue: int = Field(
+        10_000, ge=1, description="Mutations that may wait for the writer; beyond it requests get 503."
+    )
+    max_body_mb: float = Field(32.0, gt=0, description="Largest request body accepted (413 beyond).")
     max_page_size: int = Field(1000, ge=1, description="Largest pageSize a list request may ask for.")
     log_level: str = Field("info", description="Python logging level name.")
     events_keepalive_seconds: float = Field(15.0, gt=0, description="Interval of SSE keep-alive comments.")

@@ -29,8 +29,21 @@ def settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
+class BodyTooLargeError(ValueError):
+    pass
+
+
 async def raw_body(request: Request) -> bytes:
-    return await request.body()
+    limit = int(settings(request).max_body_mb * (1 << 20))
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise BodyTooLargeError(f"Request body of {declared} bytes is larger than the limit of {limit}")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise BodyTooLargeError(f"Request body is larger than the limit of {limit} bytes")
+    return bytes(body)
 
 
 def parse(model: type[M], raw: bytes) -> M:

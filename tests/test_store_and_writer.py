@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from pyiceberg.types import LongType, NestedField
 
 from catalog import CatalogService, Identifier, TableChange
 from catalog.lmdb_store import LmdbStore
+from catalog.writer import Writer, WriterOverloadedError
 
 
 def test_concurrent_mutations_share_transactions(tmp_path: Path) -> None:
@@ -148,3 +150,23 @@ def test_trimming_keeps_what_a_consumer_has_not_handled(tmp_path: Path) -> None:
         assert service.log_bounds() == (21, 20)
     finally:
         service.close()
+
+
+def test_a_full_queue_refuses_instead_of_growing(tmp_path: Path) -> None:
+    store = LmdbStore(tmp_path / "db")
+    writer = Writer(store, max_queue=2)
+    release = threading.Event()
+    try:
+        blocked = writer.submit(lambda batch: release.wait(10))  # the writer is busy with this one
+        time.sleep(0.1)
+        queued = [writer.submit(lambda batch: "ok") for _ in range(2)]
+        with pytest.raises(WriterOverloadedError):
+            writer.submit(lambda batch: "one too many")
+        release.set()
+        assert blocked.result(10) is True
+        assert [f.result(10) for f in queued] == ["ok", "ok"]
+        assert writer.submit(lambda batch: "room again").result(10) == "room again"
+    finally:
+        release.set()
+        writer.close()
+        store.close()

@@ -1,0 +1,126 @@
+"""Running it: overload, oversized requests, probes, and SIGTERM in the middle of commits."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.server import IsbreServer
+
+SCHEMA = {
+    "type": "struct",
+    "schema-id": 0,
+    "fields": [{"id": 1, "name": "id", "type": "long", "required": True}],
+}
+
+
+def test_probes(server: IsbreServer) -> None:
+    assert httpx.get(f"{server.url}/live").json() == {"status": "ok"}
+    assert httpx.get(f"{server.url}/ready").json() == {"status": "ok"}
+    health = httpx.get(f"{server.url}/health").json()
+    assert health["status"] == "ok"
+    assert health["components"]["writer"] == {"status": "ok", "queue_depth": 0}
+
+
+def test_an_oversized_body_is_413_and_changes_nothing(tmp_path: Path) -> None:
+    server = IsbreServer(tmp_path / "warehouse", env={"ISBRE_MAX_BODY_MB": "0.01"}).start()
+    try:
+        big = {"namespace": ["big"], "properties": {"x": "y" * 20_000}}
+        response = httpx.post(f"{server.url}/v1/isbre/namespaces", json=big)
+        assert response.status_code == 413
+        assert response.json()["error"]["type"] == "RequestEntityTooLargeException"
+        assert httpx.get(f"{server.url}/v1/isbre/namespaces").json()["namespaces"] == []
+        assert (
+            httpx.post(f"{server.url}/v1/isbre/namespaces", json={"namespace": ["small"]}).status_code == 200
+        )
+    finally:
+        server.stop()
+
+
+def test_an_overloaded_writer_answers_503_and_recovers(tmp_path: Path) -> None:
+    server = IsbreServer(tmp_path / "warehouse", env={"ISBRE_MAX_QUEUE": "1"}).start()
+    try:
+        outcomes: Counter[int] = Counter()
+        retry_after: set[str] = set()
+
+        def burst(w: int) -> None:
+            with httpx.Client(timeout=30) as client:
+                for i in range(40):
+                    response = client.post(
+                        f"{server.url}/v1/isbre/namespaces", json={"namespace": [f"n{w}_{i}"]}
+                    )
+                    outcomes[response.status_code] += 1
+                    if response.status_code == 503:
+                        assert response.json()["error"]["type"] == "ServiceUnavailableException"
+                        retry_after.add(response.headers.get("retry-after"))
+
+        threads = [threading.Thread(target=burst, args=(w,)) for w in range(24)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert set(outcomes) <= {200, 503}
+        assert outcomes[503] > 0, "24 concurrent writers never filled a one-slot queue"
+        assert retry_after == {"1"}
+        created = httpx.get(f"{server.url}/v1/isbre/namespaces").json()["namespaces"]
+        assert len(created) == outcomes[200], "a refused request must leave nothing behind"
+        assert (
+            httpx.post(f"{server.url}/v1/isbre/namespaces", json={"namespace": ["after"]}).status_code == 200
+        )
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("run", range(2))
+def test_sigterm_answers_accepted_commits(tmp_path: Path, run: int) -> None:
+    server = IsbreServer(tmp_path / "warehouse").start()
+    base = f"{server.url}/v1/isbre"
+    httpx.post(f"{base}/namespaces", json={"namespace": ["db"]}).raise_for_status()
+    httpx.post(f"{base}/namespaces/db/tables", json={"name": "t", "schema": SCHEMA}).raise_for_status()
+    acknowledged: list[str] = []
+    statuses: Counter[int] = Counter()
+    stop = threading.Event()
+
+    def commit(w: int) -> None:
+        with httpx.Client(timeout=30) as client:
+            i = 0
+            while not stop.is_set():
+                key = f"w{w}-{i}"
+                body = {"updates": [{"action": "set-properties", "updates": {key: "1"}}]}
+                try:
+                    response = client.post(f"{base}/namespaces/db/tables/t", json=body)
+                except httpx.TransportError:
+                    return  # the listener closed: a request the server never took
+                statuses[response.status_code] += 1
+                if response.status_code == 200:
+                    acknowledged.append(key)
+                i += 1
+
+    threads = [threading.Thread(target=commit, args=(w,)) for w in range(8)]
+    for thread in threads:
+        thread.start()
+    time.sleep(0.8 + 0.4 * run)
+    started = time.monotonic()
+    server.process.send_signal(signal.SIGTERM)
+    server.process.wait(timeout=30)
+    stopping_took = time.monotonic() - started
+    stop.set()
+    for thread in threads:
+        thread.join()
+
+    assert set(statuses) <= {200, 503}, f"unexpected answers during shutdown: {statuses}"
+    assert stopping_took < 15
+    restarted = IsbreServer(server.warehouse).start()
+    try:
+        properties = httpx.get(f"{restarted.url}/v1/isbre/namespaces/db/tables/t").json()["metadata"][
+            "properties"
+        ]
+        assert [key for key in acknowledged if key not in properties] == []
+    finally:
+        restarted.stop()
