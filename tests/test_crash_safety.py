@@ -11,6 +11,7 @@ import pytest
 
 from catalog.lmdb_store import LmdbStore
 from catalog.metadata_files import local_path
+from tests.load import commit_until_stopped
 from tests.server import IsbreServer
 
 SCHEMA = {
@@ -19,21 +20,6 @@ SCHEMA = {
     "fields": [{"id": 1, "name": "id", "type": "long", "required": True}],
 }
 WRITERS = 8
-
-
-def commit_until_dead(url: str, table: str, acknowledged: list[str], stop: threading.Event) -> None:
-    with httpx.Client(timeout=10) as client:
-        i = 0
-        while not stop.is_set():
-            key = f"{table}-{i}"
-            body = {"updates": [{"action": "set-properties", "updates": {key: "1"}}]}
-            try:
-                response = client.post(f"{url}/v1/isbre/namespaces/crash/tables/{table}", json=body)
-            except httpx.TransportError:
-                return  # the server died with this request in flight: it may or may not have landed
-            if response.status_code == 200:
-                acknowledged.append(key)
-            i += 1
 
 
 @pytest.mark.parametrize("run", range(2))
@@ -52,7 +38,15 @@ def test_kill_9_loses_no_acknowledged_commit(tmp_path: Path, run: int) -> None:
     # Two writers per table, so commits also race on the same pointer.
     threads = [
         threading.Thread(
-            target=commit_until_dead, args=(server.url, tables[w % len(tables)], acknowledged[w], stop)
+            target=commit_until_stopped,
+            args=(
+                server.url,
+                "crash",
+                tables[w % len(tables)],
+                f"{tables[w % len(tables)]}-w{w}",
+                acknowledged[w],
+                stop,
+            ),
         )
         for w in range(WRITERS)
     ]

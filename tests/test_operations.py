@@ -11,6 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.load import commit_until_stopped
 from tests.server import IsbreServer
 
 SCHEMA = {
@@ -87,22 +88,12 @@ def test_sigterm_answers_accepted_commits(tmp_path: Path, run: int) -> None:
     statuses: Counter[int] = Counter()
     stop = threading.Event()
 
-    def commit(w: int) -> None:
-        with httpx.Client(timeout=30) as client:
-            i = 0
-            while not stop.is_set():
-                key = f"w{w}-{i}"
-                body = {"updates": [{"action": "set-properties", "updates": {key: "1"}}]}
-                try:
-                    response = client.post(f"{base}/namespaces/db/tables/t", json=body)
-                except httpx.TransportError:
-                    return  # the listener closed: a request the server never took
-                statuses[response.status_code] += 1
-                if response.status_code == 200:
-                    acknowledged.append(key)
-                i += 1
-
-    threads = [threading.Thread(target=commit, args=(w,)) for w in range(8)]
+    threads = [
+        threading.Thread(
+            target=commit_until_stopped, args=(server.url, "db", "t", f"w{w}", acknowledged, stop, statuses)
+        )
+        for w in range(8)
+    ]
     for thread in threads:
         thread.start()
     time.sleep(0.8 + 0.4 * run)
