@@ -45,6 +45,7 @@ from pyiceberg.view.metadata import ViewMetadata, ViewVersion
 
 from catalog.identifiers import Identifier, check_namespace
 from catalog.lmdb_store import LmdbStore
+from catalog.locations import LocationPolicy
 from catalog.metadata_files import (
     Loaded,
     MetadataCache,
@@ -117,7 +118,8 @@ def _require_free(view: WriteView, ident: Identifier) -> None:
         raise ViewAlreadyExistsError(f"View already exists: {ident}")
 
 
-def _read_for_register(cache: MetadataCache[Any], location: str) -> Loaded[Any]:
+def _read_for_register(cache: MetadataCache[Any], policy: LocationPolicy, location: str) -> Loaded[Any]:
+    policy.check(location, "Metadata location")
     try:
         return cache.get(location)
     except Exception as exc:  # missing, unreadable or not metadata: the caller's mistake
@@ -133,9 +135,11 @@ class CatalogService:
         io: FileIO | None = None,
         max_batch: int = 512,
         max_queue: int = 10_000,
+        allowed_locations: tuple[str, ...] = (),
     ) -> None:
         self.store = store
         self.warehouse = warehouse.rstrip("/")
+        self.locations = LocationPolicy(self.warehouse, allowed_locations)
         self.io = io or PyArrowFileIO()
         self.writer = Writer(store, max_batch=max_batch, max_queue=max_queue)
         self.table_files: MetadataCache[TableMetadata] = MetadataCache(self.io, parse_table_metadata)
@@ -158,13 +162,24 @@ class CatalogService:
 
     @classmethod
     def open(
-        cls, warehouse: Path, map_size: int = 256 << 20, max_batch: int = 512, max_queue: int = 10_000
+        cls,
+        warehouse: Path,
+        map_size: int = 256 << 20,
+        max_batch: int = 512,
+        max_queue: int = 10_000,
+        allowed_locations: tuple[str, ...] = (),
     ) -> CatalogService:
         """The embedded catalog: LMDB under `<warehouse>/isbre.lmdb`, tables under `<warehouse>/`."""
         warehouse = warehouse.resolve()
         warehouse.mkdir(parents=True, exist_ok=True)
         store = LmdbStore(warehouse / "isbre.lmdb", map_size=map_size)
-        return cls(store, warehouse.as_uri(), max_batch=max_batch, max_queue=max_queue)
+        return cls(
+            store,
+            warehouse.as_uri(),
+            max_batch=max_batch,
+            max_queue=max_queue,
+            allowed_locations=allowed_locations,
+        )
 
     def close(self) -> None:
         self.writer.close()
@@ -175,8 +190,13 @@ class CatalogService:
 
     # -- namespaces
 
+    def _check_namespace_location(self, properties: dict[str, str]) -> None:
+        if "location" in properties:
+            self.locations.check(properties["location"], "Namespace location")
+
     def create_namespace(self, namespace: tuple[str, ...], properties: dict[str, str]) -> dict[str, str]:
         namespace = check_namespace(namespace)
+        self._check_namespace_location(properties)
 
         def mutation(batch: Batch) -> None:
             if batch.view.namespace(namespace) is not None:
@@ -224,6 +244,7 @@ class CatalogService:
         overlap = set(removals) & set(updates)
         if overlap:
             raise ConflictingPropertiesError(f"Properties are both updated and removed: {sorted(overlap)}")
+        self._check_namespace_location(updates)
 
         def mutation(batch: Batch) -> PropertiesChange:
             properties = dict(_require_namespace(batch.view, namespace))
@@ -307,6 +328,8 @@ class CatalogService:
             if view.pointer(VIEW, ident) is not None:
                 raise ViewAlreadyExistsError(f"View already exists: {ident}")
         table_uuid = uuid.uuid4()
+        if location:
+            self.locations.check(location, "Table location")
         location = (location or "").rstrip("/") or self._default_location(
             ident.namespace, ident.name, table_uuid
         )
@@ -336,6 +359,9 @@ class CatalogService:
                     stage(change, base, self.table_files.get(base.metadata_location) if base else None)
                     for change, base in zip(changes, bases, strict=True)
                 ]
+                for entry in staged:
+                    if entry.changed:  # covers set-location and a create by updates
+                        self.locations.check(entry.metadata.location, "Table location")
                 try:
                     return self._swap(staged, txn)
                 except _Stale:
@@ -452,7 +478,7 @@ class CatalogService:
     def register_table(
         self, ident: Identifier, metadata_location: str, overwrite: bool = False
     ) -> TableState:
-        loaded = _read_for_register(self.table_files, metadata_location)
+        loaded = _read_for_register(self.table_files, self.locations, metadata_location)
 
         def mutation(batch: Batch) -> None:
             _require_namespace(batch.view, ident.namespace)
@@ -501,6 +527,8 @@ class CatalogService:
         properties: dict[str, str] | None = None,
     ) -> ViewState:
         view_uuid = uuid.uuid4()
+        if location:
+            self.locations.check(location, "View location")
         location = (location or "").rstrip("/") or self._default_location(
             ident.namespace, ident.name, view_uuid
         )
@@ -510,19 +538,20 @@ class CatalogService:
     def replace_view(
         self, ident: Identifier, requirements: tuple[ViewRequirement, ...], updates: tuple[ViewUpdate, ...]
     ) -> ViewState:
-        for _ in range(MAX_COMMIT_ATTEMPTS):
-            current = self.load_view(ident)
-            for requirement in requirements:
-                requirement.validate_against(current.metadata)
-            metadata = update_view_metadata(current.metadata, updates)
-            if metadata == current.metadata:
-                return current
-            try:
-                return self._swap_view(
-                    ident, Pointer(current.metadata_location, current.metadata.view_uuid), metadata
-                )
-            except _Stale:
-                continue
+        with self._staging(VIEW, [ident]):
+            for _ in range(MAX_COMMIT_ATTEMPTS):
+                current = self.load_view(ident)
+                for requirement in requirements:
+                    requirement.validate_against(current.metadata)
+                metadata = update_view_metadata(current.metadata, updates)
+                if metadata == current.metadata:
+                    return current
+                self.locations.check(metadata.location, "View location")
+                base = Pointer(current.metadata_location, current.metadata.view_uuid)
+                try:
+                    return self._swap_view(ident, base, metadata)
+                except _Stale:
+                    continue
         raise CommitFailedException(
             f"Gave up after {MAX_COMMIT_ATTEMPTS} attempts lost to concurrent commits"
         )
@@ -568,7 +597,7 @@ class CatalogService:
         self._rename(VIEW, source, target)
 
     def register_view(self, ident: Identifier, metadata_location: str) -> ViewState:
-        loaded = _read_for_register(self.view_files, metadata_location)
+        loaded = _read_for_register(self.view_files, self.locations, metadata_location)
 
         def mutation(batch: Batch) -> None:
             _require_namespace(batch.view, ident.namespace)

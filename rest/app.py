@@ -71,6 +71,7 @@ def create_app(settings: Settings) -> FastAPI:
             map_size=settings.map_size_mb << 20,
             max_batch=settings.max_batch,
             max_queue=settings.max_queue,
+            allowed_locations=tuple(settings.allowed_locations),
         )
         app.state.service = service
         app.state.broadcaster = Broadcaster(service, capacity=settings.events_ring_size)

@@ -27,6 +27,10 @@ class Settings(BaseSettings):
     )
     map_size_mb: int = Field(256, ge=1, description="Initial LMDB map size; it doubles on its own when full.")
     max_batch: int = Field(512, ge=1, description="Most mutations the writer commits in one transaction.")
+    allowed_locations: list[str] = Field(
+        default_factory=list,
+        description="Location prefixes (URIs) outside the warehouse where tables and views may live.",
+    )
     max_queue: int = Field(
         10_000, ge=1, description="Mutations that may wait for the writer; beyond it requests get 503."
     )

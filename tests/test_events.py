@@ -382,3 +382,18 @@ def test_events_tail_prints_json_lines(server: IsbreServer, tables: str) -> None
         tail.wait(10)
     assert [line["commit_seq"] for line in lines] == [start + 1, start + 2, start + 3]
     assert {line["kind"] for line in lines} == {"table.commit"}
+
+
+def test_pull_from_a_point_in_time(server: IsbreServer, tables: str) -> None:
+    with httpx.Client() as client:
+        commit(client, server, tables, "t0", "before")
+        time.sleep(0.05)
+        since_ms = int(time.time() * 1000)
+        time.sleep(0.05)
+        commit(client, server, tables, "t0", "after")
+    page = httpx.post(
+        f"{server.url}/v1/isbre/events", json={"since-timestamp-ms": since_ms, "page-size": 50}
+    ).json()
+    assert len(page["events"]) == 1
+    assert page["events"][0]["timestamp-ms"] >= since_ms
+    assert page["events"][0]["event-id"] == str(high_water(server))
