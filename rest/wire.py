@@ -49,7 +49,12 @@ async def raw_body(request: Request) -> bytes:
 def parse(model: type[M], raw: bytes) -> M:
     if not raw:
         raise ValueError("Invalid request: a JSON body is required")
-    return model.model_validate_json(raw)
+    try:
+        return model.model_validate_json(raw)
+    except (TypeError, KeyError, AttributeError) as exc:
+        # Some of PyIceberg's validators raise these, which pydantic does not turn into a
+        # ValidationError; raised while reading the body, they are the body's fault.
+        raise ValueError(f"Invalid request: {exc}") from exc
 
 
 def json_response(value: Any, status_code: int = 200, headers: dict[str, str] | None = None) -> Response:

@@ -206,3 +206,27 @@ def test_unknown_route_and_method_use_the_error_model(server: IsbreServer) -> No
     wrong = httpx.put(f"{server.url}/v1/isbre/namespaces")
     assert wrong.status_code == 405
     assert wrong.json()["error"]["code"] == 405
+
+
+def test_a_body_that_pyiceberg_cannot_parse_is_400(server: IsbreServer, namespace: str) -> None:
+    """Found by schemathesis: PyIceberg's validators can raise TypeError, which pydantic lets through."""
+    field = {
+        "id": 1,
+        "name": "m",
+        "required": False,
+        "initial-default": True,
+        "type": {
+            "type": "map",
+            "key-id": 2,
+            "key": "string",
+            "value-id": 3,
+            "value": "long",
+            "value-required": False,
+        },
+    }
+    schema = {"type": "struct", "schema-id": 0, "fields": [field]}
+    response = httpx.post(
+        f"{server.url}/v1/isbre/namespaces/{namespace}/tables", json={"name": "bad_default", "schema": schema}
+    )
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["type"] == "BadRequestException"
