@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from pyiceberg.catalog.rest import RestCatalog
 
+from catalog import CatalogService
 from tests.server import IsbreServer
 
 
@@ -37,3 +38,11 @@ def namespace(rest_catalog: RestCatalog, request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def warehouse(server: IsbreServer) -> Path:
     return server.warehouse
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[CatalogService]:
+    """The catalog in-process, on a fresh warehouse."""
+    running = CatalogService.open(tmp_path / "wh")
+    yield running
+    running.close()

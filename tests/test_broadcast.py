@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 import pytest
 
@@ -11,13 +10,6 @@ from catalog import CatalogService
 from events.broadcast import Broadcaster
 from events.filters import EventFilter
 from events.subscription import CursorAheadError, CursorExpiredError, follow, subscribe
-
-
-@pytest.fixture
-def service(tmp_path: Path):
-    running = CatalogService.open(tmp_path / "wh")
-    yield running
-    running.close()
 
 
 async def take(stream, count: int) -> list[int]:

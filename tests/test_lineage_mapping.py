@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 from openlineage.client.serde import Serde
 from pyiceberg.catalog import load_catalog
 
@@ -14,11 +16,17 @@ from lineage.mapping import LineageMapper, LineageNames, group_runs
 from tests.lineage_receiver import validate
 
 
-def test_malformed_declarations_are_ignored_but_the_run_is_kept(tmp_path: Path) -> None:
-    catalog = load_catalog(
+@pytest.fixture
+def catalog(tmp_path: Path) -> Iterator[LmdbCatalog]:
+    opened = load_catalog(
         "x", **{"py-catalog-impl": "catalog.embedded.LmdbCatalog", "warehouse": str(tmp_path)}
     )
-    assert isinstance(catalog, LmdbCatalog)
+    assert isinstance(opened, LmdbCatalog)
+    yield opened
+    opened.close()
+
+
+def test_malformed_declarations_are_ignored_but_the_run_is_kept(catalog: LmdbCatalog) -> None:
     catalog.create_namespace("db")
     table = catalog.create_table("db.t", schema=pa.schema([pa.field("a", pa.int64())]))
     declared = {
@@ -32,7 +40,6 @@ def test_malformed_declarations_are_ignored_but_the_run_is_kept(tmp_path: Path) 
     mapper = LineageMapper(LineageNames("isbre://test"), service.table_metadata_or_none)
     (run,) = group_runs(list(service.records()))[-1:]
     events = [json.loads(Serde.to_json(e)) for e in mapper.run_events(run)]
-    catalog.close()
 
     assert [e["eventType"] for e in events] == ["START", "COMPLETE"]
     for event in events:
@@ -44,11 +51,7 @@ def test_malformed_declarations_are_ignored_but_the_run_is_kept(tmp_path: Path) 
     assert "parent" not in complete["run"]["facets"]
 
 
-def test_an_overwrite_is_an_overwrite_lifecycle_change(tmp_path: Path) -> None:
-    catalog = load_catalog(
-        "x", **{"py-catalog-impl": "catalog.embedded.LmdbCatalog", "warehouse": str(tmp_path)}
-    )
-    assert isinstance(catalog, LmdbCatalog)
+def test_an_overwrite_is_an_overwrite_lifecycle_change(catalog: LmdbCatalog) -> None:
     catalog.create_namespace("db")
     table = catalog.create_table("db.t", schema=pa.schema([pa.field("a", pa.int64())]))
     table.append(pa.table({"a": pa.array([1, 2], pa.int64())}))
@@ -62,7 +65,6 @@ def test_an_overwrite_is_an_overwrite_lifecycle_change(tmp_path: Path) -> None:
         validate(complete)
         facet = complete["outputs"][0]["facets"].get("lifecycleStateChange")
         lifecycles.append((run[0].operation, facet["lifecycleStateChange"] if facet else None))
-    catalog.close()
     assert lifecycles[0] == (None, "CREATE")
     assert ("append", None) in lifecycles
     assert ("overwrite", "OVERWRITE") in lifecycles

@@ -20,43 +20,35 @@ from catalog.lmdb_store import LmdbStore
 from catalog.writer import Writer, WriterOverloadedError
 
 
-def test_concurrent_mutations_share_transactions(tmp_path: Path) -> None:
-    service = CatalogService.open(tmp_path / "wh")
-    try:
-        with ThreadPoolExecutor(32) as pool:
-            list(pool.map(lambda i: service.create_namespace((f"ns{i}",), {}), range(400)))
-        stats = service.writer.stats
-        assert stats.mutations == 400
-        assert stats.batches < 400, "no two mutations ever shared a transaction"
-        assert [r.commit_seq for r in service.records()] == list(range(1, 401))
-    finally:
-        service.close()
+def test_concurrent_mutations_share_transactions(service: CatalogService) -> None:
+    with ThreadPoolExecutor(32) as pool:
+        list(pool.map(lambda i: service.create_namespace((f"ns{i}",), {}), range(400)))
+    stats = service.writer.stats
+    assert stats.mutations == 400
+    assert stats.batches < 400, "no two mutations ever shared a transaction"
+    assert [r.commit_seq for r in service.records()] == list(range(1, 401))
 
 
-def test_a_failing_mutation_does_not_spoil_its_batch(tmp_path: Path) -> None:
-    service = CatalogService.open(tmp_path / "wh")
-    try:
-        service.create_namespace(("taken",), {})
-        start = threading.Barrier(17)
+def test_a_failing_mutation_does_not_spoil_its_batch(service: CatalogService) -> None:
+    service.create_namespace(("taken",), {})
+    start = threading.Barrier(17)
 
-        def create(name: str) -> str:
-            start.wait()
-            try:
-                service.create_namespace((name,), {})
-            except NamespaceAlreadyExistsError:
-                return "exists"
-            return "ok"
+    def create(name: str) -> str:
+        start.wait()
+        try:
+            service.create_namespace((name,), {})
+        except NamespaceAlreadyExistsError:
+            return "exists"
+        return "ok"
 
-        names = ["taken" if i % 4 == 0 else f"fresh{i}" for i in range(17)]
-        with ThreadPoolExecutor(17) as pool:
-            outcomes = list(pool.map(create, names))
-        assert outcomes == ["exists" if n == "taken" else "ok" for n in names]
-        listed = {ns[0] for ns in service.list_namespaces(())}
-        assert listed == {"taken"} | {n for n in names if n != "taken"}
-        kinds = [r.kind for r in service.records()]
-        assert kinds == ["namespace.create"] * len(listed)
-    finally:
-        service.close()
+    names = ["taken" if i % 4 == 0 else f"fresh{i}" for i in range(17)]
+    with ThreadPoolExecutor(17) as pool:
+        outcomes = list(pool.map(create, names))
+    assert outcomes == ["exists" if n == "taken" else "ok" for n in names]
+    listed = {ns[0] for ns in service.list_namespaces(())}
+    assert listed == {"taken"} | {n for n in names if n != "taken"}
+    kinds = [r.kind for r in service.records()]
+    assert kinds == ["namespace.create"] * len(listed)
 
 
 def test_map_grows_instead_of_failing(tmp_path: Path) -> None:
@@ -96,60 +88,48 @@ def test_store_refuses_an_unknown_format(tmp_path: Path) -> None:
         LmdbStore(tmp_path / "db")
 
 
-def test_many_writers_on_one_table_never_starve(tmp_path: Path) -> None:
+def test_many_writers_on_one_table_never_starve(service: CatalogService) -> None:
     """Commits that need no rebase-sensitive requirement all land, however many race for one table."""
-    service = CatalogService.open(tmp_path / "wh")
-    try:
-        service.create_namespace(("ns",), {})
-        ident = Identifier.of(["ns"], "hot")
-        schema = Schema(NestedField(1, "id", LongType(), required=True))
-        service.create_table(ident, schema, UNPARTITIONED_PARTITION_SPEC, UNSORTED_SORT_ORDER)
+    service.create_namespace(("ns",), {})
+    ident = Identifier.of(["ns"], "hot")
+    schema = Schema(NestedField(1, "id", LongType(), required=True))
+    service.create_table(ident, schema, UNPARTITIONED_PARTITION_SPEC, UNSORTED_SORT_ORDER)
 
-        def commit(i: int) -> None:
-            service.commit_table(TableChange(ident, (), (SetPropertiesUpdate(updates={f"k{i}": "v"}),)))
+    def commit(i: int) -> None:
+        service.commit_table(TableChange(ident, (), (SetPropertiesUpdate(updates={f"k{i}": "v"}),)))
 
-        with ThreadPoolExecutor(48) as pool:
-            list(pool.map(commit, range(600)))
-        assert {f"k{i}" for i in range(600)} <= set(service.load_table(ident).metadata.properties)
-    finally:
-        service.close()
+    with ThreadPoolExecutor(48) as pool:
+        list(pool.map(commit, range(600)))
+    assert {f"k{i}" for i in range(600)} <= set(service.load_table(ident).metadata.properties)
 
 
-def test_trimming_keeps_the_newest_records(tmp_path: Path) -> None:
-    service = CatalogService.open(tmp_path / "wh")
-    try:
-        for i in range(25):
-            service.create_namespace((f"n{i}",), {})
-        assert service.log_bounds() == (1, 25)
-        year = 365 * 24 * 3600 * 10**6
-        assert service.trim_log(keep_records=10, keep_us=year, chunk=4) == 15
-        assert service.log_bounds() == (16, 25)
-        assert [r.commit_seq for r in service.records()] == list(range(16, 26))
-        assert service.trim_log(keep_records=10, keep_us=year) == 0
-        # By age: everything is older than "zero microseconds ago".
-        assert service.trim_log(keep_records=10**9, keep_us=0) == 10
-        assert service.log_bounds() == (26, 25)
-        service.create_namespace(("after",), {})
-        assert [r.commit_seq for r in service.records()] == [26]
-    finally:
-        service.close()
+def test_trimming_keeps_the_newest_records(service: CatalogService) -> None:
+    for i in range(25):
+        service.create_namespace((f"n{i}",), {})
+    assert service.log_bounds() == (1, 25)
+    year = 365 * 24 * 3600 * 10**6
+    assert service.trim_log(keep_records=10, keep_us=year, chunk=4) == 15
+    assert service.log_bounds() == (16, 25)
+    assert [r.commit_seq for r in service.records()] == list(range(16, 26))
+    assert service.trim_log(keep_records=10, keep_us=year) == 0
+    # By age: everything is older than "zero microseconds ago".
+    assert service.trim_log(keep_records=10**9, keep_us=0) == 10
+    assert service.log_bounds() == (26, 25)
+    service.create_namespace(("after",), {})
+    assert [r.commit_seq for r in service.records()] == [26]
 
 
-def test_trimming_keeps_what_a_consumer_has_not_handled(tmp_path: Path) -> None:
-    service = CatalogService.open(tmp_path / "wh")
-    try:
-        for i in range(20):
-            service.create_namespace((f"n{i}",), {})
-        service.set_consumer_cursor("lineage", 7)
-        assert service.consumer_cursor("lineage") == 7
-        # Everything is "old" and only 2 records need keeping, but the consumer is at 7.
-        assert service.trim_log(keep_records=2, keep_us=0) == 7
-        assert service.log_bounds() == (8, 20)
-        service.set_consumer_cursor("lineage", 20)
-        assert service.trim_log(keep_records=2, keep_us=0) == 13
-        assert service.log_bounds() == (21, 20)
-    finally:
-        service.close()
+def test_trimming_keeps_what_a_consumer_has_not_handled(service: CatalogService) -> None:
+    for i in range(20):
+        service.create_namespace((f"n{i}",), {})
+    service.set_consumer_cursor("lineage", 7)
+    assert service.consumer_cursor("lineage") == 7
+    # Everything is "old" and only 2 records need keeping, but the consumer is at 7.
+    assert service.trim_log(keep_records=2, keep_us=0) == 7
+    assert service.log_bounds() == (8, 20)
+    service.set_consumer_cursor("lineage", 20)
+    assert service.trim_log(keep_records=2, keep_us=0) == 13
+    assert service.log_bounds() == (21, 20)
 
 
 def test_a_full_queue_refuses_instead_of_growing(tmp_path: Path) -> None:
