@@ -9,6 +9,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import lmdb
 
@@ -26,7 +27,7 @@ from catalog.store import Pointer, ReadView, Store, StoreFullError, WriteView
 log = logging.getLogger(__name__)
 
 FORMAT_VERSION = b"1"
-DATABASES = ("meta", "namespaces", "tables", "views", "commit_log", "coverage", "cursors")
+DATABASES = ("meta", "namespaces", "tables", "views", "commit_log", "coverage", "cursors", "idempotency")
 _SEQ = struct.Struct(">Q")
 _HIGH_WATER = b"commit_seq"
 
@@ -117,6 +118,10 @@ class _LmdbView(WriteView):
         with self._txn.cursor(db=self._db("cursors")) as cursor:
             return {key.decode(): _SEQ.unpack(value)[0] for key, value in cursor}
 
+    def idempotent_response(self, key: str) -> dict[str, Any] | None:
+        raw = self._txn.get(key.encode(), db=self._db("idempotency"))
+        return None if raw is None else json.loads(raw)
+
     def log_floor(self) -> int:
         with self._txn.cursor(db=self._db("commit_log")) as cursor:
             if cursor.first():
@@ -159,6 +164,22 @@ class _LmdbView(WriteView):
     def put_cursor(self, name: str, commit_seq: int) -> None:
         with self._full_is_retryable():
             self._txn.put(name.encode(), _SEQ.pack(commit_seq), db=self._db("cursors"))
+
+    def put_idempotent_response(self, key: str, response: dict[str, Any]) -> None:
+        with self._full_is_retryable():
+            self._txn.put(key.encode(), json.dumps(response).encode(), db=self._db("idempotency"))
+
+    def trim_idempotency(self, older_than_us: int, limit: int) -> int:
+        expired = []
+        with self._txn.cursor(db=self._db("idempotency")) as cursor:
+            for key, value in cursor:
+                if json.loads(value)["ts"] < older_than_us:
+                    expired.append(key)
+                    if len(expired) >= limit:
+                        break
+        for key in expired:
+            self._txn.delete(key, db=self._db("idempotency"))
+        return len(expired)
 
     def trim_log(self, keep_after: int, older_than_us: int, ceiling: int, limit: int) -> int:
         removed = 0

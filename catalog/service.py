@@ -13,6 +13,7 @@ import threading
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -71,6 +72,21 @@ TABLE, VIEW = "table", "view"
 MAX_COMMIT_ATTEMPTS = 32
 LOCK_STRIPES = 64
 _MISSING: dict[str, type[Exception]] = {TABLE: NoSuchTableError, VIEW: NoSuchViewError}
+
+
+# What the caller of the next service operation wants done inside the transaction that commits it,
+# given the mutation's result: the REST layer stores an idempotent response there, atomically with
+# the change it answers.
+_after_mutation: ContextVar[Callable[[Batch, Any], None] | None] = ContextVar("after_mutation", default=None)
+
+
+@contextmanager
+def after_mutation(hook: Callable[[Batch, Any], None]) -> Iterator[None]:
+    token = _after_mutation.set(hook)
+    try:
+        yield
+    finally:
+        _after_mutation.reset(token)
 
 
 class ConflictingPropertiesError(ValueError):
@@ -186,7 +202,40 @@ class CatalogService:
         self.store.close()
 
     def _mutate(self, mutation: Callable[[Batch], T]) -> T:
-        return self.writer.execute(mutation)
+        hook = _after_mutation.get()
+        if hook is None:
+            return self.writer.execute(mutation)
+
+        def hooked(batch: Batch) -> T:
+            result = mutation(batch)
+            hook(batch, result)
+            return result
+
+        return self.writer.execute(hooked)
+
+    # -- idempotent responses
+
+    def idempotent_response(self, key: str) -> dict[str, Any] | None:
+        with self.store.read() as view:
+            return view.idempotent_response(key)
+
+    def store_idempotent_response(self, key: str, response: dict[str, Any]) -> None:
+        """For answers that changed nothing (refusals, staged creates): no atomicity needed."""
+
+        def mutation(batch: Batch) -> None:
+            if batch.view.idempotent_response(key) is None:
+                batch.view.put_idempotent_response(key, response)
+
+        self.writer.execute(mutation)
+
+    def trim_idempotency(self, keep_us: int, chunk: int = 1000) -> int:
+        def mutation(batch: Batch) -> int:
+            return batch.view.trim_idempotency(now_us() - keep_us, chunk)
+
+        removed = 0
+        while (step := self.writer.execute(mutation)) == chunk:
+            removed += step
+        return removed + step
 
     # -- namespaces
 
@@ -198,16 +247,16 @@ class CatalogService:
         namespace = check_namespace(namespace)
         self._check_namespace_location(properties)
 
-        def mutation(batch: Batch) -> None:
+        def mutation(batch: Batch) -> dict[str, str]:
             if batch.view.namespace(namespace) is not None:
                 raise NamespaceAlreadyExistsError(f"Namespace already exists: {'.'.join(namespace)}")
             if len(namespace) > 1:
                 _require_namespace(batch.view, namespace[:-1])
             batch.view.put_namespace(namespace, properties)
             batch.log(CommitRecord("namespace.create", list(namespace), properties=dict(properties)))
+            return properties
 
-        self._mutate(mutation)
-        return properties
+        return self._mutate(mutation)
 
     def load_namespace(self, namespace: tuple[str, ...]) -> dict[str, str]:
         namespace = check_namespace(namespace)
@@ -380,7 +429,7 @@ class CatalogService:
 
             txn_size = sum(entry.changed for entry in staged) if txn else None
 
-            def mutation(batch: Batch) -> None:
+            def mutation(batch: Batch) -> list[TableState]:
                 for entry in staged:
                     now = batch.view.pointer(TABLE, entry.ident)
                     if now != entry.base:
@@ -392,16 +441,15 @@ class CatalogService:
                     if entry.changed:
                         batch.view.put_pointer(TABLE, entry.ident, entry.pointer)
                         batch.log(commit_record(entry, txn, txn_size))
+                return [TableState(e.ident, e.metadata_location, e.metadata, e.json) for e in staged]
 
-            self._mutate(mutation)
+            states = self._mutate(mutation)
         except BaseException:
             for location in written:
                 remove_quietly(self.io, location)
             raise
-        states = []
         for entry in staged:
             self.table_files.put(entry.metadata_location, Loaded(entry.metadata, entry.json))
-            states.append(TableState(entry.ident, entry.metadata_location, entry.metadata, entry.json))
         return states
 
     def drop_table(self, ident: Identifier, purge: bool = False) -> None:
@@ -480,7 +528,7 @@ class CatalogService:
     ) -> TableState:
         loaded = _read_for_register(self.table_files, self.locations, metadata_location)
 
-        def mutation(batch: Batch) -> None:
+        def mutation(batch: Batch) -> TableState:
             _require_namespace(batch.view, ident.namespace)
             existing = batch.view.pointer(TABLE, ident)
             if existing is not None and not overwrite:
@@ -501,9 +549,9 @@ class CatalogService:
                     schema_id=loaded.metadata.current_schema_id,
                 )
             )
+            return TableState(ident, metadata_location, loaded.metadata, loaded.json)
 
-        self._mutate(mutation)
-        return TableState(ident, metadata_location, loaded.metadata, loaded.json)
+        return self._mutate(mutation)
 
     # -- views
 
@@ -562,7 +610,7 @@ class CatalogService:
         pointer = Pointer(location, metadata.view_uuid)
         write_durably(self.io, location, data)
 
-        def mutation(batch: Batch) -> None:
+        def mutation(batch: Batch) -> ViewState:
             if batch.view.pointer(VIEW, ident) != base:
                 if base is None:
                     raise ViewAlreadyExistsError(f"View already exists: {ident}")
@@ -581,14 +629,15 @@ class CatalogService:
                     previous_metadata_location=base.metadata_location if base else None,
                 )
             )
+            return ViewState(ident, location, metadata, data)
 
         try:
-            self._mutate(mutation)
+            state = self._mutate(mutation)
         except BaseException:
             remove_quietly(self.io, location)
             raise
         self.view_files.put(location, Loaded(metadata, data))
-        return ViewState(ident, location, metadata, data)
+        return state
 
     def drop_view(self, ident: Identifier) -> None:
         self._drop(VIEW, ident)
@@ -599,7 +648,7 @@ class CatalogService:
     def register_view(self, ident: Identifier, metadata_location: str) -> ViewState:
         loaded = _read_for_register(self.view_files, self.locations, metadata_location)
 
-        def mutation(batch: Batch) -> None:
+        def mutation(batch: Batch) -> ViewState:
             _require_namespace(batch.view, ident.namespace)
             _require_free(batch.view, ident)
             batch.view.put_pointer(VIEW, ident, Pointer(metadata_location, loaded.metadata.view_uuid))
@@ -612,9 +661,9 @@ class CatalogService:
                     metadata_location=metadata_location,
                 )
             )
+            return ViewState(ident, metadata_location, loaded.metadata, loaded.json)
 
-        self._mutate(mutation)
-        return ViewState(ident, metadata_location, loaded.metadata, loaded.json)
+        return self._mutate(mutation)
 
     # -- the log
 

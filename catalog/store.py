@@ -12,6 +12,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from typing import Any
 
 from catalog.identifiers import Identifier
 from catalog.records import CommitRecord
@@ -75,6 +76,10 @@ class ReadView(ABC):
         """Durable positions of the log's consumers (the lineage outbox, …), by name."""
 
     @abstractmethod
+    def idempotent_response(self, key: str) -> dict[str, Any] | None:
+        """The finalized response stored under an Idempotency-Key, if any."""
+
+    @abstractmethod
     def log_floor(self) -> int:
         """The lowest `commit_seq` still in the log (high-water + 1 when it is empty)."""
 
@@ -100,6 +105,13 @@ class WriteView(ReadView):
 
     @abstractmethod
     def put_cursor(self, name: str, commit_seq: int) -> None: ...
+
+    @abstractmethod
+    def put_idempotent_response(self, key: str, response: dict[str, Any]) -> None: ...
+
+    @abstractmethod
+    def trim_idempotency(self, older_than_us: int, limit: int) -> int:
+        """Delete up to `limit` stored responses made before `older_than_us`; returns how many went."""
 
     @abstractmethod
     def trim_log(self, keep_after: int, older_than_us: int, ceiling: int, limit: int) -> int:

@@ -81,6 +81,8 @@ def create_app(settings: Settings) -> FastAPI:
                 settings.events_retention_records,
                 settings.events_retention_days,
                 settings.events_trim_interval_seconds,
+                # Keys are kept twice their advertised lifetime: a grace for slow retries and clock skew.
+                keep_keys_us=2 * settings.idempotency_key_lifetime_minutes * 60 * 10**6,
             )
         )
         app.state.outbox = _start_lineage(settings, service)
@@ -114,7 +116,12 @@ def create_app(settings: Settings) -> FastAPI:
         if warehouse and warehouse not in known:
             raise ValueError(f"Unknown warehouse {warehouse!r}; this server serves {settings.prefix!r}")
         return json_response(
-            {"defaults": {}, "overrides": {"prefix": settings.prefix}, "endpoints": endpoints}
+            {
+                "defaults": {},
+                "overrides": {"prefix": settings.prefix},
+                "endpoints": endpoints,
+                "idempotency-key-lifetime": f"PT{settings.idempotency_key_lifetime_minutes}M",
+            }
         )
 
     app.include_router(metrics.router)

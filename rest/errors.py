@@ -73,12 +73,17 @@ def classify(exc: BaseException) -> tuple[int, str]:
     return 500, "InternalServerError"
 
 
-async def _handle(request: Request, exc: Exception) -> JSONResponse:
+def render_error(exc: BaseException) -> JSONResponse:
     code, error_type = classify(exc)
     if code == 500:
-        log.exception("unexpected error serving %s %s", request.method, request.url.path, exc_info=exc)
         return error_response(500, error_type, f"Internal error: {type(exc).__name__}")
     return error_response(code, error_type, _describe(exc))
+
+
+async def _handle(request: Request, exc: Exception) -> JSONResponse:
+    if classify(exc)[0] == 500:
+        log.exception("unexpected error serving %s %s", request.method, request.url.path, exc_info=exc)
+    return render_error(exc)
 
 
 async def _handle_http(request: Request, exc: HTTPException) -> JSONResponse:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 
+from catalog.service import PropertiesChange
+from rest.idempotency import idempotent_mutation, no_content
 from rest.models import CreateNamespaceRequest, UpdateNamespacePropertiesRequest
 from rest.wire import (
     NAMESPACE_SEPARATOR,
@@ -41,7 +43,18 @@ def list_namespaces(
     return json_response(body)
 
 
+def _created_namespace(properties: dict[str, str], raw: bytes) -> Response:
+    return json_response(
+        {"namespace": parse(CreateNamespaceRequest, raw).namespace, "properties": properties}
+    )
+
+
+def _properties_change(change: PropertiesChange, raw: bytes) -> Response:
+    return json_response({"updated": change.updated, "removed": change.removed, "missing": change.missing})
+
+
 @router.post("/namespaces")
+@idempotent_mutation(_created_namespace)
 def create_namespace(request: Request, raw: bytes = Depends(raw_body)) -> Response:
     body = parse(CreateNamespaceRequest, raw)
     properties = service(request).create_namespace(tuple(body.namespace), body.properties)
@@ -61,13 +74,15 @@ def namespace_exists(request: Request, namespace: str) -> Response:
 
 
 @router.delete("/namespaces/{namespace}")
+@idempotent_mutation(no_content)
 def drop_namespace(request: Request, namespace: str) -> Response:
     service(request).drop_namespace(namespace_from_path(namespace))
     return Response(status_code=204)
 
 
 @router.post("/namespaces/{namespace}/properties")
+@idempotent_mutation(_properties_change)
 def update_properties(request: Request, namespace: str, raw: bytes = Depends(raw_body)) -> Response:
     body = parse(UpdateNamespacePropertiesRequest, raw)
     change = service(request).update_namespace(namespace_from_path(namespace), body.removals, body.updates)
-    return json_response({"updated": change.updated, "removed": change.removed, "missing": change.missing})
+    return _properties_change(change, raw)

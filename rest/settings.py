@@ -31,6 +31,9 @@ class Settings(BaseSettings):
         default_factory=list,
         description="Location prefixes (URIs) outside the warehouse where tables and views may live.",
     )
+    idempotency_key_lifetime_minutes: int = Field(
+        30, ge=1, description="How long a retry may reuse an Idempotency-Key (advertised in /v1/config)."
+    )
     max_queue: int = Field(
         10_000, ge=1, description="Mutations that may wait for the writer; beyond it requests get 503."
     )

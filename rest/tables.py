@@ -13,6 +13,7 @@ from starlette.concurrency import run_in_threadpool
 
 from catalog import Identifier, TableChange, TableState
 from catalog.metadata_files import metadata_json
+from rest.idempotency import idempotent_mutation, no_content
 from rest.models import (
     CommitTableRequest,
     CommitTransactionRequest,
@@ -40,6 +41,14 @@ def _refs_only(state: TableState) -> bytes:
     return metadata_json(metadata)
 
 
+def _committed_table(states: list[TableState], raw: bytes) -> Response:
+    return load_result(states[0].metadata_location, states[0].json)
+
+
+def _registered_table(state: TableState, raw: bytes) -> Response:
+    return load_result(state.metadata_location, state.json)
+
+
 def _etag(metadata_location: str, snapshots: str) -> str:
     return '"' + hashlib.sha256(f"{metadata_location}|{snapshots}".encode()).hexdigest()[:32] + '"'
 
@@ -58,6 +67,7 @@ def list_tables(
 
 
 @router.post("/namespaces/{namespace}/tables")
+@idempotent_mutation(_committed_table)
 def create_table(request: Request, namespace: str, raw: bytes = Depends(raw_body)) -> Response:
     body = parse(CreateTableRequest, raw)
     state = service(request).create_table(
@@ -96,6 +106,7 @@ def table_exists(request: Request, namespace: str, table: str) -> Response:
 
 
 @router.post("/namespaces/{namespace}/tables/{table}")
+@idempotent_mutation(_committed_table)
 def commit_table(request: Request, namespace: str, table: str, raw: bytes = Depends(raw_body)) -> Response:
     body = parse(CommitTableRequest, raw)
     ident = _ident(namespace, table)
@@ -108,6 +119,7 @@ def commit_table(request: Request, namespace: str, table: str, raw: bytes = Depe
 
 
 @router.delete("/namespaces/{namespace}/tables/{table}")
+@idempotent_mutation(no_content)
 def drop_table(
     request: Request, namespace: str, table: str, purge: bool = Query(False, alias="purgeRequested")
 ) -> Response:
@@ -116,6 +128,7 @@ def drop_table(
 
 
 @router.post("/namespaces/{namespace}/register")
+@idempotent_mutation(_registered_table)
 def register_table(request: Request, namespace: str, raw: bytes = Depends(raw_body)) -> Response:
     body = parse(RegisterTableRequest, raw)
     ident = Identifier.of(namespace_from_path(namespace), body.name)
@@ -124,6 +137,7 @@ def register_table(request: Request, namespace: str, raw: bytes = Depends(raw_bo
 
 
 @router.post("/tables/rename")
+@idempotent_mutation(no_content)
 def rename_table(request: Request, raw: bytes = Depends(raw_body)) -> Response:
     body = parse(RenameTableRequest, raw)
     service(request).rename_table(body.source.to_identifier(), body.destination.to_identifier())
@@ -131,6 +145,7 @@ def rename_table(request: Request, raw: bytes = Depends(raw_body)) -> Response:
 
 
 @router.post("/namespaces/{namespace}/tables/{table}/metrics")
+@idempotent_mutation(no_content)
 def report_metrics(request: Request, namespace: str, table: str, raw: bytes = Depends(raw_body)) -> Response:
     report = parse(ReportMetricsRequest, raw)
     service(request).table_pointer(_ident(namespace, table))
@@ -140,6 +155,7 @@ def report_metrics(request: Request, namespace: str, table: str, raw: bytes = De
 
 
 @router.post("/transactions/commit")
+@idempotent_mutation(no_content)
 def commit_transaction(request: Request, raw: bytes = Depends(raw_body)) -> Response:
     body = parse(CommitTransactionRequest, raw)
     if not body.table_changes:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Query, Request, Response
 
 from catalog import Identifier, ViewState
+from rest.idempotency import idempotent_mutation, no_content
 from rest.models import CommitViewRequest, CreateViewRequest, RegisterViewRequest, RenameTableRequest
 from rest.wire import identifiers_page, load_result, namespace_from_path, parse, raw_body, service
 
@@ -17,6 +18,10 @@ def _ident(namespace: str, view: str) -> Identifier:
 
 def _result(state: ViewState) -> Response:
     return load_result(state.metadata_location, state.json)
+
+
+def _committed_view(state: ViewState, raw: bytes) -> Response:
+    return _result(state)
 
 
 @router.get("/namespaces/{namespace}/views")
@@ -33,6 +38,7 @@ def list_views(
 
 
 @router.post("/namespaces/{namespace}/views")
+@idempotent_mutation(_committed_view)
 def create_view(request: Request, namespace: str, raw: bytes = Depends(raw_body)) -> Response:
     body = parse(CreateViewRequest, raw)
     state = service(request).create_view(
@@ -57,6 +63,7 @@ def view_exists(request: Request, namespace: str, view: str) -> Response:
 
 
 @router.post("/namespaces/{namespace}/views/{view}")
+@idempotent_mutation(_committed_view)
 def replace_view(request: Request, namespace: str, view: str, raw: bytes = Depends(raw_body)) -> Response:
     body = parse(CommitViewRequest, raw)
     ident = _ident(namespace, view)
@@ -68,12 +75,14 @@ def replace_view(request: Request, namespace: str, view: str, raw: bytes = Depen
 
 
 @router.delete("/namespaces/{namespace}/views/{view}")
+@idempotent_mutation(no_content)
 def drop_view(request: Request, namespace: str, view: str) -> Response:
     service(request).drop_view(_ident(namespace, view))
     return Response(status_code=204)
 
 
 @router.post("/views/rename")
+@idempotent_mutation(no_content)
 def rename_view(request: Request, raw: bytes = Depends(raw_body)) -> Response:
     body = parse(RenameTableRequest, raw)
     service(request).rename_view(body.source.to_identifier(), body.destination.to_identifier())
@@ -81,6 +90,7 @@ def rename_view(request: Request, raw: bytes = Depends(raw_body)) -> Response:
 
 
 @router.post("/namespaces/{namespace}/register-view")
+@idempotent_mutation(_committed_view)
 def register_view(request: Request, namespace: str, raw: bytes = Depends(raw_body)) -> Response:
     body = parse(RegisterViewRequest, raw)
     ident = Identifier.of(namespace_from_path(namespace), body.name)

@@ -12,6 +12,13 @@ from pathlib import Path
 
 import httpx
 
+# The smallest table schema: one required long column.
+ID_SCHEMA = {
+    "type": "struct",
+    "schema-id": 0,
+    "fields": [{"id": 1, "name": "id", "type": "long", "required": True}],
+}
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -52,6 +59,10 @@ class IsbreServer:
             time.sleep(0.05)
         self.kill()
         raise TimeoutError(f"isbre did not start within {timeout}s:\n{self.log()}")
+
+    def high_water(self) -> int:
+        """The highest commit_seq in the server's commit log."""
+        return httpx.get(f"{self.url}/v1/events/cursor").json()["commit_seq"]
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""

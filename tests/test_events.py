@@ -15,17 +15,8 @@ import httpx
 import pytest
 
 from events.client import CommitEvent, EventStreamError, subscribe
+from tests.server import ID_SCHEMA as SCHEMA
 from tests.server import IsbreServer
-
-SCHEMA = {
-    "type": "struct",
-    "schema-id": 0,
-    "fields": [{"id": 1, "name": "id", "type": "long", "required": True}],
-}
-
-
-def high_water(server: IsbreServer) -> int:
-    return httpx.get(f"{server.url}/v1/events/cursor").json()["commit_seq"]
 
 
 def create_table(server: IsbreServer, namespace: str, name: str) -> None:
@@ -118,7 +109,7 @@ def tables(server: IsbreServer, namespace: str) -> str:
 
 
 def test_one_event_per_commit_under_eight_writers(server: IsbreServer, tables: str) -> None:
-    start = high_water(server)
+    start = server.high_water()
     collector = Collector(server.url, after=start)
     acknowledged = run_writers(server, tables, writers=8, commits=25)
     events = collector.wait_for(start + len(acknowledged))
@@ -132,13 +123,13 @@ def test_history_then_live_tail_without_gap(server: IsbreServer, tables: str) ->
     run_writers(server, tables, writers=2, commits=20)
     collector = Collector(server.url, after=0)
     run_writers(server, tables, writers=4, commits=20)
-    events = collector.wait_for(high_water(server))
-    assert [e.commit_seq for e in events] == list(range(1, high_water(server) + 1))
+    events = collector.wait_for(server.high_water())
+    assert [e.commit_seq for e in events] == list(range(1, server.high_water() + 1))
 
 
 def test_reconnect_with_last_event_id_misses_nothing(server: IsbreServer, tables: str) -> None:
     run_writers(server, tables, writers=1, commits=10)
-    top = high_water(server)
+    top = server.high_water()
     first = sse_records(server, until=top - 5, after=0)
     resumed = sse_records(server, until=top, headers={"Last-Event-ID": str(first[-1]["commit_seq"])})
     assert [r["commit_seq"] for r in first + resumed] == list(range(1, top + 1))
@@ -159,7 +150,7 @@ def test_filters_select_exactly_the_matching_events(server: IsbreServer, namespa
         "destination": {"namespace": [namespace], "name": "a2"},
     }
     httpx.post(f"{server.url}/v1/isbre/tables/rename", json=rename).raise_for_status()
-    top = high_water(server)
+    top = server.high_water()
     everything = [r for r in sse_records(server, until=top, after=0) if r["namespace"][:1] == [namespace]]
 
     def filtered(**params: object) -> list[int]:
@@ -187,7 +178,7 @@ def test_filters_select_exactly_the_matching_events(server: IsbreServer, namespa
 
 
 def test_transaction_events_arrive_together(server: IsbreServer, tables: str) -> None:
-    start = high_water(server)
+    start = server.high_water()
     changes = [
         {
             "identifier": {"namespace": [tables], "name": f"t{i}"},
@@ -206,7 +197,7 @@ def test_transaction_events_arrive_together(server: IsbreServer, tables: str) ->
 
 def test_pull_endpoint_pages_through_what_sse_streams(server: IsbreServer, tables: str) -> None:
     run_writers(server, tables, writers=2, commits=10)
-    top = high_water(server)
+    top = server.high_water()
     streamed = [str(r["commit_seq"]) for r in sse_records(server, until=top, after=0)]
     pulled: list[str] = []
     body: dict = {"page-size": 7}
@@ -257,7 +248,7 @@ def test_open_streams_are_counted(server: IsbreServer) -> None:
 
 
 def test_cursor_ahead_of_the_log_is_400(server: IsbreServer) -> None:
-    response = httpx.get(f"{server.url}/v1/events", params={"after": high_water(server) + 1000})
+    response = httpx.get(f"{server.url}/v1/events", params={"after": server.high_water() + 1000})
     assert response.status_code == 400
     assert response.json()["error"]["type"] == "BadRequestException"
 
@@ -348,7 +339,7 @@ def test_client_survives_a_server_restart(tmp_path: Path) -> None:
 
 
 def test_async_client_follows_too(server: IsbreServer, tables: str) -> None:
-    start = high_water(server)
+    start = server.high_water()
 
     async def scenario() -> list[int]:
         seqs = []
@@ -368,7 +359,7 @@ def test_async_client_follows_too(server: IsbreServer, tables: str) -> None:
 
 
 def test_events_tail_prints_json_lines(server: IsbreServer, tables: str) -> None:
-    start = high_water(server)
+    start = server.high_water()
     tail = subprocess.Popen(
         [sys.executable, "-m", "rest.cli", "events", "tail", "--url", server.url, "--after", str(start)],
         stdout=subprocess.PIPE,
@@ -396,4 +387,4 @@ def test_pull_from_a_point_in_time(server: IsbreServer, tables: str) -> None:
     ).json()
     assert len(page["events"]) == 1
     assert page["events"][0]["timestamp-ms"] >= since_ms
-    assert page["events"][0]["event-id"] == str(high_water(server))
+    assert page["events"][0]["event-id"] == str(server.high_water())

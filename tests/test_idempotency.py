@@ -1,0 +1,118 @@
+"""Idempotency-Key: a retried mutation commits once and gets the same answer."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from pathlib import Path
+
+import httpx
+
+from catalog import CatalogService
+from tests.server import ID_SCHEMA as SCHEMA
+from tests.server import IsbreServer
+
+
+def key() -> str:
+    return str(uuid.uuid4())
+
+
+def test_config_advertises_the_lifetime(server: IsbreServer) -> None:
+    assert httpx.get(f"{server.url}/v1/config").json()["idempotency-key-lifetime"] == "PT30M"
+
+
+def test_a_retried_commit_commits_once_and_answers_the_same(server: IsbreServer, namespace: str) -> None:
+    base = f"{server.url}/v1/isbre/namespaces/{namespace}/tables"
+    httpx.post(base, json={"name": "t", "schema": SCHEMA}).raise_for_status()
+    commit = {
+        "updates": [
+            {
+                "action": "add-schema",
+                "schema": SCHEMA
+                | {
+                    "schema-id": 1,
+                    "fields": SCHEMA["fields"]
+                    + [{"id": 2, "name": "extra", "type": "string", "required": False}],
+                },
+            },
+            {"action": "set-current-schema", "schema-id": -1},
+        ]
+    }
+    headers = {"Idempotency-Key": key()}
+    before = server.high_water()
+    first = httpx.post(f"{base}/t", json=commit, headers=headers)
+    assert first.status_code == 200, first.text
+    # The client never saw that answer (say the connection dropped) and sends the same request again.
+    again = httpx.post(f"{base}/t", json=commit, headers=headers)
+    assert again.status_code == 200
+    assert again.content == first.content
+    assert server.high_water() == before + 1, "the retry committed a second time"
+    # Without the key the same change would be a second commit.
+    assert httpx.post(f"{base}/t", json=commit).status_code == 200
+    assert server.high_water() == before + 2
+
+
+def test_a_key_reused_for_another_request_is_422(server: IsbreServer, namespace: str) -> None:
+    headers = {"Idempotency-Key": key()}
+    url = f"{server.url}/v1/isbre/namespaces"
+    assert httpx.post(url, json={"namespace": [namespace, "a"]}, headers=headers).status_code == 200
+    other = httpx.post(url, json={"namespace": [namespace, "b"]}, headers=headers)
+    assert other.status_code == 422
+    assert other.json()["error"]["type"] == "UnprocessableEntityException"
+    assert httpx.head(f"{url}/{namespace}%1Fb").status_code == 404
+
+
+def test_terminal_refusals_are_finalized_too(server: IsbreServer, namespace: str) -> None:
+    url = f"{server.url}/v1/isbre/namespaces"
+    created, refused = {"Idempotency-Key": key()}, {"Idempotency-Key": key()}
+    body = {"namespace": [namespace, "once"]}
+    assert httpx.post(url, json=body, headers=created).status_code == 200
+    first_refusal = httpx.post(url, json=body, headers=refused)
+    assert first_refusal.status_code == 409
+    httpx.delete(f"{url}/{namespace}%1Fonce").raise_for_status()
+    # The state changed, the answers did not: each key replays its finalized response.
+    assert httpx.post(url, json=body, headers=refused).content == first_refusal.content
+    assert httpx.post(url, json=body, headers=created).status_code == 200
+    assert httpx.head(f"{url}/{namespace}%1Fonce").status_code == 404, "a replay must not create again"
+
+
+def test_concurrent_requests_with_one_key_commit_once(server: IsbreServer, namespace: str) -> None:
+    base = f"{server.url}/v1/isbre/namespaces/{namespace}/tables"
+    httpx.post(base, json={"name": "c", "schema": SCHEMA}).raise_for_status()
+    headers = {"Idempotency-Key": key()}
+    commit = {"updates": [{"action": "set-properties", "updates": {"once": "1"}}]}
+    before = server.high_water()
+    answers: list[httpx.Response] = []
+
+    def send() -> None:
+        answers.append(httpx.post(f"{base}/c", json=commit, headers=headers, timeout=30))
+
+    threads = [threading.Thread(target=send) for _ in range(10)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert {a.status_code for a in answers} == {200}
+    assert len({a.content for a in answers}) == 1
+    assert server.high_water() == before + 1
+
+
+def test_an_invalid_key_is_400(server: IsbreServer) -> None:
+    response = httpx.post(
+        f"{server.url}/v1/isbre/namespaces", json={"namespace": ["x"]}, headers={"Idempotency-Key": "nope"}
+    )
+    assert response.status_code == 400
+    assert httpx.head(f"{server.url}/v1/isbre/namespaces/x").status_code == 404
+
+
+def test_expired_keys_are_trimmed(tmp_path: Path) -> None:
+    service = CatalogService.open(tmp_path / "wh")
+    try:
+        for i in range(5):
+            service.store_idempotent_response(
+                f"k{i}", {"fingerprint": "f", "status": 204, "media_type": None, "body": "", "ts": 0}
+            )
+        assert service.trim_idempotency(keep_us=10**12) == 5
+        assert service.idempotent_response("k0") is None
+    finally:
+        service.close()
