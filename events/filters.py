@@ -35,20 +35,27 @@ class EventFilter:
     namespace: tuple[str, ...] | None = None
     tables: frozenset[Identifier] = field(default_factory=frozenset)
     kinds: frozenset[str] = field(default_factory=frozenset)
+    # What the subscriber may see at all: namespaces and everything under them (empty: everything).
+    scopes: tuple[tuple[str, ...], ...] = ()
 
     @classmethod
     def parse(
-        cls, namespace: str | None, tables: Iterable[str] = (), kinds: Iterable[str] = ()
+        cls,
+        namespace: str | None,
+        tables: Iterable[str] = (),
+        kinds: Iterable[str] = (),
+        scopes: tuple[tuple[str, ...], ...] = (),
     ) -> EventFilter:
         return cls(
             parse_namespace(namespace) if namespace else None,
             frozenset(parse_table(t) for t in tables),
             frozenset(kinds),
+            scopes,
         )
 
     @property
     def everything(self) -> bool:
-        return self.namespace is None and not self.tables and not self.kinds
+        return self.namespace is None and not self.tables and not self.kinds and not self.scopes
 
     def matches(self, record: CommitRecord) -> bool:
         if self.kinds and record.kind not in self.kinds:
@@ -56,6 +63,9 @@ class EventFilter:
         names = [(tuple(record.namespace), record.name)]
         if record.previous:
             names.append((tuple(record.previous["namespace"]), record.previous["name"]))
+        # Every name a record carries must be visible: a rename must not reveal where a table came from.
+        if self.scopes and not all(any(ns[: len(s)] == s for s in self.scopes) for ns, _ in names):
+            return False
         if self.namespace is not None:
             depth = len(self.namespace)
             if not any(ns[:depth] == self.namespace for ns, _ in names):

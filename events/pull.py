@@ -17,7 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from catalog import CatalogService
 from catalog.records import CommitRecord
-from events.subscription import check_cursor
+from events.filters import EventFilter
+from events.subscription import EVERYTHING, check_cursor
 
 router = APIRouter()
 
@@ -126,7 +127,9 @@ def _matches(record: CommitRecord, query: QueryEventsRequest) -> bool:
     return True
 
 
-def page(service: CatalogService, query: QueryEventsRequest, page_size: int) -> dict[str, Any]:
+def page(
+    service: CatalogService, query: QueryEventsRequest, page_size: int, visible: EventFilter = EVERYTHING
+) -> dict[str, Any]:
     if query.continuation_token:
         cursor = decode_token(query.continuation_token)
     elif query.since_timestamp_ms is not None:
@@ -144,7 +147,7 @@ def page(service: CatalogService, query: QueryEventsRequest, page_size: int) -> 
         for record in records:
             cursor = record.commit_seq
             scanned += 1
-            if _matches(record, query):
+            if visible.matches(record) and _matches(record, query):
                 events.append(event(record))
                 if len(events) == page_size:
                     break
@@ -156,5 +159,7 @@ async def query_events(request: Request) -> Response:
     query = QueryEventsRequest.model_validate_json(await request.body() or b"{}")
     state = request.app.state
     page_size = min(query.page_size or DEFAULT_PAGE_SIZE, state.settings.max_page_size)
-    body = await anyio.to_thread.run_sync(page, state.service, query, page_size)
+    caller = getattr(request.state, "caller", None)  # set when authentication is on
+    visible = EventFilter(scopes=caller.namespaces) if caller else EVERYTHING
+    body = await anyio.to_thread.run_sync(page, state.service, query, page_size, visible)
     return Response(json.dumps(body, separators=(",", ":")), media_type="application/json")

@@ -36,7 +36,8 @@ async def stream_events(
     last_event_id: str | None = Header(None),
 ) -> Response:
     state = request.app.state
-    event_filter = EventFilter.parse(namespace, table or (), kind or ())
+    caller = getattr(request.state, "caller", None)  # set when authentication is on
+    event_filter = EventFilter.parse(namespace, table or (), kind or (), caller.namespaces if caller else ())
     cursor = _start(after, last_event_id, state.broadcaster.high)
     check_cursor(state.service, cursor)
 

@@ -20,6 +20,7 @@ from lineage.config import openlineage_configured
 from lineage.mapping import LineageNames
 from lineage.worker import LineageWorker
 from rest import errors, health, metrics, namespaces, tables, views
+from rest.auth import Authenticator, AuthMiddleware, token_response
 from rest.prefix import PrefixAliases
 from rest.settings import Settings
 from rest.wire import json_response
@@ -128,5 +129,15 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(health.router)
     for router in _ROUTERS:
         app.include_router(router, prefix=f"/v1/{settings.prefix}")
+    if settings.auth.enabled:
+        authenticator = Authenticator(settings.auth)
+
+        @app.post("/v1/oauth/tokens")
+        async def issue_token(request: Request) -> Response:
+            status, body = token_response(authenticator, await request.body())
+            return json_response(body, status_code=status, headers={"Cache-Control": "no-store"})
+
+        # Added before PrefixAliases, so it runs after it and sees canonical paths.
+        app.add_middleware(AuthMiddleware, authenticator=authenticator, prefix=settings.prefix)
     app.add_middleware(PrefixAliases, prefix=settings.prefix)
     return app

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
 import logging
 import sys
@@ -19,8 +20,24 @@ from rest.app import create_app, lineage_names
 from rest.settings import load_settings
 
 
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def _serve(args: argparse.Namespace) -> int:
     settings = load_settings(args.config, host=args.host, port=args.port, warehouse=args.warehouse)
+    if not settings.auth.enabled and not settings.allow_insecure_bind and not _is_loopback(settings.host):
+        print(
+            f"isbre serve: refusing to serve {settings.host} with authentication off; enable [auth] "
+            "or set allow_insecure_bind = true (for example behind an authenticating proxy)",
+            file=sys.stderr,
+        )
+        return 2
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -13,9 +13,37 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+ROLES = ("reader", "writer", "admin")
+
+
+class Principal(BaseModel):
+    """Who may call isbre: an OAuth2 client (client_id + secret) or a holder of a static token."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    roles: list[Literal["reader", "writer", "admin"]]
+    client_id: str | None = None
+    secret_sha256: str | None = Field(None, description="SHA-256 (hex) of the client secret.")
+    token_sha256: str | None = Field(None, description="SHA-256 (hex) of a static bearer token.")
+    namespaces: list[str] = Field(
+        default_factory=list, description="Namespaces (and everything under them) it may use; empty: all."
+    )
+
+
+class AuthSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = False
+    token_secret: str | None = Field(
+        None, description="Key signing access tokens; without it a random one (tokens end with the process)."
+    )
+    token_ttl_seconds: int = Field(3600, ge=60)
+    principals: list[Principal] = Field(default_factory=list)
+
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="ISBRE_", extra="forbid")
+    model_config = SettingsConfigDict(env_prefix="ISBRE_", env_nested_delimiter="__", extra="forbid")
 
     host: str = Field("127.0.0.1", description="Address to listen on.")
     port: int = Field(8181, ge=0, le=65535, description="Port to listen on (0 picks a free one).")
@@ -40,6 +68,10 @@ class Settings(BaseSettings):
     max_body_mb: float = Field(32.0, gt=0, description="Largest request body accepted (413 beyond).")
     max_page_size: int = Field(1000, ge=1, description="Largest pageSize a list request may ask for.")
     log_level: str = Field("info", description="Python logging level name.")
+    auth: AuthSettings = Field(default_factory=AuthSettings)
+    allow_insecure_bind: bool = Field(
+        False, description="Serve a non-loopback address with authentication off (refused otherwise)."
+    )
     events_keepalive_seconds: float = Field(15.0, gt=0, description="Interval of SSE keep-alive comments.")
     events_retry_ms: int = Field(3000, ge=0, description="Reconnect delay suggested to SSE clients.")
     events_ring_size: int = Field(

@@ -33,6 +33,7 @@ class IsbreServer:
         self.env = env or {}
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = warehouse.parent / f"isbre-{self.port}.log"
+        self.ready_path = "/v1/config"
 
     @property
     def url(self) -> str:
@@ -52,7 +53,7 @@ class IsbreServer:
             if self.process.poll() is not None:
                 raise RuntimeError(f"isbre exited with {self.process.returncode}:\n{self.log()}")
             try:
-                if httpx.get(f"{self.url}/v1/config", timeout=1).status_code == 200:
+                if httpx.get(f"{self.url}{self.ready_path}", timeout=1).status_code == 200:
                     return self
             except httpx.TransportError:
                 pass
