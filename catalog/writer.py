@@ -9,12 +9,14 @@ whole batch. Callers are answered only after that commit has returned.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from catalog.records import CommitRecord, now_us
@@ -58,6 +60,14 @@ class _Request(Generic[T]):
 class WriterStats:
     batches: int = 0
     mutations: int = 0
+    # Time from submitting a mutation to its durable answer, as cumulative histogram buckets (seconds).
+    latency_bounds: tuple[float, ...] = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+    latency_counts: list[int] = field(default_factory=lambda: [0] * 12)
+    latency_sum: float = 0.0
+
+    def observe(self, seconds: float) -> None:
+        self.latency_sum += seconds
+        self.latency_counts[bisect.bisect_left(self.latency_bounds, seconds)] += 1
 
 
 class WriterClosedError(RuntimeError):
@@ -104,7 +114,11 @@ class Writer:
 
     def execute(self, mutation: Mutation[T]) -> T:
         """Run `mutation` in the next batch and return its result once it is durable."""
-        return self.submit(mutation).result()
+        started = time.perf_counter()
+        try:
+            return self.submit(mutation).result()
+        finally:
+            self.stats.observe(time.perf_counter() - started)
 
     @property
     def alive(self) -> bool:

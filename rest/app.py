@@ -21,6 +21,7 @@ from lineage.mapping import LineageNames
 from lineage.worker import LineageWorker
 from rest import errors, health, metrics, namespaces, tables, views
 from rest.auth import Authenticator, AuthMiddleware, token_response
+from rest.metrics import RequestMetrics, RouteCapture
 from rest.prefix import PrefixAliases
 from rest.settings import Settings
 from rest.wire import json_response
@@ -101,6 +102,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.settings = settings
     app.state.metrics_reports = Counter()
     app.state.event_streams = 0
+    app.state.http_requests = Counter()
     errors.install(app)
 
     endpoints = advertised_endpoints()
@@ -129,6 +131,8 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(health.router)
     for router in _ROUTERS:
         app.include_router(router, prefix=f"/v1/{settings.prefix}")
+    # Starlette runs the middleware added last first: RequestMetrics, PrefixAliases, auth, RouteCapture.
+    app.add_middleware(RouteCapture)
     if settings.auth.enabled:
         authenticator = Authenticator(settings.auth)
 
@@ -140,4 +144,5 @@ def create_app(settings: Settings) -> FastAPI:
         # Added before PrefixAliases, so it runs after it and sees canonical paths.
         app.add_middleware(AuthMiddleware, authenticator=authenticator, prefix=settings.prefix)
     app.add_middleware(PrefixAliases, prefix=settings.prefix)
+    app.add_middleware(RequestMetrics, counter=app.state.http_requests)
     return app

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 from fastapi import APIRouter, Request, Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from catalog.writer import WriterStats
 
 router = APIRouter()
 
@@ -11,6 +16,59 @@ def _line(name: str, kind: str, help_text: str, samples: list[tuple[str, float]]
     lines = [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
     lines += [f"{name}{labels} {value:g}" for labels, value in samples]
     return "\n".join(lines)
+
+
+def _histogram(name: str, help_text: str, stats: WriterStats) -> str:
+    samples, cumulative = [], 0
+    for bound, count in zip((*stats.latency_bounds, float("inf")), stats.latency_counts, strict=True):
+        cumulative += count
+        samples.append((f'_bucket{{le="{"+Inf" if bound == float("inf") else bound}"}}', cumulative))
+    samples += [("_sum", stats.latency_sum), ("_count", cumulative)]
+    lines = [f"# HELP {name} {help_text}", f"# TYPE {name} histogram"]
+    return "\n".join(lines + [f"{name}{suffix} {value:g}" for suffix, value in samples])
+
+
+class RequestMetrics:
+    """Counts every request by method, route template and status; outermost, so refusals count too."""
+
+    def __init__(self, app: ASGIApp, counter: Counter[tuple[str, str, int]]) -> None:
+        self.app = app
+        self.counter = counter
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        route: list[str] = []
+        status = [500]
+
+        async def watch(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            await self.app({**scope, ROUTE_KEY: route}, receive, watch)
+        finally:
+            self.counter[(scope["method"], route[0] if route else "unmatched", status[0])] += 1
+
+
+ROUTE_KEY = "isbre.route"
+
+
+class RouteCapture:
+    """Innermost: passes the matched route's template out to RequestMetrics (other layers copy the scope)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            route, holder = scope.get("route"), scope.get(ROUTE_KEY)
+            if route is not None and holder is not None:
+                holder.append(getattr(route, "path", "?"))
 
 
 @router.get("/metrics")
@@ -50,6 +108,29 @@ def metrics(request: Request) -> Response:
             [(f'{{type="{kind}"}}', count) for kind, count in sorted(reports.items())],
         ),
     ]
+    blocks.append(
+        _line(
+            "isbre_writer_queue_depth",
+            "gauge",
+            "Mutations waiting for the writer.",
+            [("", service.writer.queue_depth())],
+        )
+    )
+    blocks.append(
+        _histogram("isbre_commit_latency_seconds", "Submission to durable answer, per mutation.", stats)
+    )
+    requests = request.app.state.http_requests
+    blocks.append(
+        _line(
+            "isbre_http_requests_total",
+            "counter",
+            "HTTP requests by method, route template and status ('unmatched': refused before routing).",
+            [
+                (f'{{method="{method}",route="{route}",status="{status}"}}', count)
+                for (method, route, status), count in sorted(requests.items())
+            ],
+        )
+    )
     outbox = request.app.state.outbox
     if outbox is not None:
         blocks += [

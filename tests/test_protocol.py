@@ -230,3 +230,27 @@ def test_a_body_that_pyiceberg_cannot_parse_is_400(server: IsbreServer, namespac
     )
     assert response.status_code == 400, response.text
     assert response.json()["error"]["type"] == "BadRequestException"
+
+
+def test_metrics_count_requests_latency_and_queue(server: IsbreServer, namespace: str) -> None:
+    httpx.get(f"{server.url}/v1/isbre/namespaces/{namespace}/tables/absent")
+    text = httpx.get(f"{server.url}/metrics").text
+    lines = text.splitlines()
+    assert any(
+        line.startswith(
+            'isbre_http_requests_total{method="GET",route="/namespaces/{namespace}/tables/{table}",status="404"}'
+        )
+        for line in lines
+    ), text
+    assert any(
+        line.startswith('isbre_http_requests_total{method="POST",route="/namespaces",status="200"}')
+        for line in lines
+    )
+    (count,) = [
+        float(line.split()[1]) for line in lines if line.startswith("isbre_commit_latency_seconds_count")
+    ]
+    (inf,) = [
+        float(line.split()[1]) for line in lines if 'isbre_commit_latency_seconds_bucket{le="+Inf"}' in line
+    ]
+    assert count >= 1 and inf == count
+    assert "isbre_writer_queue_depth 0" in lines
