@@ -138,7 +138,8 @@ def create_app(settings: Settings) -> FastAPI:
 
         @app.post("/v1/oauth/tokens")
         async def issue_token(request: Request) -> Response:
-            status, body = token_response(authenticator, await request.body())
+            authorization = request.headers.get("authorization", "")
+            status, body = token_response(authenticator, await request.body(), authorization)
             return json_response(body, status_code=status, headers={"Cache-Control": "no-store"})
 
         # Added before PrefixAliases, so it runs after it and sees canonical paths.

@@ -16,7 +16,7 @@ import json
 import secrets
 import time
 from dataclasses import dataclass
-from urllib.parse import parse_qs, unquote
+from urllib.parse import parse_qs, unquote, unquote_plus
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -196,15 +196,35 @@ async def _buffered(receive: Receive) -> tuple[bytes, Receive]:
     return body, replay
 
 
-def token_response(authenticator: Authenticator, form: bytes) -> tuple[int, dict[str, object]]:
-    """POST /v1/oauth/tokens: the OAuth2 client-credentials grant, answered as RFC 6749 says."""
+def _basic_credentials(authorization: str) -> tuple[str, str] | None:
+    """Client id and secret from `Authorization: Basic`, each form-URL-encoded (RFC 6749, 2.3.1)."""
+    if authorization[:6].lower() != "basic ":
+        return None
+    try:
+        client_id, _, secret = base64.b64decode(authorization[6:]).decode().partition(":")
+    except ValueError:
+        return None
+    return unquote_plus(client_id), unquote_plus(secret)
+
+
+def token_response(
+    authenticator: Authenticator, form: bytes, authorization: str
+) -> tuple[int, dict[str, object]]:
+    """POST /v1/oauth/tokens: the OAuth2 client-credentials grant, answered as RFC 6749 says.
+
+    Client credentials come in the form body (PyIceberg) or as HTTP Basic (DuckDB; RFC 6749's default).
+    """
     fields = {key: values[0] for key, values in parse_qs(form.decode(errors="replace")).items()}
     if fields.get("grant_type") != "client_credentials":
         return 400, {
             "error": "unsupported_grant_type",
             "error_description": "only client_credentials is supported",
         }
-    issued = authenticator.issue(fields.get("client_id", ""), fields.get("client_secret", ""))
+    client_id, secret = _basic_credentials(authorization) or (
+        fields.get("client_id", ""),
+        fields.get("client_secret", ""),
+    )
+    issued = authenticator.issue(client_id, secret)
     if issued is None:
         return 401, {"error": "invalid_client", "error_description": "unknown client or wrong secret"}
     token, ttl = issued

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import duckdb
 import httpx
 import pyarrow as pa
 import pytest
@@ -167,3 +168,37 @@ def test_refuses_a_public_bind_without_auth(tmp_path: Path) -> None:
     )
     assert result.returncode == 2
     assert "refusing to serve 0.0.0.0 with authentication off" in result.stderr
+
+
+def test_client_credentials_in_http_basic(secured: IsbreServer) -> None:
+    """RFC 6749 2.3.1: a server must accept client credentials in the Authorization header."""
+    response = httpx.post(
+        f"{secured.url}/v1/oauth/tokens",
+        data={"grant_type": "client_credentials"},
+        auth=("etl", "etl-secret"),
+    )
+    assert response.status_code == 200, response.text
+    assert response.json()["token_type"] == "bearer"
+    wrong = httpx.post(
+        f"{secured.url}/v1/oauth/tokens", data={"grant_type": "client_credentials"}, auth=("etl", "x")
+    )
+    assert wrong.status_code == 401
+
+
+def test_duckdb_with_credentials(secured: IsbreServer, tmp_path: Path) -> None:
+    from tests.test_duckdb import extension_file
+
+    con = duckdb.connect()
+    con.execute(f"SET extension_directory = '{tmp_path / 'extensions'}'")
+    for name in ("httpfs", "avro", "iceberg"):
+        con.execute(f"INSTALL '{extension_file(name)}'")
+        con.execute(f"LOAD {name}")
+    con.execute(
+        "CREATE SECRET lake_secret (TYPE iceberg, CLIENT_ID 'admin', CLIENT_SECRET 'admin-secret', "
+        f"OAUTH2_SERVER_URI '{secured.url}/v1/oauth/tokens')"
+    )
+    con.execute(f"ATTACH 'isbre' AS lake (TYPE iceberg, ENDPOINT '{secured.url}', SECRET lake_secret)")
+    con.execute("CREATE TABLE lake.sales.from_duckdb (x INTEGER)")
+    con.execute("INSERT INTO lake.sales.from_duckdb VALUES (1), (2)")
+    assert con.execute("SELECT count(*) FROM lake.sales.from_duckdb").fetchall() == [(2,)]
+    con.close()
