@@ -16,6 +16,7 @@ import threading
 from collections import deque
 from dataclasses import dataclass
 from itertools import islice
+from typing import Any, Protocol
 
 from catalog import CatalogService
 from catalog.records import CommitRecord
@@ -33,6 +34,14 @@ class Entry:
     @classmethod
     def of(cls, record: CommitRecord) -> Entry:
         return cls(record, sse_frame(record))
+
+
+class Stop(Protocol):
+    """Anything with an awaitable wait(): asyncio's or anyio's Event."""
+
+    def is_set(self) -> bool: ...
+
+    async def wait(self) -> Any: ...
 
 
 @dataclass(eq=False)
@@ -116,10 +125,11 @@ class Broadcaster:
                 return None
             return list(islice(self._ring, cursor - self._ring[0].record.commit_seq + 1, None))
 
-    async def wait(self, cursor: int, event_filter: EventFilter) -> int:
+    async def wait(self, cursor: int, event_filter: EventFilter, stop: Stop | None = None) -> int | None:
         """Wait until a record after `cursor` that `event_filter` matches has been published.
 
-        Returns the cursor to read on from: past every record skipped meanwhile.
+        Returns the cursor to read on from: past every record skipped meanwhile; None if `stop`
+        was set first (the server is shutting down).
         """
         loop = asyncio.get_running_loop()
         waiter = _Waiter(asyncio.Event(), event_filter, cursor)
@@ -128,7 +138,16 @@ class Broadcaster:
                 return cursor
             self._waiters.setdefault(loop, set()).add(waiter)
         try:
-            await waiter.event.wait()
+            if stop is None:
+                await waiter.event.wait()
+            else:
+                woken = asyncio.ensure_future(waiter.event.wait())
+                stopped = asyncio.ensure_future(stop.wait())
+                await asyncio.wait((woken, stopped), return_when=asyncio.FIRST_COMPLETED)
+                woken.cancel()
+                stopped.cancel()
+                if not waiter.event.is_set():
+                    return None
         finally:
             with self._lock:
                 waiting = self._waiters.get(loop)

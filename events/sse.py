@@ -6,6 +6,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import Annotated
 
+import anyio
 from fastapi import APIRouter, Header, Query, Request, Response
 from sse_starlette import EventSourceResponse
 
@@ -41,11 +42,15 @@ async def stream_events(
     cursor = _start(after, last_event_id, state.broadcaster.high)
     check_cursor(state.service, cursor)
 
+    # Set by sse-starlette when the server begins to shut down: the stream then ends by itself,
+    # with a complete response, instead of being cut.
+    shutdown = anyio.Event()
+
     async def body() -> AsyncIterator[bytes]:
         state.event_streams += 1
         try:
             yield retry_frame(state.settings.events_retry_ms)
-            async for entries in follow(state.broadcaster, state.service, cursor, event_filter):
+            async for entries in follow(state.broadcaster, state.service, cursor, event_filter, shutdown):
                 yield b"".join(entry.frame for entry in entries)
         except CursorExpiredError as exc:
             error = {"error": {"message": str(exc), "type": "CursorExpiredException", "code": 410}}
@@ -55,6 +60,8 @@ async def stream_events(
 
     return EventSourceResponse(
         body(),
+        shutdown_event=shutdown,
+        shutdown_grace_period=2.0,
         ping=state.settings.events_keepalive_seconds,
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
     )

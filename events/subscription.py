@@ -8,7 +8,7 @@ import anyio
 
 from catalog import CatalogService
 from catalog.records import CommitRecord
-from events.broadcast import Broadcaster, Entry
+from events.broadcast import Broadcaster, Entry, Stop
 from events.filters import EventFilter
 
 LOG_CHUNK = 1000
@@ -35,9 +35,13 @@ def check_cursor(service: CatalogService, after: int) -> None:
 
 
 async def follow(
-    broadcaster: Broadcaster, service: CatalogService, after: int, event_filter: EventFilter = EVERYTHING
+    broadcaster: Broadcaster,
+    service: CatalogService,
+    after: int,
+    event_filter: EventFilter = EVERYTHING,
+    stop: Stop | None = None,
 ) -> AsyncIterator[list[Entry]]:
-    """Batches of matching entries with `commit_seq > after`, in order, forever."""
+    """Batches of matching entries with `commit_seq > after`, in order, until `stop` is set."""
     cursor = after
     while True:
         entries = broadcaster.since(cursor)
@@ -49,7 +53,10 @@ async def follow(
                 )
             entries = [Entry.of(r) for r in records]
         if not entries:
-            cursor = await broadcaster.wait(cursor, event_filter)
+            moved = await broadcaster.wait(cursor, event_filter, stop)
+            if moved is None:
+                return
+            cursor = moved
             continue
         cursor = entries[-1].record.commit_seq
         if not event_filter.everything:

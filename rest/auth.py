@@ -94,7 +94,10 @@ class Authenticator:
 
 
 def required_rank(method: str, path: str, prefix: str) -> int:
-    if method in ("GET", "HEAD") or (method == "POST" and path == f"/v1/{prefix}/events"):
+    if method in ("GET", "HEAD"):
+        return RANK["reader"]
+    # Posts that change nothing: pulling events, and the scan reports clients send after reading.
+    if method == "POST" and (path == f"/v1/{prefix}/events" or path.endswith("/metrics")):
         return RANK["reader"]
     catalog = f"/v1/{prefix}/namespaces"
     parts = path[len(catalog) :].strip("/").split("/") if path.startswith(catalog) else []

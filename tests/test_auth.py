@@ -202,3 +202,23 @@ def test_duckdb_with_credentials(secured: IsbreServer, tmp_path: Path) -> None:
     con.execute("INSERT INTO lake.sales.from_duckdb VALUES (1), (2)")
     assert con.execute("SELECT count(*) FROM lake.sales.from_duckdb").fetchall() == [(2,)]
     con.close()
+
+
+def test_a_reader_may_report_scan_metrics(secured: IsbreServer) -> None:
+    reader_token = token(secured, "bi", "bi-secret").json()["access_token"]
+    report = {
+        "report-type": "scan-report",
+        "table-name": "sales.orders",
+        "snapshot-id": 1,
+        "filter": True,
+        "schema-id": 0,
+        "projected-field-ids": [1],
+        "projected-field-names": ["n"],
+        "metrics": {},
+    }
+    response = httpx.post(
+        f"{secured.url}/v1/isbre/namespaces/sales/tables/orders/metrics",
+        json=report,
+        headers={"Authorization": f"Bearer {reader_token}"},
+    )
+    assert response.status_code == 204, response.text

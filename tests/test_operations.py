@@ -115,3 +115,26 @@ def test_sigterm_answers_accepted_commits(tmp_path: Path, run: int) -> None:
         assert [key for key in acknowledged if key not in properties] == []
     finally:
         restarted.stop()
+
+
+def test_sigterm_closes_event_streams_cleanly(tmp_path: Path) -> None:
+    server = IsbreServer(tmp_path / "warehouse").start()
+    ended: list[str] = []
+
+    def listen() -> None:
+        try:
+            with httpx.stream("GET", f"{server.url}/v1/events", timeout=30) as response:
+                for _ in response.iter_lines():
+                    pass
+            ended.append("clean")
+        except httpx.HTTPError as exc:
+            ended.append(type(exc).__name__)
+
+    listener = threading.Thread(target=listen)
+    listener.start()
+    time.sleep(0.5)
+    server.process.send_signal(signal.SIGTERM)
+    server.process.wait(timeout=30)
+    listener.join(30)
+    assert ended == ["clean"], f"the stream ended with {ended}"
+    assert "returned without completing response" not in server.log()
