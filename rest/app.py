@@ -143,7 +143,12 @@ def create_app(settings: Settings) -> FastAPI:
             return json_response(body, status_code=status, headers={"Cache-Control": "no-store"})
 
         # Added before PrefixAliases, so it runs after it and sees canonical paths.
-        app.add_middleware(AuthMiddleware, authenticator=authenticator, prefix=settings.prefix)
+        app.add_middleware(
+            AuthMiddleware,
+            authenticator=authenticator,
+            prefix=settings.prefix,
+            max_body=int(settings.max_body_mb * (1 << 20)),
+        )
     app.add_middleware(PrefixAliases, prefix=settings.prefix)
     app.add_middleware(RequestMetrics, counter=app.state.http_requests)
     return app

@@ -107,12 +107,14 @@ def required_rank(method: str, path: str, prefix: str) -> int:
     return RANK["writer"]
 
 
-def _namespaces_in(path: str, body: bytes, prefix: str) -> list[tuple[str, ...]]:
-    """Every namespace a request touches: from the path, and from bodies that name objects."""
+def _namespaces_in(path: str, query: bytes, body: bytes, prefix: str) -> list[tuple[str, ...]]:
+    """Every namespace a request touches: from the path, a listing's parent, and bodies that name objects."""
     found = []
     catalog = f"/v1/{prefix}/namespaces/"
     if path.startswith(catalog):
         found.append(tuple(unquote(path[len(catalog) :].split("/")[0]).split("\x1f")))
+    if path == catalog.rstrip("/") and (parent := parse_qs(query.decode(errors="replace")).get("parent")):
+        found.append(tuple(parent[0].split("\x1f")))
     named_in_body = {f"/v1/{prefix}/{route}" for route in ("namespaces", "tables/rename", "views/rename")}
     if body and path in named_in_body | {f"/v1/{prefix}/transactions/commit"}:
         try:
@@ -141,10 +143,11 @@ def _problem(status: int, error_type: str, message: str, challenge: bool = False
 
 
 class AuthMiddleware:
-    def __init__(self, app: ASGIApp, authenticator: Authenticator, prefix: str) -> None:
+    def __init__(self, app: ASGIApp, authenticator: Authenticator, prefix: str, max_body: int) -> None:
         self.app = app
         self.authenticator = authenticator
         self.prefix = prefix
+        self.max_body = max_body
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] in PUBLIC:
@@ -162,8 +165,8 @@ class AuthMiddleware:
         if caller.rank < required_rank(scope["method"], scope["path"], self.prefix):
             await _reply(send, _problem(403, "ForbiddenException", f"{caller.name} may not do this"))
             return
-        body, receive = await _buffered(receive)
-        for namespace in _namespaces_in(scope["path"], body, self.prefix):
+        body, receive = await _buffered(receive, self.max_body)
+        for namespace in _namespaces_in(scope["path"], scope.get("query_string", b""), body, self.prefix):
             if not caller.may_use(namespace):
                 message = f"{caller.name} may not use namespace {'.'.join(namespace)}"
                 await _reply(send, _problem(403, "ForbiddenException", message))
@@ -177,14 +180,16 @@ async def _reply(send: Send, problem: Message) -> None:
     await send({"type": "http.response.body", "body": problem["body"]})
 
 
-async def _buffered(receive: Receive) -> tuple[bytes, Receive]:
-    """Read the request body once, and hand the app a receive that replays it."""
-    chunks, more = [], True
-    while more:
+async def _buffered(receive: Receive, limit: int) -> tuple[bytes, Receive]:
+    """Read the request body once (past `limit`, no further: the route answers 413), and hand the
+    app a receive that replays what was read."""
+    chunks, size, more = [], 0, True
+    while more and size <= limit:
         message = await receive()
         if message["type"] != "http.request":
             return b"", receive
         chunks.append(message.get("body", b""))
+        size += len(chunks[-1])
         more = message.get("more_body", False)
     body = b"".join(chunks)
     replayed = False
@@ -193,7 +198,7 @@ async def _buffered(receive: Receive) -> tuple[bytes, Receive]:
         nonlocal replayed
         if not replayed:
             replayed = True
-            return {"type": "http.request", "body": body, "more_body": False}
+            return {"type": "http.request", "body": body, "more_body": more}
         return await receive()
 
     return body, replay

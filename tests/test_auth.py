@@ -222,3 +222,38 @@ def test_a_reader_may_report_scan_metrics(secured: IsbreServer) -> None:
         headers={"Authorization": f"Bearer {reader_token}"},
     )
     assert response.status_code == 204, response.text
+
+
+def test_a_scoped_reader_cannot_list_other_namespaces_children(secured: IsbreServer) -> None:
+    reader_token = token(secured, "bi", "bi-secret").json()["access_token"]
+    headers = {"Authorization": f"Bearer {reader_token}"}
+    refused = httpx.get(f"{secured.url}/v1/isbre/namespaces", params={"parent": "hr"}, headers=headers)
+    assert refused.status_code == 403
+    assert (
+        httpx.get(
+            f"{secured.url}/v1/isbre/namespaces", params={"parent": "sales"}, headers=headers
+        ).status_code
+        == 200
+    )
+
+
+def test_the_body_limit_holds_before_authorization_reads_the_body(tmp_path: Path) -> None:
+    env = {
+        "ISBRE_AUTH__ENABLED": "true",
+        "ISBRE_AUTH__PRINCIPALS": json.dumps(PRINCIPALS),
+        "ISBRE_MAX_BODY_MB": "0.01",
+    }
+    server = IsbreServer(tmp_path / "warehouse", env=env)
+    server.ready_path = "/live"
+    server.start()
+    try:
+        admin_token = token(server, "admin", "admin-secret").json()["access_token"]
+        response = httpx.post(
+            f"{server.url}/v1/isbre/namespaces",
+            content=b'{"namespace": ["x"], "properties": {"p": "' + b"y" * 50_000 + b'"}}',
+            headers={"Authorization": f"Bearer {admin_token}", "Content-Type": "application/json"},
+        )
+        assert response.status_code == 413
+        assert response.json()["error"]["type"] == "RequestEntityTooLargeException"
+    finally:
+        server.stop()
