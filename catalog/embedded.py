@@ -27,6 +27,7 @@ from pyiceberg.typedef import Identifier as IdentifierTuple
 from pyiceberg.view import View
 from pyiceberg.view.metadata import ViewVersion
 
+from catalog.coverage import Coverage
 from catalog.identifiers import Identifier
 from catalog.metadata_files import local_path
 from catalog.service import CatalogService, TableState
@@ -120,6 +121,14 @@ class LmdbCatalog(MetastoreCatalog):
         self, identifier: str | IdentifierTuple, metadata_location: str, overwrite: bool = False
     ) -> Table:
         return self._table(self._service.register_table(_ident(identifier), metadata_location, overwrite))
+
+    def coverage(self, identifier: str | IdentifierTuple) -> Coverage:
+        """The source offsets the table holds, as sinks declared them in their commits."""
+        return self._service.coverage(_ident(identifier)).coverage
+
+    def commit_seq_of(self, identifier: str | IdentifierTuple, snapshot_id: int) -> int | None:
+        """The `commit_seq` of the commit that added `snapshot_id` with sink spans, if one did."""
+        return self._service.coverage(_ident(identifier), snapshot_id).commit_seq
 
     def drop_table(self, identifier: str | IdentifierTuple) -> None:
         self._service.drop_table(_ident(identifier))

@@ -13,6 +13,7 @@ from typing import Any
 
 import lmdb
 
+from catalog.coverage import Coverage, Range, Span, SpanKey, merge
 from catalog.identifiers import (
     Identifier,
     children_prefix,
@@ -30,6 +31,32 @@ FORMAT_VERSION = b"1"
 DATABASES = ("meta", "namespaces", "tables", "views", "commit_log", "coverage", "cursors", "idempotency")
 _SEQ = struct.Struct(">Q")
 _HIGH_WATER = b"commit_seq"
+_RANGE = struct.Struct(">QQ")
+
+
+_SNAPSHOT = struct.Struct(">q")
+
+
+# A table's coverage keys: `<uuid>\0S<source>\0<topic>\0<partition><start><end>` for ranges (the range
+# lives in the key, so merging rewrites keys only) and `<uuid>\0C<snapshot id>` -> commit_seq for the
+# commits that declared spans. NUL cannot occur in a uuid, a source id or a topic (spans are checked).
+def _ranges_prefix(table_uuid: str) -> bytes:
+    return table_uuid.encode() + b"\x00S"
+
+
+def _stream_prefix(table_uuid: str, key: SpanKey) -> bytes:
+    parts = (key.source_id.encode(), key.topic.encode(), _SEQ.pack(key.partition))
+    return _ranges_prefix(table_uuid) + b"\x00".join(parts)
+
+
+def _commit_key(table_uuid: str, snapshot_id: int) -> bytes:
+    return table_uuid.encode() + b"\x00C" + _SNAPSHOT.pack(snapshot_id)
+
+
+def _stream_key(raw: bytes) -> tuple[SpanKey, Range]:
+    _, marked_source_id, topic, rest = raw.split(b"\x00", 3)
+    key = SpanKey(marked_source_id[1:].decode(), topic.decode(), _SEQ.unpack(rest[: _SEQ.size])[0])
+    return key, _RANGE.unpack(rest[_SEQ.size :])
 
 
 def _after(cursor: lmdb.Cursor, prefix: bytes, after: bytes | None) -> Iterator[tuple[bytes, bytes]]:
@@ -128,6 +155,19 @@ class _LmdbView(WriteView):
                 return _SEQ.unpack(cursor.key())[0]
         return self.commit_seq() + 1
 
+    def coverage(self, table_uuid: str) -> Coverage:
+        # Keys are prefix + (start, end): a range lives in the key, so merging only rewrites keys.
+        found: dict[SpanKey, list[Range]] = {}
+        with self._txn.cursor(db=self._db("coverage")) as cursor:
+            for raw, _ in _after(cursor, _ranges_prefix(table_uuid), None):
+                key, covered = _stream_key(raw)
+                found.setdefault(key, []).append(covered)
+        return Coverage(found)
+
+    def coverage_commit(self, table_uuid: str, snapshot_id: int) -> int | None:
+        raw = self._txn.get(_commit_key(table_uuid, snapshot_id), db=self._db("coverage"))
+        return None if raw is None else _SEQ.unpack(raw)[0]
+
     # -- writes: LMDB raises MapFullError from any of them when the map is full
 
     @contextmanager
@@ -164,6 +204,34 @@ class _LmdbView(WriteView):
     def put_cursor(self, name: str, commit_seq: int) -> None:
         with self._full_is_retryable():
             self._txn.put(name.encode(), _SEQ.pack(commit_seq), db=self._db("cursors"))
+
+    def add_coverage(
+        self, table_uuid: str, spans: list[Span], snapshot_id: int | None, commit_seq: int
+    ) -> None:
+        db = self._db("coverage")
+        if snapshot_id is not None:
+            with self._full_is_retryable():
+                self._txn.put(_commit_key(table_uuid, snapshot_id), _SEQ.pack(commit_seq), db=db)
+        by_stream: dict[SpanKey, list[Range]] = {}
+        for span in spans:
+            by_stream.setdefault(span.key, []).append((span.start, span.end))
+        for key, added in by_stream.items():
+            prefix = _stream_prefix(table_uuid, key)
+            with self._txn.cursor(db=db) as cursor:
+                existing = [_RANGE.unpack(raw[len(prefix) :]) for raw, _ in _after(cursor, prefix, None)]
+            merged = merge([*existing, *added])
+            with self._full_is_retryable():
+                for covered in set(existing) - set(merged):
+                    self._txn.delete(prefix + _RANGE.pack(*covered), db=db)
+                for covered in set(merged) - set(existing):
+                    self._txn.put(prefix + _RANGE.pack(*covered), b"", db=db)
+
+    def drop_coverage(self, table_uuid: str) -> None:
+        db = self._db("coverage")
+        with self._txn.cursor(db=db) as cursor:
+            doomed = [raw for raw, _ in _after(cursor, table_uuid.encode() + b"\x00", None)]
+        for raw in doomed:
+            self._txn.delete(raw, db=db)
 
     def put_idempotent_response(self, key: str, response: dict[str, Any]) -> None:
         with self._full_is_retryable():

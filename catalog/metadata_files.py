@@ -37,12 +37,29 @@ def local_path(location: str) -> Path | None:
     return None
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+def _fsync(path: Path, flags: int = 0) -> None:
+    fd = os.open(path, os.O_RDONLY | flags)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _fsync_dir(path: Path) -> None:
+    _fsync(path, os.O_DIRECTORY)
+
+
+def sync_file(path: Path) -> None:
+    """Flush a file another writer (PyArrow) created, and its directory entry, to disk."""
+    _fsync(path)
+    _fsync_dir(path.parent)
+
+
+def publish_durably(temporary: Path, final: Path) -> None:
+    """Sync `temporary`, then rename it to `final` and sync the rename: `final` is whole or absent."""
+    _fsync(temporary)
+    os.replace(temporary, final)
+    _fsync_dir(final.parent)
 
 
 def write_durably(io: FileIO, location: str, data: bytes) -> None:

@@ -44,6 +44,7 @@ from pyiceberg.table.metadata import TableMetadata, new_table_metadata
 from pyiceberg.table.sorting import SortOrder
 from pyiceberg.view.metadata import ViewMetadata, ViewVersion
 
+from catalog.coverage import Coverage, snapshot_spans
 from catalog.identifiers import Identifier, check_namespace
 from catalog.lmdb_store import LmdbStore
 from catalog.locations import LocationPolicy
@@ -103,6 +104,13 @@ class TableState:
     metadata_location: str | None
     metadata: TableMetadata
     json: bytes
+
+
+@dataclass(frozen=True)
+class TableCoverage:
+    table_uuid: str
+    coverage: Coverage
+    commit_seq: int | None = None
 
 
 @dataclass(frozen=True)
@@ -392,6 +400,15 @@ class CatalogService:
         )
         return self._swap([staged], txn=None)[0]
 
+    def coverage(self, ident: Identifier, snapshot_id: int | None = None) -> TableCoverage:
+        """The source offsets the table's commits declared (and which commit added `snapshot_id`)."""
+        with self.store.read() as view:
+            pointer = view.pointer(TABLE, ident)
+            if pointer is None:
+                raise NoSuchTableError(f"Table does not exist: {ident}")
+            commit_seq = None if snapshot_id is None else view.coverage_commit(pointer.uuid, snapshot_id)
+            return TableCoverage(pointer.uuid, view.coverage(pointer.uuid), commit_seq)
+
     def commit_table(self, change: TableChange) -> TableState:
         return self.commit_tables([change], txn=None)[0]
 
@@ -440,7 +457,11 @@ class CatalogService:
                 for entry in staged:
                     if entry.changed:
                         batch.view.put_pointer(TABLE, entry.ident, entry.pointer)
-                        batch.log(commit_record(entry, txn, txn_size))
+                        record = batch.log(commit_record(entry, txn, txn_size))
+                        if entry.spans:
+                            batch.view.add_coverage(
+                                entry.pointer.uuid, list(entry.spans), record.snapshot_id, record.commit_seq
+                            )
                 return [TableState(e.ident, e.metadata_location, e.metadata, e.json) for e in staged]
 
             states = self._mutate(mutation)
@@ -463,6 +484,8 @@ class CatalogService:
             if pointer is None:
                 raise _MISSING[kind](f"{kind.capitalize()} does not exist: {ident}")
             batch.view.delete_pointer(kind, ident)
+            if kind == TABLE:
+                batch.view.drop_coverage(pointer.uuid)
             batch.log(
                 CommitRecord(
                     f"{kind}.drop",
@@ -527,6 +550,8 @@ class CatalogService:
         self, ident: Identifier, metadata_location: str, overwrite: bool = False
     ) -> TableState:
         loaded = _read_for_register(self.table_files, self.locations, metadata_location)
+        # Whatever coverage the snapshots still declare (expired ones are gone with their summaries).
+        spans = [span for snapshot in loaded.metadata.snapshots for span in snapshot_spans(snapshot)]
 
         def mutation(batch: Batch) -> TableState:
             _require_namespace(batch.view, ident.namespace)
@@ -537,7 +562,7 @@ class CatalogService:
                 raise ViewAlreadyExistsError(f"View already exists: {ident}")
             pointer = Pointer(metadata_location, str(loaded.metadata.table_uuid))
             batch.view.put_pointer(TABLE, ident, pointer)
-            batch.log(
+            record = batch.log(
                 CommitRecord(
                     "table.register",
                     list(ident.namespace),
@@ -549,6 +574,8 @@ class CatalogService:
                     schema_id=loaded.metadata.current_schema_id,
                 )
             )
+            if spans:
+                batch.view.add_coverage(pointer.uuid, spans, None, record.commit_seq)
             return TableState(ident, metadata_location, loaded.metadata, loaded.json)
 
         return self._mutate(mutation)

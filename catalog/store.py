@@ -14,6 +14,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
+from catalog.coverage import Coverage, Span
 from catalog.identifiers import Identifier
 from catalog.records import CommitRecord
 
@@ -83,6 +84,14 @@ class ReadView(ABC):
     def log_floor(self) -> int:
         """The lowest `commit_seq` still in the log (high-water + 1 when it is empty)."""
 
+    @abstractmethod
+    def coverage(self, table_uuid: str) -> Coverage:
+        """The source offsets the table's commits have declared, merged per stream."""
+
+    @abstractmethod
+    def coverage_commit(self, table_uuid: str, snapshot_id: int) -> int | None:
+        """The `commit_seq` of the commit that added `snapshot_id` with spans, if it did."""
+
 
 class WriteView(ReadView):
     """A write transaction: everything in it becomes durable together, or not at all."""
@@ -105,6 +114,16 @@ class WriteView(ReadView):
 
     @abstractmethod
     def put_cursor(self, name: str, commit_seq: int) -> None: ...
+
+    @abstractmethod
+    def add_coverage(
+        self, table_uuid: str, spans: list[Span], snapshot_id: int | None, commit_seq: int
+    ) -> None:
+        """Union-merge `spans` into the table's coverage (never shrinks it), and remember which
+        `commit_seq` committed `snapshot_id`."""
+
+    @abstractmethod
+    def drop_coverage(self, table_uuid: str) -> None: ...
 
     @abstractmethod
     def put_idempotent_response(self, key: str, response: dict[str, Any]) -> None: ...

@@ -27,6 +27,7 @@ from pyiceberg.table.update import (
 )
 from pyiceberg.utils.datetime import datetime_to_millis
 
+from catalog.coverage import Span, snapshot_spans
 from catalog.identifiers import Identifier
 from catalog.metadata_files import Loaded, metadata_json
 from catalog.records import CommitRecord, summary_counters
@@ -51,6 +52,7 @@ class Staged:
     metadata_location: str
     changed: bool
     updates: tuple[TableUpdate, ...] = ()
+    spans: tuple[Span, ...] = ()
 
     @property
     def pointer(self) -> Pointer:
@@ -77,7 +79,10 @@ def stage(change: TableChange, base: Pointer | None, current: Loaded[TableMetada
             return Staged(change.ident, base, current.metadata, current.json, base.metadata_location, False)
         metadata = updated
     location = next_metadata_location(metadata.location, base.metadata_location if base else None)
-    return Staged(change.ident, base, metadata, metadata_json(metadata), location, True, change.updates)
+    added = [u.snapshot for u in change.updates if isinstance(u, AddSnapshotUpdate)]
+    spans = tuple(span for snapshot in added for span in snapshot_spans(snapshot))
+    json = metadata_json(metadata)
+    return Staged(change.ident, base, metadata, json, location, True, change.updates, spans)
 
 
 def apply_updates(

@@ -18,6 +18,8 @@ from lineage.config import build_client
 from lineage.mapping import LineageMapper, group_runs
 from rest.app import create_app, lineage_names
 from rest.settings import load_settings
+from sinks.ingest import add_arguments as add_ingest_arguments
+from sinks.ingest import run as run_ingest
 
 
 def _is_loopback(host: str) -> bool:
@@ -133,6 +135,10 @@ def main(argv: list[str] | None = None) -> int:
     replay.add_argument("--warehouse", type=Path, help="warehouse directory (default ./warehouse)")
     replay.add_argument("--config", type=Path, help="TOML settings file (for the lineage transport)")
     replay.set_defaults(handler=_lineage_replay)
+
+    ingest = commands.add_parser("ingest", help="load Parquet, CSV or JSON-lines files into a table, once")
+    add_ingest_arguments(ingest)
+    ingest.set_defaults(handler=run_ingest)
     args = parser.parse_args(argv)
     return args.handler(args)
 

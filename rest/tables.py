@@ -7,6 +7,7 @@ import logging
 import uuid
 
 from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi.responses import JSONResponse
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
 from starlette.concurrency import run_in_threadpool
@@ -103,6 +104,31 @@ async def load_table(
 def table_exists(request: Request, namespace: str, table: str) -> Response:
     service(request).table_pointer(_ident(namespace, table))
     return Response(status_code=204)
+
+
+@router.get("/namespaces/{namespace}/tables/{table}/coverage")
+def table_coverage(
+    request: Request,
+    namespace: str,
+    table: str,
+    source_id: str | None = Query(None, alias="source-id"),
+    topic: str | None = Query(None),
+    partition: int | None = Query(None),
+    snapshot_id: int | None = Query(None, alias="snapshot-id"),
+) -> Response:
+    """isbre extension: the source offsets the table holds, as sinks declared them in their commits."""
+    found = service(request).coverage(_ident(namespace, table), snapshot_id)
+    streams = [
+        entry
+        for entry in found.coverage.to_json()
+        if (source_id is None or entry["source-id"] == source_id)
+        and (topic is None or entry["topic"] == topic)
+        and (partition is None or entry["partition"] == partition)
+    ]
+    body: dict[str, object] = {"table-uuid": found.table_uuid, "coverage": streams}
+    if snapshot_id is not None:
+        body["commit-seq"] = found.commit_seq
+    return JSONResponse(body)
 
 
 @router.post("/namespaces/{namespace}/tables/{table}")

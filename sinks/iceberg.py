@@ -1,0 +1,424 @@
+"""The Iceberg sink: Arrow batches into an Iceberg table, each offset exactly once.
+
+`TableWriter` does the work for one table (provisioning, skipping covered
+offsets, stamping metadata columns, writing data files, the commit that
+carries the spans); `IcebergSink` is the `BatchSink` over it, and the ack
+lane (lane.py) drives the same writer from a background thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+from pyiceberg.catalog import Catalog
+from pyiceberg.exceptions import (
+    CommitFailedException,
+    CommitStateUnknownException,
+    NoSuchTableError,
+    TableAlreadyExistsError,
+)
+from pyiceberg.io.pyarrow import _dataframe_to_data_files, _pyarrow_to_schema_without_ids
+from pyiceberg.manifest import DataFile
+from pyiceberg.table import Table
+
+from catalog.coverage import SPANS_PROPERTY, Coverage, Span, SpanKey, encode_spans, merge
+from catalog.metadata_files import local_path, sync_file
+from sinks.catalogs import CoverageSource, coverage_source
+from sinks.columns import DEFAULT_PREFIX, MetadataColumns, now
+from sinks.contract import CommitInfo, OffsetSpan, SinkError, SourceFields, continue_span, row_offsets
+from sinks.provisioning import (
+    COMMENT_HASH_PROPERTY,
+    MANAGED_PROPERTY,
+    PREFIX_PROPERTY,
+    comment_hash,
+    plan,
+    with_docs,
+)
+from sinks.record_id import canonical_json
+
+log = logging.getLogger(__name__)
+
+COMMIT_ID_PROPERTY = "isbre.sink.commit-id"
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """Rows taken for the next commit, stamped when their file is written."""
+
+    batch: pa.RecordBatch
+    span: OffsetSpan
+    offsets: np.ndarray
+    source: SourceFields | None
+    received: pa.Scalar
+    to_json: list[str]
+
+
+class ConflictingWriteError(SinkError):
+    """Another writer committed offsets this sink had prepared; replaying the span resolves it."""
+
+
+def _covered(ranges: Sequence[tuple[int, int]], offsets: np.ndarray) -> np.ndarray:
+    if not ranges:
+        return np.zeros(len(offsets), dtype=bool)
+    starts = np.array([r[0] for r in ranges], dtype=np.int64)
+    ends = np.array([r[1] for r in ranges], dtype=np.int64)
+    index = np.searchsorted(starts, offsets, side="right") - 1
+    return (index >= 0) & (offsets < ends[np.maximum(index, 0)])
+
+
+class TableWriter:
+    """Writes prepared batches of any number of streams into one table, one commit at a time."""
+
+    def __init__(
+        self,
+        catalog: Catalog,
+        identifier: str,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        widen: bool = False,
+        to_json: bool = False,
+        fill_missing: bool = False,
+        snapshot_properties: Mapping[str, str] | None = None,
+        table_properties: Mapping[str, str] | None = None,
+        max_attempts: int = 10,
+        target_file_bytes: int = 64 << 20,
+        write_threads: int = 2,
+    ) -> None:
+        self.catalog = catalog
+        self.identifier = identifier
+        self.columns = MetadataColumns(prefix)
+        self.widen = widen
+        self.to_json = to_json
+        self.fill_missing = fill_missing
+        self.snapshot_properties = dict(snapshot_properties or {})
+        self.table_properties = dict(table_properties or {})
+        self.max_attempts = max_attempts
+        self._table: Table | None = None
+        self._source: CoverageSource | None = None
+        self._known: Coverage | None = None  # committed coverage, as of snapshot `_known_at`
+        self._known_at: int | None = None
+        self._pending = Coverage()  # prepared here, not yet committed
+        self._fitted: pa.Schema | None = None
+        self._json_columns: list[str] = []
+        # Data files are written in the background, a file per `target_file_bytes` of Arrow data,
+        # while the caller prepares the next batches.
+        self.target_file_bytes = target_file_bytes
+        self._buffer: list[pa.RecordBatch] = []
+        self._buffered = 0
+        self._writes: list[Future[list[DataFile]]] = []
+        self._pool = ThreadPoolExecutor(write_threads, thread_name_prefix="isbre-sink-write")
+
+    # -- provisioning
+
+    def _full_schema(self, payload: pa.Schema) -> pa.Schema:
+        return pa.schema([*payload, *self.columns.fields])
+
+    def _load_or_create(self, schema: pa.Schema) -> Table:
+        try:
+            return self.catalog.load_table(self.identifier)
+        except NoSuchTableError:
+            pass
+        documented = with_docs(schema)
+        properties = {
+            **self.table_properties,
+            MANAGED_PROPERTY: "true",
+            PREFIX_PROPERTY: self.columns.prefix,
+            COMMENT_HASH_PROPERTY: comment_hash(_pyarrow_to_schema_without_ids(documented)),
+        }
+        try:
+            return self.catalog.create_table(self.identifier, schema=documented, properties=properties)
+        except TableAlreadyExistsError:  # another sink created it first
+            return self.catalog.load_table(self.identifier)
+
+    def fit(self, payload: pa.Schema) -> None:
+        """Make the table take batches of `payload` (plus the metadata columns), or raise naming why not."""
+        if payload == self._fitted:
+            return
+        self.columns.check_payload(payload)
+        schema = self._full_schema(payload)
+        for _ in range(self.max_attempts):
+            table = self._table or self._load_or_create(schema)
+            self._table = table
+            steps = plan(
+                table.schema(),
+                table.properties,
+                schema,
+                self.columns.prefix,
+                self.widen,
+                self.to_json,
+                self.fill_missing,
+            )
+            if not steps.changes_table:
+                break
+            try:
+                with table.transaction() as tx:
+                    if steps.changes_schema:
+                        with tx.update_schema() as update:
+                            for name, kind, doc in steps.add:
+                                update.add_column(name, kind, doc=doc)
+                            for name, kind in steps.widen:
+                                update.update_column(name, field_type=kind)
+                            for name, doc in steps.docs.items():
+                                update.update_column(name, doc=doc)
+                    if steps.properties:
+                        tx.set_properties(steps.properties)
+                if steps.add or steps.widen:
+                    log.info("%s: added %s, widened %s", self.identifier, steps.add, steps.widen)
+                break
+            except CommitFailedException:
+                self._table = self.catalog.load_table(self.identifier)
+        else:
+            raise SinkError(f"{self.identifier}: could not evolve the table: too many concurrent changes")
+        self._json_columns = steps.to_json
+        self._fitted = payload
+
+    @property
+    def table(self) -> Table:
+        if self._table is None:
+            self._table = self.catalog.load_table(self.identifier)
+        return self._table
+
+    # -- exactly-once
+
+    def _coverage_source(self) -> CoverageSource:
+        if self._source is None:
+            self._source = coverage_source(self.catalog, self.identifier)
+        return self._source
+
+    def _load_known(self, table: Table) -> Coverage:
+        self._known = self._coverage_source().coverage(table)
+        self._known_at = table.metadata.current_snapshot_id
+        return self._known
+
+    def coverage(self) -> Coverage:
+        """What the table holds, as far as this writer knows (committed coverage only)."""
+        return self._known if self._known is not None else self._load_known(self.table)
+
+    def _covered(self, key: SpanKey, offsets: np.ndarray) -> np.ndarray:
+        ranges = merge([*self.coverage().of(key), *self._pending.of(key)])
+        return _covered(ranges, offsets)
+
+    def add(
+        self,
+        batch: pa.RecordBatch,
+        span: OffsetSpan,
+        source: SourceFields | None = None,
+        offsets: np.ndarray | None = None,
+    ) -> int:
+        """Take `batch` for the next commit; returns how many of its rows were not covered yet."""
+        prepared = self.prepare(batch, span, source, offsets)
+        if prepared is None:
+            return 0
+        self._buffer.append(prepared)
+        self._buffered += prepared.batch.nbytes
+        if self._buffered >= self.target_file_bytes:
+            self._start_write()
+        return prepared.batch.num_rows
+
+    def _start_write(self) -> None:
+        if self._buffer:
+            batches, self._buffer, self._buffered = self._buffer, [], 0
+            self._writes.append(self._pool.submit(self._write, self.table, batches))
+
+    def _written(self) -> list[DataFile]:
+        writes, self._writes = self._writes, []
+        files: list[DataFile] = []
+        failure: BaseException | None = None
+        for write in writes:  # wait for every write, so that none is left running on failure
+            try:
+                files += write.result()
+            except BaseException as e:
+                failure = failure or e
+        if failure is not None:
+            self._discard(files)
+            raise failure
+        return files
+
+    def prepare(
+        self,
+        batch: pa.RecordBatch,
+        span: OffsetSpan,
+        source: SourceFields | None = None,
+        offsets: np.ndarray | None = None,
+    ) -> _Prepared | None:
+        """The rows of `batch` not yet covered; None when there are none.
+
+        Rows map to offsets `span.start, span.start + 1, …` unless `offsets` says otherwise
+        (ascending, inside the span: a source that skips offsets).
+        """
+        if isinstance(batch, pa.Table):
+            batch = batch.combine_chunks().to_batches()[0] if batch.num_rows else batch.schema.empty_table()
+        offsets = row_offsets(batch.num_rows, span, offsets)
+        if source is not None:
+            source.check(batch.num_rows)
+        self.fit(batch.schema)
+        covered = self._covered(span.key, offsets)
+        self._pending.add(span.as_span())
+        if covered.any():
+            keep = pa.array(~covered)
+            batch = batch.filter(keep)
+            offsets = offsets[~covered]
+            source = source.filter(keep) if source is not None else None
+        if batch.num_rows == 0:
+            return None
+        return _Prepared(batch, span, offsets, source, now(), list(self._json_columns))
+
+    # -- committing
+
+    def _write(self, table: Table, prepared: Sequence[_Prepared]) -> list[DataFile]:
+        # Runs on a write thread: hashing and encoding release the GIL, so the threads overlap.
+        emitted = now()
+        stamped = []
+        for item in prepared:
+            batch = self.columns.stamp(item.batch, item.span, item.offsets, item.source, item.received)
+            for name in item.to_json:
+                index = batch.schema.get_field_index(name)
+                batch = batch.set_column(index, name, canonical_json(batch.column(index)))
+            stamped.append(self.columns.with_emit_ts(batch, emitted))
+        rows = pa.Table.from_batches(stamped)
+        files = list(_dataframe_to_data_files(table.metadata, rows, table.io, uuid.uuid4()))
+        for data_file in files:  # a commit must not point at data a power loss could take back
+            if (path := local_path(data_file.file_path)) is not None:
+                sync_file(path)
+        return files
+
+    def _landed(self, commit_id: str) -> int | None:
+        """The snapshot a commit whose answer was lost created, if it exists."""
+        table = self.catalog.load_table(self.identifier)
+        self._table = table
+        for snapshot in reversed(table.metadata.snapshots):
+            summary = snapshot.summary.additional_properties if snapshot.summary else {}
+            if summary.get(COMMIT_ID_PROPERTY) == commit_id:
+                return snapshot.snapshot_id
+        return None
+
+    def _check_no_overlap(self, table: Table) -> None:
+        if self._known_at == table.metadata.current_snapshot_id and self._known is not None:
+            return
+        known = self._load_known(table)
+        for key, ranges in self._pending.ranges.items():
+            theirs = known.of(key)
+            for start, end in ranges:
+                if any(s < end and start < e for s, e in theirs):
+                    raise ConflictingWriteError(
+                        f"{self.identifier}: another writer committed offsets of {key} in [{start}, {end}) "
+                        "while this sink held them; replay the span (covered rows are skipped)"
+                    )
+
+    def commit(self) -> CommitInfo:
+        """Make everything added since the last commit durable in one commit, spans included."""
+        spans = [span for key, ranges in self._pending.ranges.items() for span in _spans(key, ranges)]
+        files: list[DataFile] = []
+        try:
+            self._start_write()
+            files = self._written()
+            known = self.coverage()
+            if not files and all(_inside(known.of(s.key), s.start, s.end) for s in spans):
+                self._pending = Coverage()
+                return CommitInfo(self.identifier, None)
+            commit_id = str(uuid.uuid4())
+            properties = {
+                **self.snapshot_properties,
+                SPANS_PROPERTY: encode_spans(spans),
+                COMMIT_ID_PROPERTY: commit_id,
+            }
+            self._table = self.table.refresh()
+            snapshot_id = self._commit(files, properties, commit_id)
+        except BaseException:
+            self.abort(files)
+            raise
+        for span in spans:
+            known.add(span)
+        self._known_at = snapshot_id
+        self._pending = Coverage()
+        return CommitInfo(self.identifier, snapshot_id, self._coverage_source().commit_seq_of(snapshot_id))
+
+    def _commit(self, files: list[DataFile], properties: dict[str, str], commit_id: str) -> int:
+        for _ in range(self.max_attempts):
+            table = self.table
+            self._check_no_overlap(table)
+            try:
+                tx = table.transaction()
+                with tx.update_snapshot(snapshot_properties=properties).fast_append() as append:
+                    for data_file in files:
+                        append.append_data_file(data_file)
+                tx.commit_transaction()
+                return table.metadata.current_snapshot_id  # type: ignore[return-value]
+            except CommitFailedException:
+                self._table = table.refresh()
+            except CommitStateUnknownException:
+                landed = self._landed(commit_id)
+                if landed is not None:
+                    return landed
+        raise SinkError(f"{self.identifier}: gave up after {self.max_attempts} commit attempts")
+
+    def abort(self, files: Iterable[DataFile] = ()) -> None:
+        """Forget everything not committed and remove its data files; coverage is re-read next time."""
+        self._buffer, self._buffered = [], 0
+        try:
+            files = [*files, *self._written()]
+        except BaseException as e:  # a failed write left nothing to remove
+            log.debug("aborted write failed: %s", e)
+        self._discard(files)
+        self._pending = Coverage()
+        self._known = None
+
+    def close(self) -> None:
+        self.abort()
+        self._pool.shutdown(wait=True)
+
+    def _discard(self, files: Iterable[DataFile]) -> None:
+        for data_file in files:
+            try:
+                self.table.io.delete(data_file.file_path)
+            except OSError as e:
+                log.warning("could not remove unreferenced data file %s: %s", data_file.file_path, e)
+
+
+def _spans(key: SpanKey, ranges: Iterable[tuple[int, int]]) -> list[Span]:
+    return [Span(key, s, e) for s, e in ranges]
+
+
+def _inside(ranges: Sequence[tuple[int, int]], start: int, end: int) -> bool:
+    return start == end or any(s <= start and end <= e for s, e in ranges)
+
+
+class IcebergSink:
+    """`BatchSink` for one stream: push its spans in order, `finish()` commits them together."""
+
+    def __init__(self, catalog: Catalog, identifier: str, **options: object) -> None:
+        self.writer = TableWriter(catalog, identifier, **options)  # type: ignore[arg-type]
+        self._span: OffsetSpan | None = None
+
+    def push(
+        self,
+        batch: pa.RecordBatch,
+        span: OffsetSpan,
+        source: SourceFields | None = None,
+        offsets: np.ndarray | None = None,
+    ) -> None:
+        extended = continue_span(self._span, span)
+        self.writer.add(batch, span, source, offsets)
+        self._span = extended
+
+    def finish(self) -> tuple[CommitInfo, OffsetSpan]:
+        if self._span is None:
+            raise SinkError("finish() without a push")
+        span, self._span = self._span, None
+        return self.writer.commit(), span
+
+    def close(self) -> None:
+        """Drop whatever was pushed and not finished (its files are removed)."""
+        self.writer.close()
+
+    def __enter__(self) -> IcebergSink:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

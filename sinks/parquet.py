@@ -1,0 +1,70 @@
+"""The Parquet raw lane: plain Parquet files with the metadata columns, no catalog.
+
+One `finish()` is one file, named after its span, so replaying a span with the
+same boundaries finds the file already there and writes nothing. A file is
+written under a temporary name, synced and renamed: it is whole or absent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from catalog.metadata_files import publish_durably
+from sinks.columns import DEFAULT_PREFIX, MetadataColumns, now
+from sinks.contract import CommitInfo, OffsetSpan, SinkError, SourceFields, continue_span, row_offsets
+
+
+def span_file_name(span: OffsetSpan) -> str:
+    # Source ids and topics may hold any character; a digest keeps the name a safe single path segment.
+    stream = hashlib.sha256(f"{span.source_id}\0{span.topic}".encode()).hexdigest()[:16]
+    return f"{stream}-p{span.partition}-{span.start:020d}-{span.end:020d}.parquet"
+
+
+class ParquetSink:
+    """`BatchSink` writing one Parquet file per `finish()` into `directory`."""
+
+    def __init__(
+        self, directory: str | Path, *, prefix: str = DEFAULT_PREFIX, compression: str = "zstd"
+    ) -> None:
+        self.directory = Path(directory)
+        self.columns = MetadataColumns(prefix)
+        self.compression = compression
+        self._batches: list[pa.RecordBatch] = []
+        self._span: OffsetSpan | None = None
+
+    def push(
+        self,
+        batch: pa.RecordBatch,
+        span: OffsetSpan,
+        source: SourceFields | None = None,
+        offsets: np.ndarray | None = None,
+    ) -> None:
+        extended = continue_span(self._span, span)
+        self.columns.check_payload(batch.schema)
+        offsets = row_offsets(batch.num_rows, span, offsets)
+        if source is not None:
+            source.check(batch.num_rows)
+        received = now()
+        self._batches.append(self.columns.stamp(batch, span, offsets, source, received))
+        self._span = extended
+
+    def finish(self) -> tuple[CommitInfo, OffsetSpan]:
+        if self._span is None:
+            raise SinkError("finish() without a push")
+        span, batches = self._span, self._batches
+        self._span, self._batches = None, []
+        final = self.directory / span_file_name(span)
+        if final.exists():  # this span was written before: replaying it adds nothing
+            return CommitInfo(str(final), None), span
+        self.directory.mkdir(parents=True, exist_ok=True)
+        emitted = now()
+        table = pa.Table.from_batches([self.columns.with_emit_ts(b, emitted) for b in batches])
+        temporary = final.with_name(final.name + ".tmp")
+        pq.write_table(table, temporary, compression=self.compression)
+        publish_durably(temporary, final)
+        return CommitInfo(str(final), None), span

@@ -1,0 +1,168 @@
+"""Making the table fit the batches: create, add columns, widen on request, refuse the rest.
+
+The plan is computed first (what the batch needs that the table lacks) and
+applied as one schema commit, so a refused batch changes nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+from pyiceberg.io.pyarrow import _pyarrow_to_schema_without_ids
+from pyiceberg.schema import Schema
+from pyiceberg.types import (
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IcebergType,
+    IntegerType,
+    ListType,
+    LongType,
+    MapType,
+    StringType,
+    StructType,
+    TimestampType,
+    TimestamptzType,
+)
+
+from sinks.contract import SchemaDriftError
+
+MANAGED_PROPERTY = "isbre.sink.managed"
+PREFIX_PROPERTY = "isbre.sink.prefix"
+COMMENT_HASH_PROPERTY = "isbre.sink.comment-hash"
+DOC_KEYS = (b"comment", b"description", b"doc")
+
+
+def with_docs(schema: pa.Schema) -> pa.Schema:
+    """Arrow fields documented under `comment` or `description` carry it as `doc`, which PyIceberg reads."""
+    fields = []
+    for f in schema:
+        metadata = f.metadata or {}
+        doc = next((metadata[k] for k in DOC_KEYS if k in metadata), None)
+        fields.append(f.with_metadata({**metadata, b"doc": doc}) if doc is not None else f)
+    return pa.schema(fields, metadata=schema.metadata)
+
+
+def lossless(narrow: IcebergType, wide: IcebergType) -> bool:
+    """Iceberg's lossless type promotions."""
+    if isinstance(narrow, IntegerType) and isinstance(wide, LongType):
+        return True
+    if isinstance(narrow, FloatType) and isinstance(wide, DoubleType):
+        return True
+    return (
+        isinstance(narrow, DecimalType)
+        and isinstance(wide, DecimalType)
+        and narrow.scale == wide.scale
+        and narrow.precision <= wide.precision
+    )
+
+
+def _shape(kind: IcebergType) -> object:
+    """A type without its field ids, which differ between a batch's schema and the table's."""
+    if isinstance(kind, StructType):
+        return ("struct", tuple((f.name, _shape(f.field_type)) for f in kind.fields))
+    if isinstance(kind, ListType):
+        return ("list", _shape(kind.element_type))
+    if isinstance(kind, MapType):
+        return ("map", _shape(kind.key_type), _shape(kind.value_type))
+    return kind
+
+
+def _is_nested(kind: IcebergType) -> bool:
+    return isinstance(kind, StructType | ListType | MapType)
+
+
+@dataclass
+class Plan:
+    add: list[tuple[str, IcebergType, str | None]] = field(default_factory=list)
+    widen: list[tuple[str, IcebergType]] = field(default_factory=list)
+    docs: dict[str, str] = field(default_factory=dict)  # existing columns whose doc must change
+    to_json: list[str] = field(default_factory=list)  # batch columns to write as JSON text
+    properties: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def changes_schema(self) -> bool:
+        return bool(self.add or self.widen or self.docs)
+
+    @property
+    def changes_table(self) -> bool:
+        return self.changes_schema or bool(self.properties)
+
+
+def comment_hash(schema: Schema) -> str:
+    docs = {f.name: f.doc for f in schema.fields if f.doc}
+    return hashlib.sha256(json.dumps(docs, sort_keys=True).encode()).hexdigest()
+
+
+def plan(
+    table_schema: Schema,
+    table_properties: dict[str, str],
+    batch_schema: pa.Schema,
+    prefix: str,
+    widen: bool,
+    to_json: bool,
+    fill_missing: bool,
+) -> Plan:
+    """What the table needs to take batches of `batch_schema` (payload and metadata columns)."""
+    known = table_properties.get(PREFIX_PROPERTY)
+    if known is not None and known != prefix:
+        raise SchemaDriftError(
+            f"The table's metadata columns use the prefix {known!r}; a sink with prefix {prefix!r} "
+            "cannot write to it (the prefix is fixed once the table exists)"
+        )
+    incoming = _pyarrow_to_schema_without_ids(with_docs(batch_schema))
+    result = Plan()
+    for wanted in incoming.fields:
+        name, kind = wanted.name, wanted.field_type
+        existing = next((f for f in table_schema.fields if f.name == name), None)
+        if existing is None:
+            result.add.append((name, kind, wanted.doc))
+            continue
+        have = existing.field_type
+        if wanted.doc and wanted.doc != existing.doc:
+            result.docs[name] = wanted.doc
+        if _shape(kind) == _shape(have) or lossless(kind, have):
+            continue
+        if isinstance(have, StringType) and _is_nested(kind):
+            if to_json:
+                result.to_json.append(name)
+                continue
+            raise SchemaDriftError(
+                f"Column {name!r}: the batch has {kind}, the table column is {have}; "
+                "serialize it to JSON upstream or enable the sink's to_json projection"
+            )
+        if {type(kind), type(have)} == {TimestampType, TimestamptzType}:
+            aware = "time-zone-aware" if isinstance(kind, TimestamptzType) else "time-zone-naive"
+            raise SchemaDriftError(
+                f"Column {name!r}: the batch has a {aware} timestamp ({kind}) but the table column is "
+                f"{have}; convert the values before they reach the sink"
+            )
+        if lossless(have, kind):
+            if widen:
+                result.widen.append((name, kind))
+                continue
+            raise SchemaDriftError(
+                f"Column {name!r}: the batch has {kind}, the table column is {have}; writing would narrow "
+                "the values (enable widening to promote the column)"
+            )
+        raise SchemaDriftError(f"Column {name!r}: the batch's {kind} cannot be written to the table's {have}")
+    for existing in table_schema.fields:
+        if any(f.name == existing.name for f in incoming.fields):
+            continue
+        if fill_missing and not existing.required:
+            continue
+        raise SchemaDriftError(
+            f"Column {existing.name!r} ({existing.field_type}) is in the table but not in the batch; "
+            "the sink never drops columns (fill_missing writes nulls into optional ones)"
+        )
+    # Docs are re-synced only when the batch's docs changed since the last sync: a no-op re-sync
+    # commits nothing, and a doc edited by hand in the catalog stays until the source's doc changes.
+    synced = comment_hash(incoming)
+    if table_properties.get(COMMENT_HASH_PROPERTY) == synced:
+        result.docs = {}
+    wanted_properties = {MANAGED_PROPERTY: "true", PREFIX_PROPERTY: prefix, COMMENT_HASH_PROPERTY: synced}
+    result.properties = {k: v for k, v in wanted_properties.items() if table_properties.get(k) != v}
+    return result
