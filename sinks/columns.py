@@ -74,9 +74,20 @@ class MetadataColumns:
                 f"{self.prefix!r}; rename them or configure another prefix for a new table"
             )
 
+    @property
+    def parquet_options(self) -> dict[str, tuple[bool, str | None, str | None]]:
+        """Parquet (dictionary, encoding, compression) for the columns whose values defeat the defaults."""
+        return {
+            self.name("source_offset"): (False, "DELTA_BINARY_PACKED", None),
+            self.name("ingest_ts"): (False, "DELTA_BINARY_PACKED", None),
+            self.name("emit_ts"): (False, "DELTA_BINARY_PACKED", None),
+            self.name("record_id"): (False, None, "none"),
+        }
+
     def with_emit_ts(self, batch: pa.RecordBatch, emitted: pa.Scalar) -> pa.RecordBatch:
+        # emit_ts goes back to its place, just before record_id, the last column `stamp` made.
         column = pa.repeat(emitted, batch.num_rows)
-        return batch.append_column(pa.field(self.name("emit_ts"), TIMESTAMP), column)
+        return batch.add_column(batch.num_columns - 1, pa.field(self.name("emit_ts"), TIMESTAMP), column)
 
     def stamp(
         self,

@@ -74,12 +74,15 @@ def _bytes_digest(array: pa.Array) -> np.ndarray:
         # Short values: one pass per word position over all rows beats gathering every word.
         row_sums = np.zeros(n, dtype=U64)
         last = len(unaligned) - 1
+        starts = offsets[:-1]
         for index in range(longest):
             remaining = np.clip(lengths - 8 * index, 0, 8)
-            words = unaligned[np.minimum(offsets[:-1] + 8 * index, last)] & _TAIL_MASKS[remaining]
-            tag = U64((index + 1) * int(WORD_TAG) & _MASK64)
-            contributions = (words ^ tag) * MULTIPLIERS[0]
-            row_sums += np.where(remaining > 0, contributions, U64(0))
+            words = unaligned[np.minimum(starts + 8 * index, last)]
+            words &= _TAIL_MASKS[remaining]
+            words ^= U64((index + 1) * int(WORD_TAG) & _MASK64)
+            words *= MULTIPLIERS[0]
+            words *= remaining > 0  # a value shorter than this word position has no such word
+            row_sums += words
     else:
         first_word = np.concatenate([[0], np.cumsum(words_per_row)])
         row_of_word = np.repeat(np.arange(n), words_per_row)

@@ -11,7 +11,9 @@ import pyarrow as pa
 import pytest
 from pyiceberg.catalog.rest import RestCatalog
 
+from sinks.iceberg import IcebergSink
 from tests.server import IsbreServer
+from tests.sink_helpers import rows, span
 
 
 def extension_file(name: str) -> Path:
@@ -90,3 +92,19 @@ def test_duckdb_creates_a_schema(
 ) -> None:
     duck.execute(f"CREATE SCHEMA lake.{namespace}_duck")
     assert rest_catalog.namespace_exists(f"{namespace}_duck")
+
+
+def test_duckdb_reads_what_the_sink_wrote(
+    rest_catalog: RestCatalog, duck: duckdb.DuckDBPyConnection, namespace: str
+) -> None:
+    # The sink writes its metadata columns with their own Parquet encodings; engines must read them.
+    with IcebergSink(rest_catalog, f"{namespace}.ingested") as sink:
+        sink.push(rows(0, 300), span(0, 300))
+        sink.finish()
+    found = duck.execute(
+        "SELECT count(*), min(_twg_source_offset), max(_twg_source_offset), count(DISTINCT _twg_record_id),"
+        " bool_and(_twg_emit_ts >= _twg_ingest_ts), any_value(_twg_source_topic)"
+        f" FROM lake.{namespace}.ingested"
+    ).fetchone()
+    assert found == (300, 0, 299, 300, True, "orders")
+    assert duck.execute(f"SELECT sum(n) FROM lake.{namespace}.ingested").fetchone() == (sum(range(300)),)

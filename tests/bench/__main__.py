@@ -7,7 +7,7 @@ import platform
 import tempfile
 from pathlib import Path
 
-from tests.bench import commits, events, lineage, load_table
+from tests.bench import commits, events, lineage, load_table, sinks
 
 
 def main() -> None:
@@ -19,6 +19,7 @@ def main() -> None:
             load_table.run(Path(workdir)),
             *events.run(Path(workdir)),
             lineage.run(Path(workdir)),
+            *sinks.run(Path(workdir)),
         ]
     print()
     for report in reports:
