@@ -135,10 +135,14 @@ def column_digest(array: pa.Array | pa.ChunkedArray) -> np.ndarray:
     elif pa.types.is_unsigned_integer(kind):
         digests = fmix64(pc.fill_null(pc.cast(array, pa.uint64()), 0).to_numpy())
     elif pa.types.is_integer(kind) or pa.types.is_boolean(kind) or pa.types.is_temporal(kind):
+        if pa.types.is_temporal(kind):  # the stored integer (days, units since the epoch, …)
+            array = array.view(pa.int32() if kind.bit_width == 32 else pa.int64())
         digests = fmix64(pc.fill_null(pc.cast(array, pa.int64()), 0).to_numpy().view(U64))
     elif pa.types.is_decimal(kind):
-        # The 16-byte two's-complement unscaled value, whatever width the column had.
-        digests = _bytes_digest(pc.cast(array, pa.decimal128(kind.precision, kind.scale)).view(pa.binary(16)))
+        # The two's-complement unscaled value: 16 bytes, or 32 above precision 38.
+        if kind.precision <= 38:
+            array = pc.cast(array, pa.decimal128(kind.precision, kind.scale))
+        digests = _bytes_digest(array.view(pa.binary(16 if kind.precision <= 38 else 32)))
     elif any(test(kind) for test in _BYTES_LIKE):
         digests = _bytes_digest(array)
     else:

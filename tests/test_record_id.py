@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import decimal
 
 import numpy as np
@@ -40,6 +41,27 @@ def test_every_input_changes_the_id() -> None:
     assert first_changed != base[0] and second_unchanged == base[1]
     swapped = [PAYLOAD[1], PAYLOAD[0], *PAYLOAD[2:]]
     assert _ids(payload=swapped) != base
+
+
+def test_every_arrow_type_has_a_digest() -> None:
+    columns = [
+        pa.array([datetime.date(2020, 1, 1), None]),
+        pa.array([datetime.time(1, 2), None]),
+        pa.array([datetime.timedelta(days=1), None]),
+        pa.array([datetime.datetime(2020, 1, 1), None], pa.timestamp("ms", "UTC")),
+        pa.array([decimal.Decimal("1.5"), None], pa.decimal256(40, 2)),
+        pa.array([[("k", 1)], None], pa.map_(pa.string(), pa.int64())),
+        pa.array([[1, 2], None]),
+        pa.array([1, None], pa.uint64()),
+        pa.array([b"ab", None], pa.binary(2)),
+        pa.array([None, None]),
+    ]
+    for column in columns:
+        digests = column_digest(column)
+        assert len(digests) == 2 and digests[1] == column_digest(pa.nulls(1))[0], column.type
+    # The same decimal value has one digest whatever its physical width.
+    small = pa.array([decimal.Decimal("1.5")], pa.decimal128(10, 2))
+    assert column_digest(small)[0] == column_digest(small.cast(pa.decimal256(10, 2)))[0]
 
 
 def test_null_is_not_zero_nor_empty() -> None:
