@@ -7,6 +7,7 @@ it from `finish()`, an async `Sink` in the receipts `send()` resolves to.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -146,6 +147,37 @@ class BatchSink(Protocol):
     def push(self, batch: pa.RecordBatch, span: OffsetSpan, source: SourceFields | None = None) -> None: ...
 
     def finish(self) -> tuple[CommitInfo, OffsetSpan]: ...
+
+
+class OneStreamSink(ABC):
+    """What every `BatchSink` does alike: spans of one stream, in order, then one `finish()`."""
+
+    _span: OffsetSpan | None = None
+
+    def push(
+        self,
+        batch: pa.RecordBatch,
+        span: OffsetSpan,
+        source: SourceFields | None = None,
+        offsets: np.ndarray | None = None,
+    ) -> None:
+        extended = continue_span(self._span, span)
+        self._take(batch, span, source, offsets)
+        self._span = extended
+
+    def finish(self) -> tuple[CommitInfo, OffsetSpan]:
+        if self._span is None:
+            raise SinkError("finish() without a push")
+        span, self._span = self._span, None
+        return self._commit(span), span
+
+    @abstractmethod
+    def _take(
+        self, batch: pa.RecordBatch, span: OffsetSpan, source: SourceFields | None, offsets: np.ndarray | None
+    ) -> None: ...
+
+    @abstractmethod
+    def _commit(self, span: OffsetSpan) -> CommitInfo: ...
 
 
 class Sink(Protocol):

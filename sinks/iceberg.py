@@ -31,7 +31,7 @@ from catalog.coverage import SPANS_PROPERTY, Coverage, Span, SpanKey, encode_spa
 from catalog.metadata_files import local_path, sync_file
 from sinks.catalogs import CoverageSource, coverage_source
 from sinks.columns import DEFAULT_PREFIX, MetadataColumns, now
-from sinks.contract import CommitInfo, OffsetSpan, SinkError, SourceFields, continue_span, row_offsets
+from sinks.contract import CommitInfo, OffsetSpan, OneStreamSink, SinkError, SourceFields, row_offsets
 from sinks.datafiles import write_data_files
 from sinks.provisioning import (
     COMMENT_HASH_PROPERTY,
@@ -402,29 +402,19 @@ def _inside(ranges: Sequence[tuple[int, int]], start: int, end: int) -> bool:
     return start == end or any(s <= start and end <= e for s, e in ranges)
 
 
-class IcebergSink:
+class IcebergSink(OneStreamSink):
     """`BatchSink` for one stream: push its spans in order, `finish()` commits them together."""
 
     def __init__(self, catalog: Catalog, identifier: str, **options: object) -> None:
         self.writer = TableWriter(catalog, identifier, **options)  # type: ignore[arg-type]
-        self._span: OffsetSpan | None = None
 
-    def push(
-        self,
-        batch: pa.RecordBatch,
-        span: OffsetSpan,
-        source: SourceFields | None = None,
-        offsets: np.ndarray | None = None,
+    def _take(
+        self, batch: pa.RecordBatch, span: OffsetSpan, source: SourceFields | None, offsets: np.ndarray | None
     ) -> None:
-        extended = continue_span(self._span, span)
         self.writer.add(batch, span, source, offsets)
-        self._span = extended
 
-    def finish(self) -> tuple[CommitInfo, OffsetSpan]:
-        if self._span is None:
-            raise SinkError("finish() without a push")
-        span, self._span = self._span, None
-        return self.writer.commit(), span
+    def _commit(self, span: OffsetSpan) -> CommitInfo:
+        return self.writer.commit()
 
     def close(self) -> None:
         """Drop whatever was pushed and not finished (its files are removed)."""

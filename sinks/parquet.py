@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 
 from catalog.metadata_files import publish_durably
 from sinks.columns import DEFAULT_PREFIX, MetadataColumns, now
-from sinks.contract import CommitInfo, OffsetSpan, SinkError, SourceFields, continue_span, row_offsets
+from sinks.contract import CommitInfo, OffsetSpan, OneStreamSink, SourceFields, row_offsets
 
 
 def span_file_name(span: OffsetSpan) -> str:
@@ -25,7 +25,7 @@ def span_file_name(span: OffsetSpan) -> str:
     return f"{stream}-p{span.partition}-{span.start:020d}-{span.end:020d}.parquet"
 
 
-class ParquetSink:
+class ParquetSink(OneStreamSink):
     """`BatchSink` writing one Parquet file per `finish()` into `directory`."""
 
     def __init__(
@@ -35,36 +35,26 @@ class ParquetSink:
         self.columns = MetadataColumns(prefix)
         self.compression = compression
         self._batches: list[pa.RecordBatch] = []
-        self._span: OffsetSpan | None = None
 
-    def push(
-        self,
-        batch: pa.RecordBatch,
-        span: OffsetSpan,
-        source: SourceFields | None = None,
-        offsets: np.ndarray | None = None,
+    def _take(
+        self, batch: pa.RecordBatch, span: OffsetSpan, source: SourceFields | None, offsets: np.ndarray | None
     ) -> None:
-        extended = continue_span(self._span, span)
         self.columns.check_payload(batch.schema)
         offsets = row_offsets(batch.num_rows, span, offsets)
         if source is not None:
             source.check(batch.num_rows)
         received = now()
         self._batches.append(self.columns.stamp(batch, span, offsets, source, received))
-        self._span = extended
 
-    def finish(self) -> tuple[CommitInfo, OffsetSpan]:
-        if self._span is None:
-            raise SinkError("finish() without a push")
-        span, batches = self._span, self._batches
-        self._span, self._batches = None, []
+    def _commit(self, span: OffsetSpan) -> CommitInfo:
+        batches, self._batches = self._batches, []
         final = self.directory / span_file_name(span)
         if final.exists():  # this span was written before: replaying it adds nothing
-            return CommitInfo(str(final), None), span
+            return CommitInfo(str(final), None)
         self.directory.mkdir(parents=True, exist_ok=True)
         emitted = now()
         table = pa.Table.from_batches([self.columns.with_emit_ts(b, emitted) for b in batches])
         temporary = final.with_name(final.name + ".tmp")
         pq.write_table(table, temporary, compression=self.compression)
         publish_durably(temporary, final)
-        return CommitInfo(str(final), None), span
+        return CommitInfo(str(final), None)

@@ -28,7 +28,7 @@ from sinks.iceberg import IcebergSink
 from sinks.provisioning import COMMENT_HASH_PROPERTY, MANAGED_PROPERTY, PREFIX_PROPERTY
 from sinks.record_id import record_ids
 from tests.server import IsbreServer
-from tests.sink_helpers import offsets_in, rows, span
+from tests.sink_helpers import offsets_in, rows, span, write_once
 
 CHILD = textwrap.dedent(
     """
@@ -175,9 +175,7 @@ def test_metadata_columns_have_the_documented_types_and_values(
 )
 def test_a_null_header_list_stays_null(rest_catalog: RestCatalog, namespace: str) -> None:
     headers = pa.array([None], pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())])))
-    with IcebergSink(rest_catalog, f"{namespace}.t") as sink:
-        sink.push(rows(0, 1), span(0, 1), SourceFields(headers=headers))
-        sink.finish()
+    write_once(rest_catalog, f"{namespace}.t", rows(0, 1), span(0, 1), SourceFields(headers=headers))
     stored = rest_catalog.load_table(f"{namespace}.t").scan().to_arrow()["_twg_source_headers"]
     assert stored.to_pylist() == [None]
 
@@ -192,9 +190,7 @@ def test_a_payload_column_under_the_prefix_is_refused(rest_catalog: RestCatalog,
 
 def test_the_prefix_is_fixed_once_the_table_exists(rest_catalog: RestCatalog, namespace: str) -> None:
     ident = f"{namespace}.t"
-    with IcebergSink(rest_catalog, ident, prefix="_meta_") as sink:
-        sink.push(rows(0, 2), span(0, 2))
-        sink.finish()
+    write_once(rest_catalog, ident, rows(0, 2), span(0, 2), prefix="_meta_")
     assert "_meta_source_offset" in rest_catalog.load_table(ident).schema().column_names
     with pytest.raises(SchemaDriftError, match=r"prefix '_meta_'.*'_twg_'"):
         IcebergSink(rest_catalog, ident).push(rows(2, 4), span(2, 4))
@@ -210,23 +206,17 @@ def test_drift_adds_documented_columns_and_a_resync_commits_nothing(
     ident = f"{namespace}.drift"
     documented = pa.field("n", pa.int64(), metadata={"comment": "the sequence number"})
     first = pa.RecordBatch.from_arrays([pa.array([0, 1], pa.int64())], schema=pa.schema([documented]))
-    with IcebergSink(rest_catalog, ident) as sink:
-        sink.push(first, span(0, 2))
-        sink.finish()
+    write_once(rest_catalog, ident, first, span(0, 2))
     assert rest_catalog.load_table(ident).schema().find_field("n").doc == "the sequence number"
     hashed = rest_catalog.load_table(ident).properties[COMMENT_HASH_PROPERTY]
 
     versions = _metadata_versions(rest_catalog, ident)
-    with IcebergSink(rest_catalog, ident) as sink:  # same schema and docs: only the data commit
-        sink.push(first, span(2, 4))
-        sink.finish()
+    write_once(rest_catalog, ident, first, span(2, 4))
     assert _metadata_versions(rest_catalog, ident) == versions + 1
 
     wider = pa.schema([documented, pa.field("city", pa.string(), metadata={"description": "where"})])
     second = pa.RecordBatch.from_arrays([pa.array([4], pa.int64()), pa.array(["Oslo"])], schema=wider)
-    with IcebergSink(rest_catalog, ident) as sink:
-        sink.push(second, span(4, 5))
-        sink.finish()
+    write_once(rest_catalog, ident, second, span(4, 5))
     table = rest_catalog.load_table(ident)
     assert table.schema().find_field("city").doc == "where"
     assert table.properties[COMMENT_HASH_PROPERTY] != hashed
@@ -239,21 +229,15 @@ def test_widening_only_when_opted_in_and_narrowing_never(rest_catalog: RestCatal
     def batch(kind: pa.DataType, start: int) -> pa.RecordBatch:
         return pa.RecordBatch.from_pydict({"amount": pa.array([start], kind)})
 
-    with IcebergSink(rest_catalog, ident) as sink:
-        sink.push(batch(pa.int32(), 0), span(0, 1))
-        sink.finish()
+    write_once(rest_catalog, ident, batch(pa.int32(), 0), span(0, 1))
     with pytest.raises(SchemaDriftError, match=r"'amount'.*long.*int.*narrow"):
         IcebergSink(rest_catalog, ident).push(batch(pa.int64(), 1), span(1, 2))
     with pytest.raises(SchemaDriftError, match=r"'amount'.*double.*int"):
         IcebergSink(rest_catalog, ident, widen=True).push(batch(pa.float64(), 1), span(1, 2))
     assert str(rest_catalog.load_table(ident).schema().find_field("amount").field_type) == "int"
-    with IcebergSink(rest_catalog, ident, widen=True) as sink:
-        sink.push(batch(pa.int64(), 1), span(1, 2))
-        sink.finish()
+    write_once(rest_catalog, ident, batch(pa.int64(), 1), span(1, 2), widen=True)
     assert rest_catalog.load_table(ident).schema().find_field("amount").field_type == LongType()
-    with IcebergSink(rest_catalog, ident) as sink:  # a narrower batch into the wider column is fine
-        sink.push(batch(pa.int32(), 2), span(2, 3))
-        sink.finish()
+    write_once(rest_catalog, ident, batch(pa.int32(), 2), span(2, 3))
     assert sorted(rest_catalog.load_table(ident).scan().to_arrow()["amount"].to_pylist()) == [0, 1, 2]
 
 
@@ -262,9 +246,7 @@ def test_write_boundary_mismatches_fail_loudly(rest_catalog: RestCatalog, namesp
     initial = pa.RecordBatch.from_pydict(
         {"payload": pa.array(["{}"]), "at": pa.array([datetime(2026, 1, 1)], pa.timestamp("us"))}
     )
-    with IcebergSink(rest_catalog, ident) as sink:
-        sink.push(initial, span(0, 1))
-        sink.finish()
+    write_once(rest_catalog, ident, initial, span(0, 1))
     nested = pa.RecordBatch.from_pydict(
         {
             "payload": pa.array([{"a": 1, "b": [1, 2]}]),
@@ -281,9 +263,7 @@ def test_write_boundary_mismatches_fail_loudly(rest_catalog: RestCatalog, namesp
     )
     with pytest.raises(SchemaDriftError, match=r"'at'.*time-zone-aware"):
         IcebergSink(rest_catalog, ident).push(aware, span(1, 2))
-    with IcebergSink(rest_catalog, ident, to_json=True) as sink:
-        sink.push(nested, span(1, 2))
-        sink.finish()
+    write_once(rest_catalog, ident, nested, span(1, 2), to_json=True)
     payloads = rest_catalog.load_table(ident).scan().to_arrow().sort_by("at")["payload"].to_pylist()
     assert payloads == ["{}", '{"a":1,"b":[1,2]}']
 
@@ -292,15 +272,11 @@ def test_a_missing_column_is_refused_unless_nulls_are_allowed(
     rest_catalog: RestCatalog, namespace: str
 ) -> None:
     ident = f"{namespace}.missing"
-    with IcebergSink(rest_catalog, ident) as sink:
-        sink.push(rows(0, 1), span(0, 1))
-        sink.finish()
+    write_once(rest_catalog, ident, rows(0, 1), span(0, 1))
     only_n = pa.RecordBatch.from_pydict({"n": pa.array([1], pa.int64())})
     with pytest.raises(SchemaDriftError, match=r"'label'.*not in the batch"):
         IcebergSink(rest_catalog, ident).push(only_n, span(1, 2))
-    with IcebergSink(rest_catalog, ident, fill_missing=True) as sink:
-        sink.push(only_n, span(1, 2))
-        sink.finish()
+    write_once(rest_catalog, ident, only_n, span(1, 2), fill_missing=True)
     labels = rest_catalog.load_table(ident).scan().to_arrow().sort_by("n")["label"].to_pylist()
     assert labels == ["row 0", None]
 
@@ -322,16 +298,12 @@ def test_a_partitioned_table_takes_sink_rows_too(rest_catalog: RestCatalog, name
 
     ident = f"{namespace}.by_label"
     first = rows(0, 4, shard=pa.array(["a", "b", "a", "b"]))
-    with IcebergSink(rest_catalog, ident) as sink:  # created unpartitioned by the sink...
-        sink.push(first, span(0, 4))
-        sink.finish()
+    write_once(rest_catalog, ident, first, span(0, 4))
     table = rest_catalog.load_table(ident)
     with table.update_spec() as spec:  # ...then partitioned by hand
         spec.add_field("shard", IdentityTransform(), "shard")
     assert not rest_catalog.load_table(ident).spec().is_unpartitioned()
-    with IcebergSink(rest_catalog, ident) as sink:
-        sink.push(rows(4, 8, shard=pa.array(["a", "b", "c", "c"])), span(4, 8))
-        sink.finish()
+    write_once(rest_catalog, ident, rows(4, 8, shard=pa.array(["a", "b", "c", "c"])), span(4, 8))
     assert offsets_in(rest_catalog.load_table(ident)) == [(0, i) for i in range(8)]
     files = rest_catalog.load_table(ident).inspect.files().to_pylist()
     assert {f["partition"]["shard"] for f in files if f["partition"].get("shard")} == {"a", "b", "c"}
