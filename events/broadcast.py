@@ -14,7 +14,7 @@ import asyncio
 import logging
 import threading
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any, Protocol
 
@@ -45,12 +45,14 @@ class Stop(Protocol):
 
 
 @dataclass(eq=False)
-class _Waiter:
-    """A caught-up subscriber waiting for its next match; `cursor` moves past records it skips."""
+class Waiter:
+    """A subscriber's place in line, made once and reused for every wait: `cursor` moves past
+    records it skips while waiting; `stopped` ends the subscription (server shutdown)."""
 
-    event: asyncio.Event
     event_filter: EventFilter
-    cursor: int
+    cursor: int = 0
+    stopped: bool = False
+    event: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 class Broadcaster:
@@ -59,7 +61,7 @@ class Broadcaster:
         self._ring: deque[Entry] = deque(maxlen=capacity)
         self._lock = threading.Lock()
         self._high = service.commit_seq()
-        self._waiters: dict[asyncio.AbstractEventLoop, set[_Waiter]] = {}
+        self._waiters: dict[asyncio.AbstractEventLoop, set[Waiter]] = {}
         service.writer.add_listener(self.publish)
 
     def close(self) -> None:
@@ -125,29 +127,25 @@ class Broadcaster:
                 return None
             return list(islice(self._ring, cursor - self._ring[0].record.commit_seq + 1, None))
 
-    async def wait(self, cursor: int, event_filter: EventFilter, stop: Stop | None = None) -> int | None:
-        """Wait until a record after `cursor` that `event_filter` matches has been published.
+    async def wait(self, waiter: Waiter, cursor: int) -> int | None:
+        """Wait until a record after `cursor` that the waiter's filter matches has been published.
 
-        Returns the cursor to read on from: past every record skipped meanwhile; None if `stop`
-        was set first (the server is shutting down).
+        Returns the cursor to read on from: past every record skipped meanwhile; None once the
+        waiter was stopped (the server is shutting down).
         """
+        # One event per subscription, not a task or two per wait: with a hundred subscribers,
+        # per-wait futures cost the event loop as much as sending the events did.
         loop = asyncio.get_running_loop()
-        waiter = _Waiter(asyncio.Event(), event_filter, cursor)
+        waiter.cursor = cursor
+        waiter.event.clear()
         with self._lock:
+            if waiter.stopped:
+                return None
             if self._high > cursor:
                 return cursor
             self._waiters.setdefault(loop, set()).add(waiter)
         try:
-            if stop is None:
-                await waiter.event.wait()
-            else:
-                woken = asyncio.ensure_future(waiter.event.wait())
-                stopped = asyncio.ensure_future(stop.wait())
-                await asyncio.wait((woken, stopped), return_when=asyncio.FIRST_COMPLETED)
-                woken.cancel()
-                stopped.cancel()
-                if not waiter.event.is_set():
-                    return None
+            await waiter.event.wait()
         finally:
             with self._lock:
                 waiting = self._waiters.get(loop)
@@ -155,4 +153,10 @@ class Broadcaster:
                     waiting.discard(waiter)
                     if not waiting:
                         del self._waiters[loop]
-        return waiter.cursor
+        return None if waiter.stopped else waiter.cursor
+
+    @staticmethod
+    def stop(waiter: Waiter) -> None:
+        """End `waiter`'s subscription; called on its event loop."""
+        waiter.stopped = True
+        waiter.event.set()

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import anyio
 
 from catalog import CatalogService
 from catalog.records import CommitRecord
-from events.broadcast import Broadcaster, Entry, Stop
+from events.broadcast import Broadcaster, Entry, Stop, Waiter
 from events.filters import EventFilter
 
 LOG_CHUNK = 1000
@@ -42,6 +43,27 @@ async def follow(
     stop: Stop | None = None,
 ) -> AsyncIterator[list[Entry]]:
     """Batches of matching entries with `commit_seq > after`, in order, until `stop` is set."""
+    waiter = Waiter(event_filter)
+    watcher = None
+    if stop is not None:
+
+        async def stop_when_set() -> None:
+            await stop.wait()
+            Broadcaster.stop(waiter)
+
+        watcher = asyncio.ensure_future(stop_when_set())
+    try:
+        async for entries in _follow(broadcaster, service, after, waiter):
+            yield entries
+    finally:
+        if watcher is not None:
+            watcher.cancel()
+
+
+async def _follow(
+    broadcaster: Broadcaster, service: CatalogService, after: int, waiter: Waiter
+) -> AsyncIterator[list[Entry]]:
+    event_filter = waiter.event_filter
     cursor = after
     while True:
         entries = broadcaster.since(cursor)
@@ -53,7 +75,7 @@ async def follow(
                 )
             entries = [Entry.of(r) for r in records]
         if not entries:
-            moved = await broadcaster.wait(cursor, event_filter, stop)
+            moved = await broadcaster.wait(waiter, cursor)
             if moved is None:
                 return
             cursor = moved
