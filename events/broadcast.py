@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from itertools import islice
@@ -62,6 +63,7 @@ class Broadcaster:
         self._lock = threading.Lock()
         self._high = service.commit_seq()
         self._waiters: dict[asyncio.AbstractEventLoop, set[Waiter]] = {}
+        self._lag: dict[asyncio.AbstractEventLoop, float] = {}
         service.writer.add_listener(self.publish)
 
     def close(self) -> None:
@@ -93,16 +95,21 @@ class Broadcaster:
             loops = list(self._waiters)
         for loop in loops:
             try:
-                loop.call_soon_threadsafe(self._notify, loop, entries)
+                loop.call_soon_threadsafe(self._notify, loop, entries, time.monotonic())
             except RuntimeError:  # that loop has closed; its subscribers are gone
                 continue
 
-    def _notify(self, loop: asyncio.AbstractEventLoop, entries: list[Entry]) -> None:
+    def lag(self, loop: asyncio.AbstractEventLoop) -> float:
+        """Seconds a notification recently waited for `loop` to run it: how busy the loop is."""
+        return self._lag.get(loop, 0.0)
+
+    def _notify(self, loop: asyncio.AbstractEventLoop, entries: list[Entry], published: float) -> None:
         """On the subscribers' loop: wake those with something to send, move the others' cursors on.
 
         Checking a filter here costs a fraction of waking a subscriber to find
         nothing to send, which is most of them when each follows a few tables.
         """
+        self._lag[loop] = 0.8 * self._lag.get(loop, 0.0) + 0.2 * (time.monotonic() - published)
         with self._lock:
             waiters = list(self._waiters.get(loop, ()))
         for waiter in waiters:

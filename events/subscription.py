@@ -13,6 +13,12 @@ from events.broadcast import Broadcaster, Entry, Stop, Waiter
 from events.filters import EventFilter
 
 LOG_CHUNK = 1000
+# When the event loop runs notifications late (it is busy: many subscribers, many commits), a
+# subscriber that just sent pauses a few times that lag before it sends again, so that it sends
+# several commits in one write. Writes are most of a stream's cost; an idle loop adds no delay.
+COALESCE_ABOVE_S = 0.001
+COALESCE_FACTOR = 4
+COALESCE_MAX_S = 0.025
 EVERYTHING = EventFilter()
 
 
@@ -85,6 +91,9 @@ async def _follow(
             entries = [e for e in entries if event_filter.matches(e.record)]
         if entries:
             yield entries
+            lag = broadcaster.lag(asyncio.get_running_loop())
+            if lag > COALESCE_ABOVE_S:
+                await asyncio.sleep(min(lag * COALESCE_FACTOR, COALESCE_MAX_S))
 
 
 async def subscribe(

@@ -129,3 +129,34 @@ def test_a_filtered_subscriber_sleeps_through_what_it_does_not_want(service: Cat
     # Once on subscribing, once when woken for the match, which it reads from just before it:
     # never for the 50 records it skipped (and never from the log, which 50 > 4 would need).
     assert looks == [0, 50]
+
+
+def test_a_busy_loop_coalesces_sends_and_an_idle_one_does_not(service: CatalogService) -> None:
+    broadcaster = Broadcaster(service)
+
+    async def batches_for(commits: int, prefix: str) -> tuple[int, list[int]]:
+        stream = follow(broadcaster, service, after=service.commit_seq())
+        loop = asyncio.get_running_loop()
+
+        def commit_paced() -> None:
+            for i in range(commits):
+                service.create_namespace((f"{prefix}{i}",), {})
+
+        writing = loop.run_in_executor(None, commit_paced)
+        batches, seqs = 0, []
+        async for entries in stream:
+            batches += 1
+            seqs += [e.record.commit_seq for e in entries]
+            if len(seqs) >= commits:
+                break
+        await writing
+        return batches, seqs
+
+    first = service.commit_seq()
+    idle_batches, idle = asyncio.run(batches_for(30, "idle"))
+    assert idle == list(range(first + 1, first + 31))
+    # A loop that runs notifications 5 ms late: the subscriber pauses and takes several at once.
+    broadcaster.lag = lambda loop: 0.005  # type: ignore[method-assign]
+    busy_batches, busy = asyncio.run(batches_for(30, "busy"))
+    assert busy == list(range(first + 31, first + 61))
+    assert busy_batches < idle_batches / 2, (busy_batches, idle_batches)
