@@ -109,7 +109,7 @@ class TableWriter:
         self._json_columns: list[str] = []
         # Data files (about `target_file_bytes` of Arrow data each) are stamped and written on
         # `write_threads` threads while the caller prepares the next batches: hashing and Parquet
-        # encoding release the GIL, so a sink on two cores writes about twice as fast as one thread.
+        # encoding release the GIL, so on two cores the sink writes about 1.4 times as fast.
         self.target_file_bytes = target_file_bytes
         self.write_threads = write_threads
         self._buffer: list[_Prepared] = []
@@ -144,6 +144,7 @@ class TableWriter:
         if payload == self._fitted:
             return
         self.columns.check_payload(payload)
+        self._start_write()  # a data file holds batches of one schema, written under that schema
         schema = self._full_schema(payload)
         for _ in range(self.max_attempts):
             table = self._table or self._load_or_create(schema)

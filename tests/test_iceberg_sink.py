@@ -223,6 +223,17 @@ def test_drift_adds_documented_columns_and_a_resync_commits_nothing(
     assert table.scan().to_arrow().sort_by("n")["city"].to_pylist() == [None, None, None, None, "Oslo"]
 
 
+def test_a_schema_change_inside_one_commit(rest_catalog: RestCatalog, namespace: str) -> None:
+    ident = f"{namespace}.midway"
+    with IcebergSink(rest_catalog, ident) as sink:
+        sink.push(rows(0, 3), span(0, 3))
+        sink.push(rows(3, 5, city=pa.array(["Oslo", "Bergen"])), span(3, 5))
+        sink.finish()
+    data = rest_catalog.load_table(ident).scan().to_arrow().sort_by("n")
+    assert data["city"].to_pylist() == [None, None, None, "Oslo", "Bergen"]
+    assert offsets_in(rest_catalog.load_table(ident)) == [(0, i) for i in range(5)]
+
+
 def test_widening_only_when_opted_in_and_narrowing_never(rest_catalog: RestCatalog, namespace: str) -> None:
     ident = f"{namespace}.widen"
 
