@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import requests
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import (
     CommitFailedException,
@@ -62,6 +63,17 @@ class _Prepared:
 
 class ConflictingWriteError(SinkError):
     """Another writer committed offsets this sink had prepared; replaying the span resolves it."""
+
+
+class CommitOutcomeUnknownError(SinkError):
+    """The commit's answer was lost and the catalog could not be asked whether it landed.
+
+    Its data files are kept (an unreferenced file is harmless, a deleted referenced one is
+    not); replaying the span resolves it either way."""
+
+
+# Failures after which a commit may or may not have landed.
+UNKNOWN_OUTCOME = (CommitStateUnknownException, requests.RequestException, OSError)
 
 
 def _covered(ranges: Sequence[tuple[int, int]], offsets: np.ndarray) -> np.ndarray:
@@ -344,6 +356,9 @@ class TableWriter:
             }
             self._table = self.table.refresh()
             snapshot_id = self._commit(files, properties, commit_id)
+        except CommitOutcomeUnknownError:
+            self.abort()
+            raise
         except BaseException:
             self.abort(files)
             raise
@@ -366,8 +381,11 @@ class TableWriter:
                 return table.metadata.current_snapshot_id  # type: ignore[return-value]
             except CommitFailedException:
                 self._table = table.refresh()
-            except CommitStateUnknownException:
-                landed = self._landed(commit_id)
+            except UNKNOWN_OUTCOME as lost:
+                try:
+                    landed = self._landed(commit_id)
+                except UNKNOWN_OUTCOME as e:
+                    raise CommitOutcomeUnknownError(f"{self.identifier}: {lost}; then {e}") from lost
                 if landed is not None:
                     return landed
         raise SinkError(f"{self.identifier}: gave up after {self.max_attempts} commit attempts")

@@ -22,11 +22,12 @@ from pyiceberg.exceptions import CommitStateUnknownException, ServiceUnavailable
 
 from catalog.coverage import SpanKey
 from sinks.contract import CommitInfo, OffsetSpan, PoisonedError, Receipt, SinkError, SourceFields, Watermarks
-from sinks.iceberg import TableWriter
+from sinks.iceberg import CommitOutcomeUnknownError, TableWriter
 
 log = logging.getLogger(__name__)
 
 TRANSIENT = (
+    CommitOutcomeUnknownError,
     CommitStateUnknownException,
     ServiceUnavailableError,
     requests.ConnectionError,

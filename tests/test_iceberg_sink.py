@@ -27,6 +27,7 @@ from sinks.contract import SchemaDriftError, SinkError, SourceFields
 from sinks.iceberg import IcebergSink
 from sinks.provisioning import COMMENT_HASH_PROPERTY, MANAGED_PROPERTY, PREFIX_PROPERTY
 from sinks.record_id import record_ids
+from tests.answer_dropping_proxy import AnswerDroppingProxy
 from tests.server import IsbreServer
 from tests.sink_helpers import offsets_in, rows, span, write_once
 
@@ -318,3 +319,26 @@ def test_a_partitioned_table_takes_sink_rows_too(rest_catalog: RestCatalog, name
     assert offsets_in(rest_catalog.load_table(ident)) == [(0, i) for i in range(8)]
     files = rest_catalog.load_table(ident).inspect.files().to_pylist()
     assert {f["partition"]["shard"] for f in files if f["partition"].get("shard")} == {"a", "b", "c"}
+
+
+def test_a_commit_whose_answer_is_lost_is_found_not_repeated(
+    server: IsbreServer, rest_catalog: RestCatalog, namespace: str
+) -> None:
+    ident = f"{namespace}.lost"
+    write_once(rest_catalog, ident, rows(0, 10), span(0, 10))
+    table_path = f"/v1/isbre/namespaces/{namespace}/tables/lost"
+    first = {"drop": True}
+
+    def drop_first_commit(method: str, path: str) -> bool:
+        if method == "POST" and path == table_path and first["drop"]:
+            first["drop"] = False
+            return True
+        return False
+
+    with AnswerDroppingProxy(server.url, drop_first_commit) as proxy:
+        through_proxy = RestCatalog("isbre", uri=proxy.url)
+        info = write_once(through_proxy, ident, rows(10, 20), span(10, 20))
+        assert proxy.dropped == 1
+    assert info.snapshot_id == rest_catalog.load_table(ident).metadata.current_snapshot_id
+    assert offsets_in(rest_catalog.load_table(ident)) == [(0, i) for i in range(20)]
+    assert rest_catalog.load_table(ident).scan().to_arrow().num_rows == 20  # its data files are there
