@@ -63,27 +63,30 @@ def _bytes_digest(array: pa.Array) -> np.ndarray:
     offsets = np.frombuffer(offsets_buffer, dtype=offset_type)[array.offset : array.offset + n + 1]
     offsets = offsets.astype(np.int64)
     lengths = np.diff(offsets)
-    words_per_row = (lengths + 7) // 8
-    total_words = int(words_per_row.sum())
+    longest = (int(lengths.max()) + 7) >> 3 if n else 0
     data = np.zeros(0, dtype=np.uint8) if data_buffer is None else np.frombuffer(data_buffer, dtype=np.uint8)
-    # Eight zero bytes after the data make every 8-byte read in range; the tail mask drops what is not ours.
-    padded = np.concatenate([data[: offsets[-1] if n else 0], np.zeros(8, dtype=np.uint8)])
+    # Zero bytes after the data keep every 8-byte read in range (even a short value's read at a later
+    # word position); the tail mask drops the bytes that are not the value's.
+    tail = 8 * (longest + 1) if longest <= 4 else 8
+    padded = np.concatenate([data[: offsets[-1] if n else 0], np.zeros(tail, dtype=np.uint8)])
     unaligned = np.ndarray(shape=(len(padded) - 7,), dtype="<u8", buffer=padded, strides=(1,))
-    longest = int(words_per_row.max()) if n else 0
     if longest <= 4:
         # Short values: one pass per word position over all rows beats gathering every word.
         row_sums = np.zeros(n, dtype=U64)
-        last = len(unaligned) - 1
         starts = offsets[:-1]
         for index in range(longest):
-            remaining = np.clip(lengths - 8 * index, 0, 8)
-            words = unaligned[np.minimum(starts + 8 * index, last)]
+            remaining = lengths - 8 * index
+            np.minimum(remaining, 8, out=remaining)
+            np.maximum(remaining, 0, out=remaining)
+            words = unaligned[starts + 8 * index if index else starts]
             words &= _TAIL_MASKS[remaining]
             words ^= U64((index + 1) * int(WORD_TAG) & _MASK64)
             words *= MULTIPLIERS[0]
             words *= remaining > 0  # a value shorter than this word position has no such word
             row_sums += words
     else:
+        words_per_row = (lengths + 7) >> 3
+        total_words = int(words_per_row.sum())
         first_word = np.concatenate([[0], np.cumsum(words_per_row)])
         row_of_word = np.repeat(np.arange(n), words_per_row)
         word_index = np.arange(total_words) - first_word[row_of_word]
