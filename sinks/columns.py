@@ -75,13 +75,14 @@ class MetadataColumns:
             )
 
     @property
-    def parquet_options(self) -> dict[str, tuple[bool, str | None, str | None]]:
-        """Parquet (dictionary, encoding, compression) for the columns whose values defeat the defaults."""
+    def parquet_options(self) -> dict[str, tuple[bool, str | None, str | None, bool]]:
+        """Parquet (dictionary, encoding, compression, statistics) for the columns whose values defeat
+        the defaults. Random record ids have no useful min/max either."""
         return {
-            self.name("source_offset"): (False, "DELTA_BINARY_PACKED", None),
-            self.name("ingest_ts"): (False, "DELTA_BINARY_PACKED", None),
-            self.name("emit_ts"): (False, "DELTA_BINARY_PACKED", None),
-            self.name("record_id"): (False, None, "none"),
+            self.name("source_offset"): (False, "DELTA_BINARY_PACKED", None, True),
+            self.name("ingest_ts"): (False, "DELTA_BINARY_PACKED", None, True),
+            self.name("emit_ts"): (False, "DELTA_BINARY_PACKED", None, True),
+            self.name("record_id"): (False, None, "none", False),
         }
 
     def with_emit_ts(self, batch: pa.RecordBatch, emitted: pa.Scalar) -> pa.RecordBatch:

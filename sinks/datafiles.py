@@ -36,8 +36,9 @@ from pyiceberg.table.locations import load_location_provider
 from pyiceberg.typedef import Record
 from pyiceberg.utils.properties import property_as_int
 
-# Per-column Parquet options: (dictionary, encoding or None, compression or None for the table's)
-ColumnOptions = tuple[bool, str | None, str | None]
+# Per-column Parquet options: (dictionary, encoding or None, compression or None for the table's,
+# statistics)
+ColumnOptions = tuple[bool, str | None, str | None, bool]
 PARQUET = FileFormatFactory.get(FileFormat.PARQUET)
 
 
@@ -68,7 +69,8 @@ def write_data_files(table: Table, rows: pa.Table, options: Mapping[str, ColumnO
     kwargs = _get_parquet_writer_kwargs(metadata.properties)
     codec, level = kwargs.pop("compression"), kwargs.pop("compression_level")
     paths = _leaf_paths(data.schema)
-    dictionary = [p for p in paths if options.get(p, (True, None, None))[0]]
+    dictionary = [p for p in paths if options.get(p, (True, None, None, True))[0]]
+    statistics = [p for p in paths if options.get(p, (True, None, None, True))[3]]
     encodings = {p: o[1] for p, o in options.items() if o[1] is not None and p in paths}
     compression = {p: (options[p][2] if p in options and options[p][2] else codec) for p in paths}
     location = load_location_provider(metadata.location, metadata.properties).new_data_location(
@@ -86,11 +88,12 @@ def write_data_files(table: Table, rows: pa.Table, options: Mapping[str, ColumnO
             column_encoding=encodings or None,
             compression=compression,
             compression_level=level,
+            write_statistics=statistics,
             **kwargs,
         )
         with writer:
             writer.write(data, row_group_size=row_group_rows)
-    statistics = data_file_statistics_from_parquet_metadata(
+    collected = data_file_statistics_from_parquet_metadata(
         parquet_metadata=writer.writer.metadata,
         stats_columns=compute_statistics_plan(schema, metadata.properties),
         parquet_column_mapping=parquet_path_to_id_mapping(schema),
@@ -106,6 +109,6 @@ def write_data_files(table: Table, rows: pa.Table, options: Mapping[str, ColumnO
             spec_id=metadata.default_spec_id,
             equality_ids=None,
             key_metadata=None,
-            **statistics.to_serialized_dict(),
+            **collected.to_serialized_dict(),
         )
     ]

@@ -354,7 +354,7 @@ class TableWriter:
                 SPANS_PROPERTY: encode_spans(spans),
                 COMMIT_ID_PROPERTY: commit_id,
             }
-            self._table = self.table.refresh()
+            # No refresh first: if the table moved, the catalog answers 409 and _commit refreshes then.
             snapshot_id = self._commit(files, properties, commit_id)
         except CommitOutcomeUnknownError:
             self.abort()

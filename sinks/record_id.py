@@ -124,6 +124,13 @@ _BYTES_LIKE = (
 )
 
 
+def _few_distinct(array: pa.Array, sample: int = 16_384) -> bool:
+    """Whether a large column repeats its values (judged from its first `sample` values)."""
+    if len(array) < 4 * sample:
+        return False
+    return pc.count_distinct(array.slice(0, sample)).as_py() * 4 <= sample
+
+
 def column_digest(array: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """One 64-bit digest per value; nulls get NULL_DIGEST."""
     if isinstance(array, pa.ChunkedArray):
@@ -147,6 +154,8 @@ def column_digest(array: pa.Array | pa.ChunkedArray) -> np.ndarray:
             array = pc.cast(array, pa.decimal128(kind.precision, kind.scale))
         digests = _bytes_digest(array.view(pa.binary(16 if kind.precision <= 38 else 32)))
     elif any(test(kind) for test in _BYTES_LIKE):
+        if _few_distinct(array):  # hash each distinct value once: same digests, less work
+            return column_digest(pc.dictionary_encode(array))
         digests = _bytes_digest(array)
     else:
         digests = _json_digest(array)
