@@ -34,14 +34,7 @@ from sinks.catalogs import CoverageSource, coverage_source
 from sinks.columns import DEFAULT_PREFIX, MetadataColumns, now
 from sinks.contract import CommitInfo, OffsetSpan, OneStreamSink, SinkError, SourceFields, row_offsets
 from sinks.datafiles import write_data_files
-from sinks.provisioning import (
-    COMMENT_HASH_PROPERTY,
-    MANAGED_PROPERTY,
-    PREFIX_PROPERTY,
-    comment_hash,
-    plan,
-    with_docs,
-)
+from sinks.provisioning import comment_hash, plan, sink_properties, with_docs
 from sinks.record_id import canonical_json
 
 log = logging.getLogger(__name__)
@@ -140,12 +133,8 @@ class TableWriter:
         except NoSuchTableError:
             pass
         documented = with_docs(schema)
-        properties = {
-            **self.table_properties,
-            MANAGED_PROPERTY: "true",
-            PREFIX_PROPERTY: self.columns.prefix,
-            COMMENT_HASH_PROPERTY: comment_hash(_pyarrow_to_schema_without_ids(documented)),
-        }
+        synced = comment_hash(_pyarrow_to_schema_without_ids(documented))
+        properties = {**self.table_properties, **sink_properties(self.columns.prefix, synced)}
         try:
             return self.catalog.create_table(self.identifier, schema=documented, properties=properties)
         except TableAlreadyExistsError:  # another sink created it first

@@ -92,6 +92,17 @@ class Plan:
         return self.changes_schema or bool(self.properties)
 
 
+def sink_properties(prefix: str, synced_comments: str) -> dict[str, str]:
+    """The table properties a sink-managed table carries."""
+    return {
+        MANAGED_PROPERTY: "true",
+        PREFIX_PROPERTY: prefix,
+        COMMENT_HASH_PROPERTY: synced_comments,
+        # Random ids have no useful bounds or counts; the writer skips their Parquet statistics too.
+        f"write.metadata.metrics.column.{prefix}record_id": "none",
+    }
+
+
 def comment_hash(schema: Schema) -> str:
     docs = {f.name: f.doc for f in schema.fields if f.doc}
     return hashlib.sha256(json.dumps(docs, sort_keys=True).encode()).hexdigest()
@@ -163,6 +174,6 @@ def plan(
     synced = comment_hash(incoming)
     if table_properties.get(COMMENT_HASH_PROPERTY) == synced:
         result.docs = {}
-    wanted_properties = {MANAGED_PROPERTY: "true", PREFIX_PROPERTY: prefix, COMMENT_HASH_PROPERTY: synced}
-    result.properties = {k: v for k, v in wanted_properties.items() if table_properties.get(k) != v}
+    wanted = sink_properties(prefix, synced)
+    result.properties = {k: v for k, v in wanted.items() if table_properties.get(k) != v}
     return result

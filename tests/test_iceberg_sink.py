@@ -111,7 +111,7 @@ def rest_catalog_coverage(catalog: RestCatalog, ident: str) -> list[dict]:
 
 
 def test_metadata_columns_have_the_documented_types_and_values(
-    rest_catalog: RestCatalog, namespace: str
+    rest_catalog: RestCatalog, namespace: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     ident = f"{namespace}.meta"
     headers = pa.array(
@@ -146,6 +146,8 @@ def test_metadata_columns_have_the_documented_types_and_values(
     assert isinstance(header_type, ListType) and isinstance(header_type.element_type, StructType)
     assert [f.name for f in header_type.element_type.fields] == ["key", "value"]
     assert table.properties[MANAGED_PROPERTY] == "true" and table.properties[PREFIX_PROPERTY] == "_twg_"
+    assert table.properties["write.metadata.metrics.column._twg_record_id"] == "none"
+    assert "statistics missing" not in caplog.text
 
     data = table.scan().to_arrow().sort_by("_twg_source_offset").to_pylist()
     assert [r["_twg_source_offset"] for r in data] == [40, 41, 42]
