@@ -14,10 +14,12 @@ from events.filters import EventFilter
 
 LOG_CHUNK = 1000
 # When the event loop runs notifications late (it is busy: many subscribers, many commits), a
-# subscriber that just sent pauses a few times that lag before it sends again, so that it sends
-# several commits in one write. Writes are most of a stream's cost; an idle loop adds no delay.
-COALESCE_ABOVE_S = 0.001
-COALESCE_FACTOR = 4
+# subscriber that just sent pauses thirty times that lag, at most 25 ms, before it sends again,
+# so that it sends several commits in one write. Writes are most of a stream's cost; a loop that
+# keeps up adds no delay. (With 100 subscribers: 0.52x -> 0.74x of the commit rate without them,
+# latency p50 2.7 ms, p99 9 ms; a factor of 50 pushed p50 past 5 ms.)
+COALESCE_ABOVE_S = 0.0003
+COALESCE_FACTOR = 30
 COALESCE_MAX_S = 0.025
 EVERYTHING = EventFilter()
 
