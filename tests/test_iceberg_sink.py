@@ -344,3 +344,21 @@ def test_a_commit_whose_answer_is_lost_is_found_not_repeated(
     assert info.snapshot_id == rest_catalog.load_table(ident).metadata.current_snapshot_id
     assert offsets_in(rest_catalog.load_table(ident)) == [(0, i) for i in range(20)]
     assert rest_catalog.load_table(ident).scan().to_arrow().num_rows == 20  # its data files are there
+
+
+def test_declared_lineage_rides_in_the_commit(rest_catalog: RestCatalog, namespace: str) -> None:
+    import json
+
+    from lineage.mapping import COLUMN_LINEAGE_KEY, INPUTS_KEY, JOB_KEY
+
+    source_column = {"namespace": "isbre", "name": "staging.orders", "field": "id"}
+    declared = {
+        JOB_KEY: "orders_clean",
+        INPUTS_KEY: json.dumps(["staging.orders"]),
+        COLUMN_LINEAGE_KEY: json.dumps({"n": [source_column]}),
+    }
+    ident = f"{namespace}.clean"
+    info = write_once(rest_catalog, ident, rows(0, 3), span(0, 3), snapshot_properties=declared)
+    summary = rest_catalog.load_table(ident).snapshot_by_id(info.snapshot_id).summary
+    assert {k: summary[k] for k in declared} == declared
+    assert json.loads(summary["isbre.sink.spans"])[0]["end"] == 3
