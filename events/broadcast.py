@@ -86,10 +86,23 @@ class Broadcaster:
             records = (
                 self._service.commits_since(self._high, records[0].commit_seq - self._high - 1) + records
             )
-        entries = [Entry.of(r) for r in records if r.commit_seq > self._high]
+        self._append([Entry.of(r) for r in records if r.commit_seq > self._high])
+
+    def publish_from_log(self) -> None:
+        """Publish what the commit log gained since the last call: for a broadcaster in a process
+        other than the writer's. Only the newest ring's worth is kept; older subscribers read the log."""
+        high = self._service.commit_seq()
+        if high <= self._high:
+            return
+        start = max(self._high, high - (self._ring.maxlen or 0))
+        self._append([Entry.of(r) for r in self._service.commits_since(start, high - start)])
+
+    def _append(self, entries: list[Entry]) -> None:
         if not entries:
             return
         with self._lock:
+            if entries[0].record.commit_seq != self._high + 1:
+                self._ring.clear()  # the ring holds consecutive records only
             self._ring.extend(entries)
             self._high = entries[-1].record.commit_seq
             loops = list(self._waiters)

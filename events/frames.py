@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from catalog.records import CommitRecord
 
 
@@ -12,3 +14,16 @@ def sse_frame(record: CommitRecord) -> bytes:
 
 def retry_frame(milliseconds: int) -> bytes:
     return b"retry: %d\n\n" % milliseconds
+
+
+# A comment line: EventSource ignores it, proxies and load balancers see the connection in use.
+PING_FRAME = b": ping\n\n"
+
+# Response headers of every stream, besides its content type.
+STREAM_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+
+
+def expired_frame(exc: Exception) -> bytes:
+    """The last message of a stream whose cursor fell out of the retained log while it caught up."""
+    error = {"error": {"message": str(exc), "type": "CursorExpiredException", "code": 410}}
+    return b"event: error\ndata: %s\n\n" % json.dumps(error).encode()

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from functools import partial
 from typing import Annotated
 
 import anyio
 from fastapi import APIRouter, Header, Query, Request, Response
 from sse_starlette import EventSourceResponse
-from starlette.types import Message, Send
+from starlette.datastructures import State
+from starlette.types import Message, Receive, Scope, Send
 
+from events.fanout import DETACHABLE, Detachable, FanoutProcess, StreamRequest
 from events.filters import EventFilter
-from events.frames import retry_frame
+from events.frames import STREAM_HEADERS, expired_frame, retry_frame
 from events.subscription import CursorExpiredError, check_cursor, follow
 
 router = APIRouter()
@@ -28,6 +31,29 @@ class _EventStream(EventSourceResponse):
             await send(message)
         else:
             await super()._send_with_timeout(send, message)
+
+
+class _HandedOver(Response):
+    """Passes the connection to the fan-out process, or streams here when it cannot take it."""
+
+    def __init__(
+        self,
+        fanout: FanoutProcess,
+        connection: Detachable,
+        request: StreamRequest,
+        here: Callable[[], Response],
+    ) -> None:
+        super().__init__(status_code=200)
+        self._fanout, self._connection, self._request, self._here = fanout, connection, request, here
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        fd = self._connection.duplicate() if self._fanout.alive else None
+        if fd is None or not self._fanout.hand_over(fd, self._request):
+            await self._here()(scope, receive, send)
+            return
+        self._connection.release()
+        # Only the middleware sees this (request metrics): the connection is no longer the server's.
+        await send({"type": "http.response.start", "status": 200, "headers": []})
 
 
 def _start(after: int | None, last_event_id: str | None, high: int) -> int:
@@ -54,6 +80,16 @@ async def stream_events(
     event_filter = EventFilter.parse(namespace, table or (), kind or (), caller.namespaces if caller else ())
     cursor = _start(after, last_event_id, state.broadcaster.high)
     check_cursor(state.service, cursor)
+    connection = request.scope.get("extensions", {}).get(DETACHABLE)
+    if state.fanout is not None and connection is not None:
+        scopes = [list(scope) for scope in event_filter.scopes]
+        wanted = StreamRequest(cursor, namespace, table or [], kind or [], scopes)
+        here = partial(_stream_here, state, cursor, event_filter)
+        return _HandedOver(state.fanout, connection, wanted, here)
+    return _stream_here(state, cursor, event_filter)
+
+
+def _stream_here(state: State, cursor: int, event_filter: EventFilter) -> Response:
 
     # Set by sse-starlette when the server begins to shut down: the stream then ends by itself,
     # with a complete response, instead of being cut.
@@ -66,8 +102,7 @@ async def stream_events(
             async for entries in follow(state.broadcaster, state.service, cursor, event_filter, shutdown):
                 yield b"".join(entry.frame for entry in entries)
         except CursorExpiredError as exc:
-            error = {"error": {"message": str(exc), "type": "CursorExpiredException", "code": 410}}
-            yield b"event: error\ndata: %s\n\n" % json.dumps(error).encode()
+            yield expired_frame(exc)
         finally:
             state.event_streams -= 1
 
@@ -76,8 +111,24 @@ async def stream_events(
         shutdown_event=shutdown,
         shutdown_grace_period=2.0,
         ping=state.settings.events_keepalive_seconds,
-        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+        headers=STREAM_HEADERS,
     )
+
+
+def open_streams(state: State) -> int:
+    """Event streams served in this process and by the fan-out process."""
+    return state.event_streams + (state.fanout.streams if state.fanout is not None else 0)
+
+
+def events_health(state: State) -> dict[str, object]:
+    """Streams open, and the fan-out process serving them (degraded: it is restarting, streams are
+    served in the server's process meanwhile)."""
+    fanout = state.fanout
+    body: dict[str, object] = {"status": "ok", "streams": open_streams(state)}
+    if fanout is not None:
+        body["process"] = fanout.pid
+        body["status"] = "ok" if fanout.alive else "degraded"
+    return body
 
 
 @router.get("/events/cursor")

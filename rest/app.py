@@ -15,6 +15,7 @@ from fastapi.routing import APIRoute
 from catalog import CatalogService
 from events import pull, sse
 from events.broadcast import Broadcaster
+from events.fanout import FanoutOptions, FanoutProcess
 from events.retention import trim_periodically
 from lineage.config import openlineage_configured
 from lineage.mapping import LineageNames
@@ -65,6 +66,17 @@ def _start_lineage(settings: Settings, service: CatalogService) -> LineageWorker
     return worker
 
 
+def _start_fanout(settings: Settings, service: CatalogService) -> FanoutProcess | None:
+    if not settings.events_process:
+        return None
+    options = FanoutOptions(
+        settings.events_retry_ms, settings.events_keepalive_seconds, settings.events_ring_size
+    )
+    fanout = FanoutProcess(service, settings.warehouse.resolve(), options)
+    fanout.start()
+    return fanout
+
+
 def create_app(settings: Settings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -88,11 +100,14 @@ def create_app(settings: Settings) -> FastAPI:
             )
         )
         app.state.outbox = _start_lineage(settings, service)
+        app.state.fanout = _start_fanout(settings, service)
         log.info("isbre catalog %r on warehouse %s", settings.prefix, service.warehouse)
         try:
             yield
         finally:
             trimming.cancel()
+            if app.state.fanout is not None:
+                app.state.fanout.stop()
             if app.state.outbox is not None:
                 app.state.outbox.stop()
             app.state.broadcaster.close()
@@ -101,7 +116,8 @@ def create_app(settings: Settings) -> FastAPI:
     app = FastAPI(title="isbre", summary="An embedded Apache Iceberg REST catalog", lifespan=lifespan)
     app.state.settings = settings
     app.state.metrics_reports = Counter()
-    app.state.event_streams = 0
+    app.state.event_streams = 0  # served in this process
+    app.state.fanout = None
     app.state.http_requests = Counter()
     errors.install(app)
 

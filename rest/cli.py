@@ -17,6 +17,7 @@ from events.client import EventStreamError, subscribe
 from lineage.config import build_client
 from lineage.mapping import LineageMapper, group_runs
 from rest.app import create_app, lineage_names
+from rest.connections import DetachableHttpProtocol
 from rest.settings import load_settings
 from sinks.ingest import add_arguments as add_ingest_arguments
 from sinks.ingest import run as run_ingest
@@ -49,6 +50,7 @@ def _serve(args: argparse.Namespace) -> int:
         port=settings.port,
         log_level=settings.log_level.lower(),
         access_log=False,
+        http=DetachableHttpProtocol,
     )
     return 0
 

@@ -6,6 +6,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request, Response
 
+from events.sse import events_health
 from rest.wire import json_response
 
 router = APIRouter()
@@ -60,15 +61,16 @@ def health(request: Request) -> Response:
     lineage = lineage_status(request)
     # Lineage that is failing delays events but loses none: the catalog is degraded, not down.
     degraded = lineage.get("enabled") and lineage["failures"] and lineage["backlog"] > 0
+    events = events_health(request.app.state)
     body = {
-        "status": "degraded" if degraded else "ok",
+        "status": "degraded" if degraded or events["status"] != "ok" else "ok",
         "components": {
             "store": {"status": "ok", "commit_seq": high, "oldest_commit_seq": floor},
             "writer": {
                 "status": "ok" if service.writer.alive else "down",
                 "queue_depth": service.writer.queue_depth(),
             },
-            "events": {"status": "ok", "streams": request.app.state.event_streams},
+            "events": events,
             "lineage": {"status": "degraded" if degraded else "ok", **lineage},
         },
     }

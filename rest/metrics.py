@@ -8,6 +8,7 @@ from fastapi import APIRouter, Request, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from catalog.writer import WriterStats
+from events.sse import open_streams
 
 router = APIRouter()
 
@@ -93,7 +94,7 @@ def metrics(request: Request) -> Response:
             "isbre_commit_seq", "gauge", "Highest commit_seq in the commit log.", [("", service.commit_seq())]
         ),
         _line(
-            "isbre_event_streams", "gauge", "Open SSE event streams.", [("", request.app.state.event_streams)]
+            "isbre_event_streams", "gauge", "Open SSE event streams.", [("", open_streams(request.app.state))]
         ),
         _line(
             "isbre_store_capacity_bytes",

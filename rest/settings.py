@@ -74,6 +74,10 @@ class Settings(BaseSettings):
     )
     events_keepalive_seconds: float = Field(15.0, gt=0, description="Interval of SSE keep-alive comments.")
     events_retry_ms: int = Field(3000, ge=0, description="Reconnect delay suggested to SSE clients.")
+    events_process: bool = Field(
+        True,
+        description="Serve event streams from a process of their own, off the commits' interpreter lock.",
+    )
     events_ring_size: int = Field(
         4096, ge=1, description="Recent events held in memory for live subscribers; slower ones read the log."
     )

@@ -57,6 +57,32 @@ def test_a_subscriber_behind_the_ring_reads_the_log(service: CatalogService) -> 
     assert broadcaster.subscribers_waiting() == 0
 
 
+def test_a_broadcaster_in_another_process_follows_the_log(service: CatalogService) -> None:
+    """The fan-out process's broadcaster: nothing commits where it runs, it publishes from the log."""
+    broadcaster = Broadcaster(service, capacity=4)
+    broadcaster.close()  # as in the fan-out process: no writer calls it
+
+    async def scenario() -> list[int]:
+        near, far = follow(broadcaster, service, after=0), follow(broadcaster, service, after=0)
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, create, service, range(3))
+        assert broadcaster.high == 0, "only publish_from_log moves it"
+        broadcaster.publish_from_log()
+        seqs = await take(near, 3)
+        # Ten commits, one look at the log: only the newest ring's worth is kept, consecutive.
+        await loop.run_in_executor(None, create, service, range(3, 13))
+        broadcaster.publish_from_log()
+        assert broadcaster.since(8) is None and [e.record.commit_seq for e in broadcaster.since(9)] == [
+            10,
+            11,
+            12,
+            13,
+        ]
+        return seqs + await take(near, 10) + [-1] + await take(far, 13)
+
+    assert asyncio.run(scenario()) == [*range(1, 14), -1, *range(1, 14)]
+
+
 def test_many_subscribers_share_one_ring(service: CatalogService) -> None:
     broadcaster = Broadcaster(service, capacity=64)
 

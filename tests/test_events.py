@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 import subprocess
 import sys
 import threading
@@ -99,6 +101,19 @@ def run_writers(server: IsbreServer, namespace: str, writers: int, commits: int)
     for thread in threads:
         thread.join()
     return acknowledged
+
+
+@pytest.fixture(scope="module", params=["fan-out process", "in-process"])
+def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[IsbreServer]:
+    """Every test here runs against both ways of serving streams."""
+    env = {} if request.param == "fan-out process" else {"ISBRE_EVENTS_PROCESS": "false"}
+    running = IsbreServer(tmp_path_factory.mktemp("isbre") / "warehouse", env=env).start()
+    yield running
+    running.stop()
+
+
+def events_health(server: IsbreServer) -> dict:
+    return httpx.get(f"{server.url}/health").json()["components"]["events"]
 
 
 @pytest.fixture
@@ -388,3 +403,71 @@ def test_pull_from_a_point_in_time(server: IsbreServer, tables: str) -> None:
     assert len(page["events"]) == 1
     assert page["events"][0]["timestamp-ms"] >= since_ms
     assert page["events"][0]["event-id"] == str(server.high_water())
+
+
+def test_streams_are_served_where_configured(server: IsbreServer) -> None:
+    in_process = server.env.get("ISBRE_EVENTS_PROCESS") == "false"
+    health = events_health(server)
+    assert ("process" not in health) if in_process else health["process"] != server.process.pid
+    assert health["status"] == "ok"
+
+
+def test_a_stream_on_a_kept_alive_connection(server: IsbreServer) -> None:
+    """A client that reuses its connection for the stream gets it there, and its next request works."""
+    with httpx.Client(timeout=30) as client:
+        config = client.get(f"{server.url}/v1/config")
+        start = server.high_water()
+        httpx.post(f"{server.url}/v1/isbre/namespaces", json={"namespace": [f"kept{start}"]})
+        with client.stream("GET", f"{server.url}/v1/events", params={"after": start}) as response:
+            port = response.extensions["network_stream"].get_extra_info("client_addr")[1]
+            assert port == config.extensions["network_stream"].get_extra_info("client_addr")[1]
+            ids = (line for line in response.iter_lines() if line.startswith("id: "))
+            assert next(ids) == f"id: {start + 1}"
+        assert client.get(f"{server.url}/v1/config").status_code == 200
+    assert "ASGI callable returned without" not in server.log(), "the server answered a handed-over request"
+
+
+def test_a_killed_fanout_process_is_replaced_and_subscribers_miss_nothing(tmp_path: Path) -> None:
+    server = IsbreServer(tmp_path / "warehouse").start()
+    base = f"{server.url}/v1/isbre"
+    try:
+        collector = Collector(server.url, after=0, max_delay=0.5)
+        for i in range(5):
+            httpx.post(f"{base}/namespaces", json={"namespace": [f"before{i}"]}).raise_for_status()
+        collector.wait_for(5)
+        killed = events_health(server)["process"]
+        with httpx.stream("GET", f"{server.url}/v1/events", timeout=30) as response:
+            lines = response.iter_lines()
+            next(lines)  # open, and (the kill shows) served by that process: the kill cuts it
+            os.kill(killed, signal.SIGKILL)
+            with pytest.raises(httpx.RemoteProtocolError):
+                list(lines)
+        for i in range(5):  # commits go on while the streams have no process
+            httpx.post(f"{base}/namespaces", json={"namespace": [f"during{i}"]}).raise_for_status()
+        assert [e.commit_seq for e in collector.wait_for(10)] == list(range(1, 11))
+        deadline = time.monotonic() + 15
+        while (health := events_health(server))["process"] in (None, killed) or health["status"] != "ok":
+            assert time.monotonic() < deadline, f"the fan-out process was not replaced: {health}"
+            time.sleep(0.1)
+        httpx.post(f"{base}/namespaces", json={"namespace": ["after"]}).raise_for_status()
+        assert [e.commit_seq for e in collector.wait_for(11)] == list(range(1, 12))
+        assert "event fan-out process exited" in server.log()
+    finally:
+        server.stop()
+
+
+def test_the_fanout_process_ends_with_the_server(tmp_path: Path) -> None:
+    server = IsbreServer(tmp_path / "warehouse").start()
+    fanout = events_health(server)["process"]
+    server.kill()
+
+    def running() -> bool:
+        try:  # an orphan may stay a zombie until something reaps it: that is ended, too
+            return "zombie" not in Path(f"/proc/{fanout}/status").read_text()
+        except FileNotFoundError:
+            return False
+
+    deadline = time.monotonic() + 10
+    while running():
+        assert time.monotonic() < deadline, "the fan-out process outlived its server"
+        time.sleep(0.05)

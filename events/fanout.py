@@ -1,0 +1,193 @@
+"""The server's side of the event fan-out process: starting it, waking it, handing it connections.
+
+Writing every commit to a hundred sockets costs more CPU than the commits
+themselves, and in the server's process that work holds the interpreter lock
+the commit handlers need. So the server answers a stream request itself (its
+authentication, filters and cursor checks, so every error is the usual one),
+then passes the open connection to a process of its own
+(`events.fanout_process`), which writes the stream from the shared LMDB log.
+The writer wakes that process through a pipe after each commit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import socket
+import subprocess
+import sys
+import threading
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from catalog import CatalogService
+from catalog.records import CommitRecord
+from events.filters import EventFilter
+
+log = logging.getLogger(__name__)
+
+# The ASGI scope extension under which the HTTP server offers a request's connection.
+DETACHABLE = "isbre.detachable"
+RESTART_DELAY_S = 1.0
+
+
+class Detachable(Protocol):
+    """A request's connection that the HTTP server lets go of."""
+
+    def duplicate(self) -> int | None:
+        """A duplicate of the connection's socket descriptor; None when it cannot be taken over."""
+
+    def release(self) -> None:
+        """Forget the connection without closing it: its duplicate carries on."""
+
+
+@dataclass(frozen=True)
+class StreamRequest:
+    """What the fan-out process needs to serve one stream: validated by the server already."""
+
+    cursor: int
+    namespace: str | None = None
+    tables: list[str] = field(default_factory=list)
+    kinds: list[str] = field(default_factory=list)
+    scopes: list[list[str]] = field(default_factory=list)
+
+    def event_filter(self) -> EventFilter:
+        scopes = tuple(tuple(scope) for scope in self.scopes)
+        return EventFilter.parse(self.namespace, self.tables, self.kinds, scopes)
+
+    def encode(self) -> bytes:
+        return json.dumps(asdict(self)).encode()
+
+    @classmethod
+    def decode(cls, message: bytes) -> StreamRequest:
+        return cls(**json.loads(message))
+
+
+@dataclass(frozen=True)
+class FanoutOptions:
+    retry_ms: int
+    keepalive_seconds: float
+    ring_size: int
+
+    def arguments(self) -> list[str]:
+        return [
+            f"--retry-ms={self.retry_ms}",
+            f"--keepalive-seconds={self.keepalive_seconds}",
+            f"--ring-size={self.ring_size}",
+        ]
+
+
+class FanoutProcess:
+    """Runs `python -m events.fanout_process` and restarts it if it dies; its streams then reconnect
+    (clients resume from Last-Event-ID) and are served in the server's process until it is back."""
+
+    def __init__(self, service: CatalogService, warehouse: Path, options: FanoutOptions) -> None:
+        self._service = service
+        self._warehouse = warehouse
+        self._options = options
+        self._process: subprocess.Popen[bytes] | None = None
+        self._channel: socket.socket | None = None
+        self._wake_fd: int | None = None
+        self._wake_lock = threading.Lock()  # the writer thread must never write to a closed descriptor
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping = False
+        self.streams = 0
+
+    def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        wake_read, wake_write = os.pipe()
+        os.set_blocking(wake_write, False)
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        command = [sys.executable, "-m", "events.fanout_process", f"--warehouse={self._warehouse}"]
+        command += [f"--wake-fd={wake_read}", f"--channel-fd={theirs.fileno()}", *self._options.arguments()]
+        try:
+            self._process = subprocess.Popen(command, pass_fds=(wake_read, theirs.fileno()))
+        finally:
+            os.close(wake_read)
+            theirs.close()
+        ours.setblocking(False)
+        with self._wake_lock:
+            self._channel, self._wake_fd = ours, wake_write
+        self._loop.add_reader(ours, self._on_message)
+        self._service.writer.add_listener(self._wake)
+        log.info("event streams are served by process %d", self._process.pid)
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self.alive and self._process else None
+
+    @property
+    def alive(self) -> bool:
+        return self._channel is not None and self._process is not None and self._process.poll() is None
+
+    def _wake(self, records: list[CommitRecord]) -> None:
+        """On the writer thread: a byte in the pipe; a full pipe already means "look at the log"."""
+        with self._wake_lock:
+            if self._wake_fd is None:
+                return
+            with contextlib.suppress(BlockingIOError, BrokenPipeError):
+                os.write(self._wake_fd, b"\0")
+
+    def hand_over(self, fd: int, request: StreamRequest) -> bool:
+        """Pass connection `fd` with its request; closes `fd`. False when the process cannot take it."""
+        try:
+            if self._channel is None:
+                return False
+            socket.send_fds(self._channel, [request.encode()], [fd])
+            return True
+        except OSError as exc:
+            log.warning("could not hand a stream to the fan-out process (%s); serving it here", exc)
+            return False
+        finally:
+            os.close(fd)
+
+    def _on_message(self) -> None:
+        """The process reports its open streams; an empty message means it has gone."""
+        assert self._channel is not None
+        try:
+            message = self._channel.recv(64)
+        except BlockingIOError:
+            return
+        except OSError:
+            message = b""
+        if message:
+            self.streams = int(message)
+            return
+        self._close_channel()
+        if not self._stopping:
+            code = self._process.wait() if self._process else None
+            log.error("the event fan-out process exited (%s); restarting it", code)
+            assert self._loop is not None
+            self._loop.call_later(RESTART_DELAY_S, self._restart)
+
+    def _restart(self) -> None:
+        if not self._stopping:
+            self.start()
+
+    def _close_channel(self) -> None:
+        self._service.writer.remove_listener(self._wake)
+        if self._channel is not None and self._loop is not None:
+            self._loop.remove_reader(self._channel)
+            self._channel.close()
+        with self._wake_lock:
+            if self._wake_fd is not None:
+                os.close(self._wake_fd)
+            self._channel, self._wake_fd = None, None
+        self.streams = 0
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Ends the process's streams cleanly (each with a complete response), then the process."""
+        self._stopping = True
+        process = self._process
+        if process is not None and process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        self._close_channel()

@@ -1,0 +1,175 @@
+"""The event fan-out process: `python -m events.fanout_process`, started and stopped by `isbre serve`.
+
+It receives connections from the server over a Unix socket (each with the
+request the server already validated), follows the commit log in the shared
+LMDB file when the server's pipe says something was committed, and writes
+each stream as a chunked `text/event-stream` response. It reports its number
+of open streams back over the same socket, and exits when the server closes
+it: the process never outlives the server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+from collections.abc import Callable
+from pathlib import Path
+
+from catalog import CatalogService
+from events.broadcast import Broadcaster
+from events.fanout import StreamRequest
+from events.frames import PING_FRAME, STREAM_HEADERS, expired_frame, retry_frame
+from events.subscription import CursorExpiredError, follow
+
+log = logging.getLogger(__name__)
+
+SHUTDOWN_GRACE_S = 2.0
+_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
+_HEAD += b"".join(b"%s: %s\r\n" % (k.lower().encode(), v.encode()) for k, v in STREAM_HEADERS.items())
+_HEAD += b"transfer-encoding: chunked\r\n\r\n"
+_LAST_CHUNK = b"0\r\n\r\n"
+
+
+def _chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+class FanoutServer:
+    def __init__(self, service: CatalogService, args: argparse.Namespace) -> None:
+        self.service = service
+        self.broadcaster = Broadcaster(service, capacity=args.ring_size)
+        self.broadcaster.close()  # nothing commits in this process: the pipe says when to look
+        self.retry_ms = args.retry_ms
+        self.keepalive = args.keepalive_seconds
+        self.wake_fd = args.wake_fd
+        self.channel = socket.socket(fileno=args.channel_fd)
+        self.shutdown = asyncio.Event()
+        self.streams: dict[asyncio.Task[None], asyncio.Event] = {}
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        os.set_blocking(self.wake_fd, False)
+        self.channel.setblocking(False)
+        loop.add_reader(self.wake_fd, self._on_wake)
+        loop.add_reader(self.channel, self._on_connection)
+        loop.add_signal_handler(signal.SIGTERM, self.shutdown.set)
+        await self.shutdown.wait()
+        loop.remove_reader(self.channel)
+        for ended in self.streams.values():
+            ended.set()
+        if self.streams:
+            _, late = await asyncio.wait(self.streams, timeout=SHUTDOWN_GRACE_S)
+            for task in late:
+                task.cancel()
+
+    def _on_wake(self) -> None:
+        with contextlib.suppress(BlockingIOError):
+            while os.read(self.wake_fd, 4096):
+                pass
+        if self.streams:  # with none, reading the log is left to the next stream's start
+            self.broadcaster.publish_from_log()
+
+    def _on_connection(self) -> None:
+        try:
+            message, fds, _, _ = socket.recv_fds(self.channel, 1 << 16, 1)
+        except BlockingIOError:
+            return
+        except OSError:
+            message, fds = b"", []
+        if not message:
+            self.shutdown.set()  # the server has gone
+            return
+        connection = socket.socket(fileno=fds[0])
+        self.broadcaster.publish_from_log()
+        ended = asyncio.Event()
+        task = asyncio.get_running_loop().create_task(
+            self._stream(connection, StreamRequest.decode(message), ended)
+        )
+        self.streams[task] = ended
+        task.add_done_callback(self._forget)
+        self._report()
+
+    def _forget(self, task: asyncio.Task[None]) -> None:
+        self.streams.pop(task, None)
+        self._report()
+
+    def _report(self) -> None:
+        with contextlib.suppress(OSError):  # full or closed: the next report corrects the count
+            self.channel.send(b"%d" % len(self.streams))
+
+    async def _stream(self, connection: socket.socket, request: StreamRequest, ended: asyncio.Event) -> None:
+        reader, writer = await asyncio.open_connection(sock=connection)
+        gone = asyncio.Event()
+
+        async def watch_client() -> None:
+            # A subscriber sends nothing after its request: end of input means it left.
+            with contextlib.suppress(OSError):
+                while await reader.read(1 << 12):
+                    pass
+            gone.set()
+            ended.set()
+
+        async def keep_alive() -> None:
+            while True:
+                await asyncio.sleep(self.keepalive)
+                writer.write(_chunk(PING_FRAME))
+
+        helpers = [asyncio.ensure_future(watch_client()), asyncio.ensure_future(keep_alive())]
+        try:
+            writer.write(_HEAD + _chunk(retry_frame(self.retry_ms)))
+            try:
+                async for entries in follow(
+                    self.broadcaster, self.service, request.cursor, request.event_filter(), ended
+                ):
+                    writer.write(_chunk(b"".join(entry.frame for entry in entries)))
+                    await writer.drain()
+            except CursorExpiredError as exc:
+                writer.write(_chunk(expired_frame(exc)))
+            if not gone.is_set():
+                writer.write(_LAST_CHUNK)
+                await writer.drain()
+        except OSError:
+            pass  # the subscriber went away mid-write
+        finally:
+            for helper in helpers:
+                helper.cancel()
+            writer.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="events.fanout_process")
+    parser.add_argument("--warehouse", type=Path, required=True)
+    parser.add_argument("--wake-fd", type=int, required=True)
+    parser.add_argument("--channel-fd", type=int, required=True)
+    parser.add_argument("--retry-ms", type=int, required=True)
+    parser.add_argument("--keepalive-seconds", type=float, required=True)
+    parser.add_argument("--ring-size", type=int, required=True)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # Ctrl-C reaches the whole process group: the server decides when streams end, not this process.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    service = CatalogService.open(args.warehouse)
+    try:
+        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+            runner.run(FanoutServer(service, args).run())
+    finally:
+        service.close()
+    return 0
+
+
+def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's loop when it is installed, as uvicorn chooses."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
