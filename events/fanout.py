@@ -106,6 +106,10 @@ class FanoutProcess:
         command += [f"--wake-fd={wake_read}", f"--channel-fd={theirs.fileno()}", *self._options.arguments()]
         try:
             self._process = subprocess.Popen(command, pass_fds=(wake_read, theirs.fileno()))
+        except OSError:
+            os.close(wake_write)
+            ours.close()
+            raise
         finally:
             os.close(wake_read)
             theirs.close()
