@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -412,7 +413,7 @@ def test_streams_are_served_where_configured(server: IsbreServer) -> None:
     assert health["status"] == "ok"
 
 
-def test_a_stream_on_a_kept_alive_connection(server: IsbreServer) -> None:
+def test_a_stream_on_a_kept_alive_connection(server: IsbreServer, request: pytest.FixtureRequest) -> None:
     """A client that reuses its connection for the stream gets it there, and its next request works."""
     with httpx.Client(timeout=30) as client:
         config = client.get(f"{server.url}/v1/config")
@@ -421,10 +422,28 @@ def test_a_stream_on_a_kept_alive_connection(server: IsbreServer) -> None:
         with client.stream("GET", f"{server.url}/v1/events", params={"after": start}) as response:
             port = response.extensions["network_stream"].get_extra_info("client_addr")[1]
             assert port == config.extensions["network_stream"].get_extra_info("client_addr")[1]
+            handed_over = "fan-out" in request.node.callspec.params["server"]
+            assert ("server" not in response.headers) == handed_over, "written by the other process"
             ids = (line for line in response.iter_lines() if line.startswith("id: "))
             assert next(ids) == f"id: {start + 1}"
         assert client.get(f"{server.url}/v1/config").status_code == 200
     assert "ASGI callable returned without" not in server.log(), "the server answered a handed-over request"
+
+
+def test_an_http_1_0_stream(server: IsbreServer) -> None:
+    """An HTTP/1.0 request is not handed over: the server's process (uvicorn) answers it."""
+    start = server.high_water()
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(f"GET /v1/events?after={start} HTTP/1.0\r\nHost: test\r\n\r\n".encode())
+        httpx.post(f"{server.url}/v1/isbre/namespaces", json={"namespace": [f"old{start}"]})
+        received = b""
+        while f"id: {start + 1}\n".encode() not in received:
+            chunk = sock.recv(1 << 16)
+            assert chunk, f"the stream ended early: {received!r}"
+            received += chunk
+    head = received.split(b"\r\n\r\n")[0].lower()
+    assert head.startswith(b"http/1.1 200") and b"text/event-stream" in head
+    assert b"\r\nserver: uvicorn" in head
 
 
 def test_a_killed_fanout_process_is_replaced_and_subscribers_miss_nothing(tmp_path: Path) -> None:
