@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import resource
 import signal
 import socket
 from collections.abc import Callable
@@ -83,6 +84,9 @@ class FanoutServer:
             message, fds = b"", []
         if not message:
             self.shutdown.set()  # the server has gone
+            return
+        if not fds:  # the kernel could not give this process another descriptor
+            log.error("out of file descriptors: a subscriber was disconnected (raise `ulimit -n`)")
             return
         connection = socket.socket(fileno=fds[0])
         self.broadcaster.publish_from_log()
@@ -153,6 +157,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # Ctrl-C reaches the whole process group: the server decides when streams end, not this process.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # One descriptor per subscriber: take all the system allows, not the usual soft limit of 1024.
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     service = CatalogService.open(args.warehouse)
     try:
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:

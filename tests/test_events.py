@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -455,6 +456,9 @@ def test_a_killed_fanout_process_is_replaced_and_subscribers_miss_nothing(tmp_pa
             httpx.post(f"{base}/namespaces", json={"namespace": [f"before{i}"]}).raise_for_status()
         collector.wait_for(5)
         killed = events_health(server)["process"]
+        # The replacement inherits a low soft limit on open files, and raises it: one per subscriber.
+        _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.prlimit(server.process.pid, resource.RLIMIT_NOFILE, (256, hard))
         with httpx.stream("GET", f"{server.url}/v1/events", timeout=30) as response:
             lines = response.iter_lines()
             next(lines)  # open, and (the kill shows) served by that process: the kill cuts it
@@ -470,6 +474,14 @@ def test_a_killed_fanout_process_is_replaced_and_subscribers_miss_nothing(tmp_pa
             time.sleep(0.1)
         httpx.post(f"{base}/namespaces", json={"namespace": ["after"]}).raise_for_status()
         assert [e.commit_seq for e in collector.wait_for(11)] == list(range(1, 12))
+
+        def open_files_limits() -> list[str]:
+            limits = Path(f"/proc/{health['process']}/limits").read_text().splitlines()
+            return next(line for line in limits if line.startswith("Max open files")).split()[3:5]
+
+        while open_files_limits() != [str(hard), str(hard)]:  # once it has started
+            assert time.monotonic() < deadline, f"open files limits: {open_files_limits()}"
+            time.sleep(0.05)
         assert "event fan-out process exited" in server.log()
     finally:
         server.stop()
