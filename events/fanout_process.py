@@ -69,9 +69,12 @@ class FanoutServer:
                 task.cancel()
 
     def _on_wake(self) -> None:
-        with contextlib.suppress(BlockingIOError):
-            while os.read(self.wake_fd, 4096):
-                pass
+        with contextlib.suppress(BlockingIOError):  # raised once the pipe is empty
+            while True:
+                if not os.read(self.wake_fd, 4096):  # the server closed its end: it has gone
+                    asyncio.get_running_loop().remove_reader(self.wake_fd)
+                    self.shutdown.set()
+                    return
         if self.streams:  # with none, reading the log is left to the next stream's start
             self.broadcaster.publish_from_log()
 
