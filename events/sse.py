@@ -90,7 +90,6 @@ async def stream_events(
 
 
 def _stream_here(state: State, cursor: int, event_filter: EventFilter) -> Response:
-
     # Set by sse-starlette when the server begins to shut down: the stream then ends by itself,
     # with a complete response, instead of being cut.
     shutdown = anyio.Event()
