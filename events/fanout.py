@@ -20,6 +20,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -32,7 +33,10 @@ log = logging.getLogger(__name__)
 
 # The ASGI scope extension under which the HTTP server offers a request's connection.
 DETACHABLE = "isbre.detachable"
+# A process that keeps dying (it cannot start, say) is restarted ever more slowly, up to a minute
+# apart; one that ran for a minute counts as healthy again.
 RESTART_DELAY_S = 1.0
+MAX_RESTART_DELAY_S = 60.0
 
 
 class Detachable(Protocol):
@@ -95,6 +99,8 @@ class FanoutProcess:
         self._wake_lock = threading.Lock()  # the writer thread must never write to a closed descriptor
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping = False
+        self._started_at = 0.0
+        self._restart_delay = RESTART_DELAY_S
         self.streams = 0
 
     def start(self) -> None:
@@ -118,6 +124,7 @@ class FanoutProcess:
             self._channel, self._wake_fd = ours, wake_write
         self._loop.add_reader(ours, self._on_message)
         self._service.writer.add_listener(self._wake)
+        self._started_at = time.monotonic()
         log.info("event streams are served by process %d", self._process.pid)
 
     @property
@@ -164,9 +171,16 @@ class FanoutProcess:
         self._close_channel()
         if not self._stopping:
             code = self._process.wait() if self._process else None
-            log.error("the event fan-out process exited (%s); restarting it", code)
+            if time.monotonic() - self._started_at > MAX_RESTART_DELAY_S:
+                self._restart_delay = RESTART_DELAY_S
+            log.error(
+                "the event fan-out process exited (%s); streams are served here until it restarts in %g s",
+                code,
+                self._restart_delay,
+            )
             assert self._loop is not None
-            self._loop.call_later(RESTART_DELAY_S, self._restart)
+            self._loop.call_later(self._restart_delay, self._restart)
+            self._restart_delay = min(2 * self._restart_delay, MAX_RESTART_DELAY_S)
 
     def _restart(self) -> None:
         if not self._stopping:

@@ -73,7 +73,11 @@ def _start_fanout(settings: Settings, service: CatalogService) -> FanoutProcess 
         settings.events_retry_ms, settings.events_keepalive_seconds, settings.events_ring_size
     )
     fanout = FanoutProcess(service, settings.warehouse.resolve(), options)
-    fanout.start()
+    try:
+        fanout.start()
+    except OSError as exc:  # e.g. a platform without SOCK_SEQPACKET Unix sockets
+        log.warning("event streams are served in this process: the fan-out process cannot start (%s)", exc)
+        return None
     return fanout
 
 

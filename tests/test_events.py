@@ -482,7 +482,16 @@ def test_a_killed_fanout_process_is_replaced_and_subscribers_miss_nothing(tmp_pa
         while open_files_limits() != [str(hard), str(hard)]:  # once it has started
             assert time.monotonic() < deadline, f"open files limits: {open_files_limits()}"
             time.sleep(0.05)
-        assert "event fan-out process exited" in server.log()
+        assert "until it restarts in 1 s" in server.log()
+        # Killed again soon after: the next restart waits twice as long.
+        replaced = health["process"]
+        os.kill(replaced, signal.SIGKILL)
+        killed_at = time.monotonic()
+        while events_health(server)["process"] in (None, replaced):
+            assert time.monotonic() < killed_at + 15, "the fan-out process was not replaced again"
+            time.sleep(0.05)
+        assert time.monotonic() - killed_at >= 2.0
+        assert "until it restarts in 2 s" in server.log()
     finally:
         server.stop()
 
