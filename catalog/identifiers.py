@@ -9,8 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-MAX_NAME_LENGTH = 255
+# Names are limited in encoded bytes, not characters: a table's directory is `<name>-<32 hex digits>`,
+# and most filesystems take 255 bytes a name.
+MAX_NAME_BYTES = 200
 MAX_NAMESPACE_DEPTH = 16
+# An object's store key (namespace levels, separators and name) must fit LMDB's 511-byte keys.
+MAX_KEY_BYTES = 500
 
 # Separates namespace levels inside store keys; validation keeps it out of names.
 _LEVEL = b"\x1f"
@@ -27,12 +31,14 @@ def check_name(name: object, what: str = "name") -> str:
         raise InvalidIdentifierError(f"{what} must be a string, got {type(name).__name__}")
     if not name:
         raise InvalidIdentifierError(f"{what} must not be empty")
-    if len(name) > MAX_NAME_LENGTH:
-        raise InvalidIdentifierError(f"{what} is longer than {MAX_NAME_LENGTH} characters: {name[:40]!r}...")
+    if len(name.encode("utf-8", errors="surrogatepass")) > MAX_NAME_BYTES:
+        raise InvalidIdentifierError(
+            f"{what} is longer than {MAX_NAME_BYTES} bytes (UTF-8): {name[:40]!r}..."
+        )
     if name in (".", ".."):
         raise InvalidIdentifierError(f"{what} must not be {name!r}")
     for ch in name:
-        if ch in "/\\" or ord(ch) < 0x20 or ord(ch) == 0x7F:
+        if ch in "/\\" or ord(ch) < 0x20 or ord(ch) == 0x7F or 0xD800 <= ord(ch) <= 0xDFFF:
             raise InvalidIdentifierError(f"{what} {name!r} contains a path separator or control character")
     return name
 
@@ -44,7 +50,10 @@ def check_namespace(namespace: object) -> tuple[str, ...]:
         raise InvalidIdentifierError("namespace must have at least one level")
     if len(namespace) > MAX_NAMESPACE_DEPTH:
         raise InvalidIdentifierError(f"namespace is deeper than {MAX_NAMESPACE_DEPTH} levels")
-    return tuple(check_name(level, "namespace level") for level in namespace)
+    checked = tuple(check_name(level, "namespace level") for level in namespace)
+    if len(namespace_key(checked)) > MAX_KEY_BYTES:
+        raise InvalidIdentifierError(f"namespace is longer than {MAX_KEY_BYTES} bytes (UTF-8, all levels)")
+    return checked
 
 
 @dataclass(frozen=True, order=True)
@@ -56,7 +65,12 @@ class Identifier:
 
     @classmethod
     def of(cls, namespace: object, name: object) -> Identifier:
-        return cls(check_namespace(namespace), check_name(name))
+        ident = cls(check_namespace(namespace), check_name(name))
+        if len(ident.key) > MAX_KEY_BYTES:
+            raise InvalidIdentifierError(
+                f"{ident} is longer than {MAX_KEY_BYTES} bytes (UTF-8, with its namespace)"
+            )
+        return ident
 
     def __str__(self) -> str:
         return ".".join((*self.namespace, self.name))

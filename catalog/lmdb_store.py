@@ -23,18 +23,32 @@ from catalog.identifiers import (
     objects_prefix,
 )
 from catalog.records import CommitRecord
-from catalog.store import Pointer, ReadView, Store, StoreFullError, WriteView
+from catalog.store import InsufficientStorageError, Pointer, ReadView, Store, StoreFullError, WriteView
 
 log = logging.getLogger(__name__)
 
 FORMAT_VERSION = b"1"
-DATABASES = ("meta", "namespaces", "tables", "views", "commit_log", "coverage", "cursors", "idempotency")
+DATABASES = (
+    "meta",
+    "namespaces",
+    "tables",
+    "views",
+    "commit_log",
+    "coverage",
+    "cursors",
+    "idempotency",
+    "idempotency_by_time",
+    "locations",
+)
 _SEQ = struct.Struct(">Q")
 _HIGH_WATER = b"commit_seq"
 _RANGE = struct.Struct(">QQ")
 
 
 _SNAPSHOT = struct.Struct(">q")
+# The locations database maps a normalized location to its owner's uuid, and `_OWNER + uuid` back to
+# the location (a location, being a URI, never starts with NUL).
+_OWNER = b"\x00"
 
 
 # A table's coverage keys: `<uuid>\0S<source>\0<topic>\0<partition><start><end>` for ranges (the range
@@ -149,6 +163,25 @@ class _LmdbView(WriteView):
         raw = self._txn.get(key.encode(), db=self._db("idempotency"))
         return None if raw is None else json.loads(raw)
 
+    def overlapping(self, location: str) -> list[tuple[str, str]]:
+        db = self._db("locations")
+        found = []
+        for end in (i for i, ch in enumerate(location) if ch == "/"):
+            above = location[:end]
+            if (owner := self._txn.get(above.encode(), db=db)) is not None:
+                found.append((above, owner.decode()))
+        if (owner := self._txn.get(location.encode(), db=db)) is not None:
+            found.append((location, owner.decode()))
+        with self._txn.cursor(db=db) as cursor:
+            for key, owner in _after(cursor, (location + "/").encode(), None):
+                found.append((key.decode(), owner.decode()))
+                if len(found) >= 16:
+                    break
+        return found
+
+    def marker(self, name: str) -> bool:
+        return self._txn.get(b"marker:" + name.encode(), db=self._db("meta")) is not None
+
     def log_floor(self) -> int:
         with self._txn.cursor(db=self._db("commit_log")) as cursor:
             if cursor.first():
@@ -236,18 +269,41 @@ class _LmdbView(WriteView):
     def put_idempotent_response(self, key: str, response: dict[str, Any]) -> None:
         with self._full_is_retryable():
             self._txn.put(key.encode(), json.dumps(response).encode(), db=self._db("idempotency"))
+            self._txn.put(_SEQ.pack(response["ts"]) + key.encode(), b"", db=self._db("idempotency_by_time"))
 
     def trim_idempotency(self, older_than_us: int, limit: int) -> int:
-        expired = []
-        with self._txn.cursor(db=self._db("idempotency")) as cursor:
-            for key, value in cursor:
-                if json.loads(value)["ts"] < older_than_us:
-                    expired.append(key)
-                    if len(expired) >= limit:
-                        break
-        for key in expired:
-            self._txn.delete(key, db=self._db("idempotency"))
-        return len(expired)
+        """Reads only expired keys: the time index is ordered by when each key was stored."""
+        removed = 0
+        with self._txn.cursor(db=self._db("idempotency_by_time")) as cursor:
+            positioned = cursor.first()
+            while positioned and removed < limit:
+                stamp = cursor.key()
+                if _SEQ.unpack(stamp[: _SEQ.size])[0] >= older_than_us:
+                    break
+                self._txn.delete(stamp[_SEQ.size :], db=self._db("idempotency"))
+                cursor.delete()
+                removed += 1
+                positioned = bool(cursor.key())
+        return removed
+
+    def place(self, owner: str, location: str) -> None:
+        self.unplace(owner)
+        db = self._db("locations")
+        with self._full_is_retryable():
+            self._txn.put(location.encode(), owner.encode(), db=db)
+            self._txn.put(_OWNER + owner.encode(), location.encode(), db=db)
+
+    def unplace(self, owner: str) -> None:
+        db = self._db("locations")
+        location = self._txn.get(_OWNER + owner.encode(), db=db)
+        if location is not None:
+            if self._txn.get(location, db=db) == owner.encode():
+                self._txn.delete(location, db=db)
+            self._txn.delete(_OWNER + owner.encode(), db=db)
+
+    def set_marker(self, name: str) -> None:
+        with self._full_is_retryable():
+            self._txn.put(b"marker:" + name.encode(), b"", db=self._db("meta"))
 
     def trim_log(self, keep_after: int, older_than_us: int, ceiling: int, limit: int) -> int:
         removed = 0
@@ -314,6 +370,17 @@ class _ResizeGate:
                 self._cond.notify_all()
 
 
+def _index_idempotency_by_time(txn: lmdb.Transaction, dbs: dict[str, lmdb._Database]) -> None:
+    """Stores made before keys were indexed by time: index the keys they hold, once."""
+    marker = b"marker:idempotency-by-time"
+    if txn.get(marker, db=dbs["meta"]) is not None:
+        return
+    with txn.cursor(db=dbs["idempotency"]) as cursor:
+        for key, value in cursor:
+            txn.put(_SEQ.pack(json.loads(value).get("ts", 0)) + key, b"", db=dbs["idempotency_by_time"])
+    txn.put(marker, b"", db=dbs["meta"])
+
+
 class LmdbStore(Store):
     def __init__(self, path: Path, map_size: int = 256 << 20) -> None:
         path.mkdir(parents=True, exist_ok=True)
@@ -327,10 +394,13 @@ class LmdbStore(Store):
             version = txn.get(b"format", db=self.dbs["meta"])
             if version is None:
                 txn.put(b"format", FORMAT_VERSION, db=self.dbs["meta"])
+                # A new store indexes every location it is given: nothing to index later.
+                txn.put(b"marker:locations", b"", db=self.dbs["meta"])
             elif version != FORMAT_VERSION:
                 raise RuntimeError(
                     f"{path} holds store format {version!r}; this isbre reads {FORMAT_VERSION!r}"
                 )
+            _index_idempotency_by_time(txn, self.dbs)
 
     @contextmanager
     def _begin(self, write: bool) -> Iterator[lmdb.Transaction]:
@@ -350,6 +420,12 @@ class LmdbStore(Store):
                         txn.commit()
                     except lmdb.MapFullError as exc:
                         raise StoreFullError(str(exc)) from exc
+                    except lmdb.Error as exc:
+                        if "No space left" in str(exc) or "quota" in str(exc).lower():
+                            raise InsufficientStorageError(
+                                f"No room left on the store's disk: {exc}"
+                            ) from exc
+                        raise
                     return
             with self._gate.exclusive():
                 self.env.set_mapsize(0)

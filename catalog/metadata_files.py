@@ -24,6 +24,8 @@ from pyiceberg.serializers import FromInputFile
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.view.metadata import ViewMetadata
 
+from catalog.store import InsufficientStorageError, is_disk_full
+
 M = TypeVar("M", TableMetadata, ViewMetadata)
 
 
@@ -55,6 +57,16 @@ def sync_file(path: Path) -> None:
     _fsync_dir(path.parent)
 
 
+def sync_directories(path: Path, root: Path, synced: set[Path]) -> None:
+    """Sync the directory entries from `path`'s directory up to `root`, for directories another
+    writer (PyArrow) may have created; each directory once per `synced` set."""
+    directory = path.parent
+    while directory != root and root in directory.parents and directory not in synced:
+        _fsync_dir(directory.parent)
+        synced.add(directory)
+        directory = directory.parent
+
+
 def publish_durably(temporary: Path, final: Path) -> None:
     """Sync `temporary`, then rename it to `final` and sync the rename: `final` is whole or absent."""
     _fsync(temporary)
@@ -62,23 +74,66 @@ def publish_durably(temporary: Path, final: Path) -> None:
     _fsync_dir(final.parent)
 
 
+def make_dirs_durably(directory: Path) -> list[Path]:
+    """Create `directory` and any missing parents, each synced into its parent: a crash cannot lose
+    a directory that a synced file inside it needs. Returns the directories created, outermost first."""
+    missing = []
+    while not directory.exists():
+        missing.append(directory)
+        directory = directory.parent
+    created = []
+    for new in reversed(missing):
+        try:
+            new.mkdir()
+        except FileExistsError:
+            continue  # made meanwhile by another writer; it syncs it
+        created.append(new)
+        _fsync_dir(new.parent)
+    return created
+
+
+def remove_created(directories: list[Path]) -> None:
+    """Remove directories `make_dirs_durably` created, innermost first, if nothing else went in."""
+    for directory in reversed(directories):
+        with contextlib.suppress(OSError):
+            directory.rmdir()
+
+
 def write_durably(io: FileIO, location: str, data: bytes) -> None:
-    """Create `location` with `data`; on local disk, synced (file and directory) before returning."""
+    """Create `location` with `data`; on local disk, synced (file and new directories) before returning.
+
+    Fails with InsufficientStorageError when the disk is full, leaving neither the file nor the
+    directories it made.
+    """
     path = local_path(location)
     if path is None:
         with io.new_output(location).create(overwrite=False) as stream:
             stream.write(data)
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    created: list[Path] = []
+    written = False
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    _fsync_dir(path.parent)
+        created = make_dirs_durably(path.parent)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        written = True
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        _fsync_dir(path.parent)
+    except OSError as exc:
+        if written:
+            with contextlib.suppress(OSError):
+                path.unlink()
+        remove_created(created)
+        if is_disk_full(exc):
+            raise InsufficientStorageError(
+                f"No room left on the warehouse's disk to write {location}"
+            ) from exc
+        raise
 
 
 def remove_quietly(io: FileIO, location: str) -> None:

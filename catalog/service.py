@@ -18,14 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pyiceberg.catalog import (
-    MANIFEST,
-    MANIFEST_LIST,
-    METADATA,
-    PREVIOUS_METADATA,
-    delete_data_files,
-    delete_files,
-)
 from pyiceberg.exceptions import (
     CommitFailedException,
     NamespaceAlreadyExistsError,
@@ -46,8 +38,9 @@ from pyiceberg.view.metadata import ViewMetadata, ViewVersion
 
 from catalog.coverage import Coverage, snapshot_spans
 from catalog.identifiers import Identifier, check_namespace
+from catalog.limits import Limits
 from catalog.lmdb_store import LmdbStore
-from catalog.locations import LocationPolicy
+from catalog.locations import LocationNotAllowedError, LocationPolicy, inside, normalized
 from catalog.metadata_files import (
     Loaded,
     MetadataCache,
@@ -58,8 +51,9 @@ from catalog.metadata_files import (
     remove_quietly,
     write_durably,
 )
+from catalog.purge import PurgeIncompleteError, purge_files
 from catalog.records import CommitRecord, now_us
-from catalog.store import Pointer, Store, WriteView
+from catalog.store import Pointer, ReadView, Store, WriteView
 from catalog.tables import Staged, TableChange, commit_record, next_metadata_location, stage
 from catalog.views import ViewRequirement, ViewUpdate, new_view_metadata, update_view_metadata
 from catalog.writer import Batch, Writer
@@ -72,6 +66,8 @@ TABLE, VIEW = "table", "view"
 # (commits from this process take their table's lock and do not race each other).
 MAX_COMMIT_ATTEMPTS = 32
 LOCK_STRIPES = 64
+# Expired Idempotency-Keys removed per writer transaction: each step holds the writer well under 10 ms.
+TRIM_CHUNK = 500
 _MISSING: dict[str, type[Exception]] = {TABLE: NoSuchTableError, VIEW: NoSuchViewError}
 
 
@@ -144,6 +140,8 @@ def _require_free(view: WriteView, ident: Identifier) -> None:
 
 def _read_for_register(cache: MetadataCache[Any], policy: LocationPolicy, location: str) -> Loaded[Any]:
     policy.check(location, "Metadata location")
+    if local_path(location) is not None:
+        location = normalized(location)
     try:
         return cache.get(location)
     except Exception as exc:  # missing, unreadable or not metadata: the caller's mistake
@@ -160,15 +158,22 @@ class CatalogService:
         max_batch: int = 512,
         max_queue: int = 10_000,
         allowed_locations: tuple[str, ...] = (),
+        limits: Limits | None = None,
+        protected: tuple[str, ...] = (),
+        on_fatal: Callable[[BaseException], None] | None = None,
     ) -> None:
+        """`protected`: locations no table or view may be in or around (the store's own files)."""
         self.store = store
         self.warehouse = warehouse.rstrip("/")
-        self.locations = LocationPolicy(self.warehouse, allowed_locations)
+        self.locations = LocationPolicy.of(self.warehouse, allowed_locations)
+        self.limits = limits or Limits()
+        self.protected = tuple(normalized(location) for location in protected)
         self.io = io or PyArrowFileIO()
-        self.writer = Writer(store, max_batch=max_batch, max_queue=max_queue)
+        self.writer = Writer(store, max_batch=max_batch, max_queue=max_queue, on_fatal=on_fatal)
         self.table_files: MetadataCache[TableMetadata] = MetadataCache(self.io, parse_table_metadata)
         self.view_files: MetadataCache[ViewMetadata] = MetadataCache(self.io, parse_view_metadata)
         self._stripes = [threading.Lock() for _ in range(LOCK_STRIPES)]
+        self._index_locations()
 
     @contextmanager
     def _staging(self, kind: str, idents: list[Identifier]) -> Iterator[None]:
@@ -192,6 +197,8 @@ class CatalogService:
         max_batch: int = 512,
         max_queue: int = 10_000,
         allowed_locations: tuple[str, ...] = (),
+        limits: Limits | None = None,
+        on_fatal: Callable[[BaseException], None] | None = None,
     ) -> CatalogService:
         """The embedded catalog: LMDB under `<warehouse>/isbre.lmdb`, tables under `<warehouse>/`."""
         warehouse = warehouse.resolve()
@@ -203,6 +210,9 @@ class CatalogService:
             max_batch=max_batch,
             max_queue=max_queue,
             allowed_locations=allowed_locations,
+            limits=limits,
+            protected=(store.path.as_uri(),),
+            on_fatal=on_fatal,
         )
 
     def close(self) -> None:
@@ -210,9 +220,11 @@ class CatalogService:
         self.store.close()
 
     def _mutate(self, mutation: Callable[[Batch], T]) -> T:
+        self.limits.check_room(self._local_warehouse)
         hook = _after_mutation.get()
         if hook is None:
             return self.writer.execute(mutation)
+        _after_mutation.set(None)  # the hook belongs to the operation's first mutation only
 
         def hooked(batch: Batch) -> T:
             result = mutation(batch)
@@ -236,7 +248,7 @@ class CatalogService:
 
         self.writer.execute(mutation)
 
-    def trim_idempotency(self, keep_us: int, chunk: int = 1000) -> int:
+    def trim_idempotency(self, keep_us: int, chunk: int = TRIM_CHUNK) -> int:
         def mutation(batch: Batch) -> int:
             return batch.view.trim_idempotency(now_us() - keep_us, chunk)
 
@@ -247,13 +259,23 @@ class CatalogService:
 
     # -- namespaces
 
-    def _check_namespace_location(self, properties: dict[str, str]) -> None:
+    def _check_namespace_properties(self, properties: dict[str, str], places: LocationPolicy | None) -> None:
+        self.limits.check_properties(properties, "Namespace")
         if "location" in properties:
-            self.locations.check(properties["location"], "Namespace location")
+            (places or self.locations).check(properties["location"], "Namespace location")
+            self._check_protected(properties["location"], "Namespace location")
 
-    def create_namespace(self, namespace: tuple[str, ...], properties: dict[str, str]) -> dict[str, str]:
+    def namespace_location(self, namespace: tuple[str, ...]) -> str:
+        """Where the namespace's tables go by default: its `location` property, or under the warehouse."""
+        with self.store.read() as view:
+            properties = view.namespace(namespace) or {}
+        return properties.get("location", "").rstrip("/") or "/".join((self.warehouse, *namespace))
+
+    def create_namespace(
+        self, namespace: tuple[str, ...], properties: dict[str, str], places: LocationPolicy | None = None
+    ) -> dict[str, str]:
         namespace = check_namespace(namespace)
-        self._check_namespace_location(properties)
+        self._check_namespace_properties(properties, places)
 
         def mutation(batch: Batch) -> dict[str, str]:
             if batch.view.namespace(namespace) is not None:
@@ -295,13 +317,17 @@ class CatalogService:
         self._mutate(mutation)
 
     def update_namespace(
-        self, namespace: tuple[str, ...], removals: list[str], updates: dict[str, str]
+        self,
+        namespace: tuple[str, ...],
+        removals: list[str],
+        updates: dict[str, str],
+        places: LocationPolicy | None = None,
     ) -> PropertiesChange:
         namespace = check_namespace(namespace)
         overlap = set(removals) & set(updates)
         if overlap:
             raise ConflictingPropertiesError(f"Properties are both updated and removed: {sorted(overlap)}")
-        self._check_namespace_location(updates)
+        self._check_namespace_properties(updates, places)
 
         def mutation(batch: Batch) -> PropertiesChange:
             properties = dict(_require_namespace(batch.view, namespace))
@@ -324,11 +350,33 @@ class CatalogService:
 
     def _default_location(self, namespace: tuple[str, ...], name: str, object_uuid: uuid.UUID) -> str:
         with self.store.read() as view:
-            properties = view.namespace(namespace)
-        if properties is None:
-            raise NoSuchNamespaceError(f"Namespace does not exist: {'.'.join(namespace)}")
-        base = properties.get("location", "").rstrip("/") or "/".join((self.warehouse, *namespace))
-        return f"{base}/{name}-{object_uuid.hex}"
+            _require_namespace(view, namespace)
+        return f"{self.namespace_location(namespace)}/{name}-{object_uuid.hex}"
+
+    def _check_protected(self, location: str, what: str) -> None:
+        found = normalized(location)
+        for place in self.protected:
+            if inside(found, place) or inside(place, found):
+                raise LocationNotAllowedError(f"{what} {location!r} is in or around the catalog's own store")
+
+    def _check_place(self, location: str, what: str, places: LocationPolicy | None) -> None:
+        """Where a table or view may live, before anything is written (the overlap check is `_claim`)."""
+        (places or self.locations).check(location, what)
+        self._check_protected(location, what)
+
+    @staticmethod
+    def _claim(view: WriteView, owner: str, location: str, what: str, moving: bool = True) -> None:
+        """Index `location` as `owner`'s, unless another table or view lives in, at or around it.
+
+        `moving`: `owner` is already in the catalog and changes its place (its old place is no
+        conflict); otherwise any object found there, even one with the same uuid, is another."""
+        found = normalized(location)
+        for other, other_owner in view.overlapping(found):
+            if other_owner != owner or not moving:
+                raise LocationNotAllowedError(
+                    f"{what} {location!r} overlaps the files of another table or view, at {other}"
+                )
+        view.place(owner, found)
 
     def table_pointer(self, ident: Identifier) -> Pointer:
         with self.store.read() as view:
@@ -376,20 +424,17 @@ class CatalogService:
         location: str | None = None,
         properties: dict[str, str] | None = None,
         stage_only: bool = False,
+        places: LocationPolicy | None = None,
     ) -> TableState:
         with self.store.read() as view:
-            if view.namespace(ident.namespace) is None:
-                raise NoSuchNamespaceError(f"Namespace does not exist: {'.'.join(ident.namespace)}")
-            if view.pointer(TABLE, ident) is not None:
-                raise TableAlreadyExistsError(f"Table already exists: {ident}")
-            if view.pointer(VIEW, ident) is not None:
-                raise ViewAlreadyExistsError(f"View already exists: {ident}")
+            _require_namespace(view, ident.namespace)
+            _require_free(view, ident)
         table_uuid = uuid.uuid4()
-        if location:
-            self.locations.check(location, "Table location")
         location = (location or "").rstrip("/") or self._default_location(
             ident.namespace, ident.name, table_uuid
         )
+        self._check_place(location, "Table location", places)
+        self.limits.check_properties(properties or {}, "Table")
         metadata = new_table_metadata(
             schema, partition_spec, sort_order, location, dict(properties or {}), table_uuid=table_uuid
         )
@@ -409,10 +454,12 @@ class CatalogService:
             commit_seq = None if snapshot_id is None else view.coverage_commit(pointer.uuid, snapshot_id)
             return TableCoverage(pointer.uuid, view.coverage(pointer.uuid), commit_seq)
 
-    def commit_table(self, change: TableChange) -> TableState:
-        return self.commit_tables([change], txn=None)[0]
+    def commit_table(self, change: TableChange, places: LocationPolicy | None = None) -> TableState:
+        return self.commit_tables([change], txn=None, places=places)[0]
 
-    def commit_tables(self, changes: list[TableChange], txn: str | None) -> list[TableState]:
+    def commit_tables(
+        self, changes: list[TableChange], txn: str | None, places: LocationPolicy | None = None
+    ) -> list[TableState]:
         """Commit every change or none of them; `txn` tags the records of a multi-table transaction."""
         idents = [change.ident for change in changes]
         if len(set(idents)) != len(idents):
@@ -426,8 +473,8 @@ class CatalogService:
                     for change, base in zip(changes, bases, strict=True)
                 ]
                 for entry in staged:
-                    if entry.changed:  # covers set-location and a create by updates
-                        self.locations.check(entry.metadata.location, "Table location")
+                    if entry.moved:  # set-location, and a create by updates
+                        self._check_place(entry.metadata.location, "Table location", places)
                 try:
                     return self._swap(staged, txn)
                 except _Stale:
@@ -438,6 +485,11 @@ class CatalogService:
 
     def _swap(self, staged: list[Staged], txn: str | None) -> list[TableState]:
         written: list[str] = []
+        for entry in staged:
+            if entry.changed:
+                self.limits.check_properties(entry.metadata.properties, "Table")
+                self.limits.check_metadata(entry.json, "Table")
+        self.limits.check_room(self._local_warehouse)
         try:
             for entry in staged:
                 if entry.changed:
@@ -455,6 +507,8 @@ class CatalogService:
                         _require_namespace(batch.view, entry.ident.namespace)
                         _require_free(batch.view, entry.ident)
                 for entry in staged:
+                    if entry.moved:
+                        self._claim(batch.view, entry.pointer.uuid, entry.metadata.location, "Table location")
                     if entry.changed:
                         batch.view.put_pointer(TABLE, entry.ident, entry.pointer)
                         record = batch.log(commit_record(entry, txn, txn_size))
@@ -476,7 +530,7 @@ class CatalogService:
     def drop_table(self, ident: Identifier, purge: bool = False) -> None:
         pointer = self._drop(TABLE, ident, {"purge": purge})
         if purge:
-            self._purge(self.table_files.get(pointer.metadata_location).metadata, pointer.metadata_location)
+            self._purge(ident, pointer)
 
     def _drop(self, kind: str, ident: Identifier, properties: dict[str, Any] | None = None) -> Pointer:
         def mutation(batch: Batch) -> Pointer:
@@ -484,6 +538,7 @@ class CatalogService:
             if pointer is None:
                 raise _MISSING[kind](f"{kind.capitalize()} does not exist: {ident}")
             batch.view.delete_pointer(kind, ident)
+            batch.view.unplace(pointer.uuid)
             if kind == TABLE:
                 batch.view.drop_coverage(pointer.uuid)
             batch.log(
@@ -500,26 +555,59 @@ class CatalogService:
 
         return self._mutate(mutation)
 
-    def _inside_warehouse(self, location: str) -> bool:
-        return location.startswith(self.warehouse + "/")
+    def _purge(self, ident: Identifier, pointer: Pointer) -> None:
+        """Delete a dropped table's files: only those under its own location, never the store's, never
+        another table's or view's. Whatever is left behind is recorded in the log and reported."""
+        try:
+            metadata = self.table_files.get(pointer.metadata_location).metadata
+        except Exception as exc:
+            report = purge_files(self.io, None, [], lambda path: False)
+            report.problems.append(f"metadata {pointer.metadata_location}: {type(exc).__name__}")
+        else:
+            with self.store.read() as view:
+                report = purge_files(
+                    self.io,
+                    metadata,
+                    [pointer.metadata_location],
+                    lambda path: self._deletable(view, path, metadata),
+                )
+        if not report.left_behind:
+            return
 
-    def _purge(self, metadata: TableMetadata, metadata_location: str) -> None:
-        """Delete the files of a dropped table, never anything outside the warehouse."""
-        manifests = []
-        manifest_lists = set()
-        for snapshot in metadata.snapshots:
-            manifests += snapshot.manifests(self.io)
-            manifest_lists.add(snapshot.manifest_list)
-        io = _WarehouseOnlyIO(self.io, self._inside_warehouse)
-        delete_data_files(io, manifests)
-        delete_files(io, {m.manifest_path for m in manifests}, MANIFEST)
-        delete_files(io, manifest_lists, MANIFEST_LIST)
-        delete_files(io, {entry.metadata_file for entry in metadata.metadata_log}, PREVIOUS_METADATA)
-        delete_files(io, {stat.statistics_path for stat in metadata.statistics}, "statistics")
-        delete_files(io, {metadata_location}, METADATA)
-        root = local_path(metadata.location)
-        if root is not None and self._inside_warehouse(metadata.location):
-            _remove_empty_dirs(root)
+        def mutation(batch: Batch) -> CommitRecord:
+            return batch.log(
+                CommitRecord(
+                    "table.purge-incomplete",
+                    list(ident.namespace),
+                    ident.name,
+                    table_uuid=pointer.uuid,
+                    previous_metadata_location=pointer.metadata_location,
+                    properties=report.summary(),
+                )
+            )
+
+        record = self._mutate(mutation)
+        log.warning(
+            "purge of %s left files behind (commit_seq %d): %s", ident, record.commit_seq, report.summary()
+        )
+        if report.problems:
+            raise PurgeIncompleteError(
+                f"Table {ident} was dropped, but its purge is incomplete: {len(report.problems)} "
+                f"problem(s), first: {report.problems[0]}; what was left behind is recorded at commit_seq "
+                f"{record.commit_seq} (kind table.purge-incomplete)"
+            )
+
+    def _deletable(self, view: ReadView, path: str, metadata: TableMetadata) -> bool:
+        try:
+            found, root = normalized(path), normalized(metadata.location)
+        except LocationNotAllowedError:
+            return False
+        return (
+            inside(found, root)
+            and found != root
+            and not any(inside(found, place) for place in self.protected)
+            and not view.overlapping(found)  # the dropped table is no longer indexed: anyone here is another
+        )
 
     def rename_table(self, source: Identifier, target: Identifier) -> None:
         self._rename(TABLE, source, target)
@@ -547,9 +635,14 @@ class CatalogService:
         self._mutate(mutation)
 
     def register_table(
-        self, ident: Identifier, metadata_location: str, overwrite: bool = False
+        self,
+        ident: Identifier,
+        metadata_location: str,
+        overwrite: bool = False,
+        places: LocationPolicy | None = None,
     ) -> TableState:
-        loaded = _read_for_register(self.table_files, self.locations, metadata_location)
+        loaded = _read_for_register(self.table_files, places or self.locations, metadata_location)
+        self._check_place(loaded.metadata.location, "Table location", places)
         # Whatever coverage the snapshots still declare (expired ones are gone with their summaries).
         spans = [span for snapshot in loaded.metadata.snapshots for span in snapshot_spans(snapshot)]
 
@@ -561,6 +654,9 @@ class CatalogService:
             if batch.view.pointer(VIEW, ident) is not None:
                 raise ViewAlreadyExistsError(f"View already exists: {ident}")
             pointer = Pointer(metadata_location, str(loaded.metadata.table_uuid))
+            if existing is not None:
+                batch.view.unplace(existing.uuid)
+            self._claim(batch.view, pointer.uuid, loaded.metadata.location, "Table location", moving=False)
             batch.view.put_pointer(TABLE, ident, pointer)
             record = batch.log(
                 CommitRecord(
@@ -600,18 +696,22 @@ class CatalogService:
         version: ViewVersion,
         location: str | None = None,
         properties: dict[str, str] | None = None,
+        places: LocationPolicy | None = None,
     ) -> ViewState:
         view_uuid = uuid.uuid4()
-        if location:
-            self.locations.check(location, "View location")
         location = (location or "").rstrip("/") or self._default_location(
             ident.namespace, ident.name, view_uuid
         )
+        self._check_place(location, "View location", places)
         metadata = new_view_metadata(view_uuid, location, schema, version, dict(properties or {}))
-        return self._swap_view(ident, None, metadata)
+        return self._swap_view(ident, None, metadata, moved=True)
 
     def replace_view(
-        self, ident: Identifier, requirements: tuple[ViewRequirement, ...], updates: tuple[ViewUpdate, ...]
+        self,
+        ident: Identifier,
+        requirements: tuple[ViewRequirement, ...],
+        updates: tuple[ViewUpdate, ...],
+        places: LocationPolicy | None = None,
     ) -> ViewState:
         with self._staging(VIEW, [ident]):
             for _ in range(MAX_COMMIT_ATTEMPTS):
@@ -621,18 +721,25 @@ class CatalogService:
                 metadata = update_view_metadata(current.metadata, updates)
                 if metadata == current.metadata:
                     return current
-                self.locations.check(metadata.location, "View location")
+                moved = metadata.location != current.metadata.location
+                if moved:
+                    self._check_place(metadata.location, "View location", places)
                 base = Pointer(current.metadata_location, current.metadata.view_uuid)
                 try:
-                    return self._swap_view(ident, base, metadata)
+                    return self._swap_view(ident, base, metadata, moved)
                 except _Stale:
                     continue
         raise CommitFailedException(
             f"Gave up after {MAX_COMMIT_ATTEMPTS} attempts lost to concurrent commits"
         )
 
-    def _swap_view(self, ident: Identifier, base: Pointer | None, metadata: ViewMetadata) -> ViewState:
+    def _swap_view(
+        self, ident: Identifier, base: Pointer | None, metadata: ViewMetadata, moved: bool
+    ) -> ViewState:
         data = metadata_json(metadata)
+        self.limits.check_properties(metadata.properties, "View")
+        self.limits.check_metadata(data, "View")
+        self.limits.check_room(self._local_warehouse)
         location = next_metadata_location(metadata.location, base.metadata_location if base else None)
         pointer = Pointer(location, metadata.view_uuid)
         write_durably(self.io, location, data)
@@ -645,6 +752,8 @@ class CatalogService:
             if base is None:
                 _require_namespace(batch.view, ident.namespace)
                 _require_free(batch.view, ident)
+            if moved:
+                self._claim(batch.view, metadata.view_uuid, metadata.location, "View location")
             batch.view.put_pointer(VIEW, ident, pointer)
             batch.log(
                 CommitRecord(
@@ -672,12 +781,18 @@ class CatalogService:
     def rename_view(self, source: Identifier, target: Identifier) -> None:
         self._rename(VIEW, source, target)
 
-    def register_view(self, ident: Identifier, metadata_location: str) -> ViewState:
-        loaded = _read_for_register(self.view_files, self.locations, metadata_location)
+    def register_view(
+        self, ident: Identifier, metadata_location: str, places: LocationPolicy | None = None
+    ) -> ViewState:
+        loaded = _read_for_register(self.view_files, places or self.locations, metadata_location)
+        self._check_place(loaded.metadata.location, "View location", places)
 
         def mutation(batch: Batch) -> ViewState:
             _require_namespace(batch.view, ident.namespace)
             _require_free(batch.view, ident)
+            self._claim(
+                batch.view, loaded.metadata.view_uuid, loaded.metadata.location, "View location", moving=False
+            )
             batch.view.put_pointer(VIEW, ident, Pointer(metadata_location, loaded.metadata.view_uuid))
             batch.log(
                 CommitRecord(
@@ -691,6 +806,36 @@ class CatalogService:
             return ViewState(ident, metadata_location, loaded.metadata, loaded.json)
 
         return self._mutate(mutation)
+
+    # -- where tables and views live
+
+    @property
+    def _local_warehouse(self) -> Path | None:
+        return local_path(self.warehouse)
+
+    def _index_locations(self) -> None:
+        """Stores made before locations were indexed: index every table's and view's location, once."""
+        with self.store.read() as view:
+            if view.marker("locations"):
+                return
+            pointers = [(kind, p) for kind in (TABLE, VIEW) for p in _every_pointer(view, kind)]
+        placed = []
+        for kind, pointer in pointers:
+            cache = self.table_files if kind == TABLE else self.view_files
+            try:
+                placed.append(
+                    (pointer.uuid, normalized(cache.get(pointer.metadata_location).metadata.location))
+                )
+            except Exception as exc:
+                log.warning("cannot index the location of %s %s: %s", kind, pointer.uuid, exc)
+
+        def mutation(batch: Batch) -> None:
+            if not batch.view.marker("locations"):
+                for owner, location in placed:
+                    batch.view.place(owner, location)
+                batch.view.set_marker("locations")
+
+        self.writer.execute(mutation)
 
     # -- the log
 
@@ -758,33 +903,10 @@ class CatalogService:
                 return removed
 
 
-class _WarehouseOnlyIO(FileIO):
-    """A FileIO whose deletes skip (and report) anything outside the warehouse."""
-
-    def __init__(self, io: FileIO, allowed: Callable[[str], bool]) -> None:
-        super().__init__(io.properties)
-        self._io = io
-        self._allowed = allowed
-
-    def new_input(self, location: str) -> Any:
-        return self._io.new_input(location)
-
-    def new_output(self, location: str) -> Any:
-        return self._io.new_output(location)
-
-    def delete(self, location: Any) -> None:
-        path = location if isinstance(location, str) else location.location
-        if not self._allowed(path):
-            log.warning("purge: not deleting %s, which is outside the warehouse", path)
-            return
-        self._io.delete(location)
-
-
-def _remove_empty_dirs(root: Path) -> None:
-    if not root.is_dir():
-        return
-    for directory in sorted((p for p in root.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
-        if not any(directory.iterdir()):
-            directory.rmdir()
-    if not any(root.iterdir()):
-        root.rmdir()
+def _every_pointer(view: ReadView, kind: str, parent: tuple[str, ...] = ()) -> Iterator[Pointer]:
+    for namespace in view.namespaces(parent, None, None):
+        for ident in view.identifiers(kind, namespace, None, None):
+            pointer = view.pointer(kind, ident)
+            if pointer is not None:
+                yield pointer
+        yield from _every_pointer(view, kind, namespace)

@@ -7,6 +7,7 @@ sharing one catalog) implements the same three classes.
 
 from __future__ import annotations
 
+import errno
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
@@ -37,6 +38,14 @@ class Pointer:
 
 class StoreFullError(Exception):
     """The store ran out of room for this transaction; grow it and run the batch again."""
+
+
+class InsufficientStorageError(Exception):
+    """The disk is (nearly) full: nothing was written; the same request can succeed once there is room."""
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
 class ReadView(ABC):
@@ -79,6 +88,15 @@ class ReadView(ABC):
     @abstractmethod
     def idempotent_response(self, key: str) -> dict[str, Any] | None:
         """The finalized response stored under an Idempotency-Key, if any."""
+
+    @abstractmethod
+    def overlapping(self, location: str) -> list[tuple[str, str]]:
+        """Indexed table and view locations that are `location`, above it or under it, with the uuid
+        of the object at each (locations are normalized: see catalog/locations.py)."""
+
+    @abstractmethod
+    def marker(self, name: str) -> bool:
+        """Whether a one-time step (a migration) named `name` has been done."""
 
     @abstractmethod
     def log_floor(self) -> int:
@@ -130,7 +148,20 @@ class WriteView(ReadView):
 
     @abstractmethod
     def trim_idempotency(self, older_than_us: int, limit: int) -> int:
-        """Delete up to `limit` stored responses made before `older_than_us`; returns how many went."""
+        """Delete up to `limit` stored outcomes kept before `older_than_us` (their `ts`), oldest
+        first, reading no others; returns how many went."""
+
+    @abstractmethod
+    def place(self, owner: str, location: str) -> None:
+        """Index the (normalized) location of the table or view with uuid `owner`, replacing the one
+        it had."""
+
+    @abstractmethod
+    def unplace(self, owner: str) -> None:
+        """Forget where `owner` lives (it was dropped)."""
+
+    @abstractmethod
+    def set_marker(self, name: str) -> None: ...
 
     @abstractmethod
     def trim_log(self, keep_after: int, older_than_us: int, ceiling: int, limit: int) -> int:

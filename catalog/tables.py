@@ -18,6 +18,8 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.update import (
     AddSnapshotUpdate,
     AssertCreate,
+    SetPartitionStatisticsUpdate,
+    SetStatisticsUpdate,
     TableRequirement,
     TableUpdate,
     _apply_table_update,
@@ -29,6 +31,7 @@ from pyiceberg.utils.datetime import datetime_to_millis
 
 from catalog.coverage import Span, snapshot_spans
 from catalog.identifiers import Identifier
+from catalog.locations import LocationNotAllowedError, inside, normalized
 from catalog.metadata_files import Loaded, metadata_json
 from catalog.records import CommitRecord, summary_counters
 from catalog.store import Pointer
@@ -53,10 +56,16 @@ class Staged:
     changed: bool
     updates: tuple[TableUpdate, ...] = ()
     spans: tuple[Span, ...] = ()
+    previous_location: str | None = None  # the table's location before this change
 
     @property
     def pointer(self) -> Pointer:
         return Pointer(self.metadata_location, str(self.metadata.table_uuid))
+
+    @property
+    def moved(self) -> bool:
+        """Whether the change creates the table or changes its location."""
+        return self.changed and self.metadata.location != self.previous_location
 
 
 def next_metadata_location(table_location: str, previous: str | None) -> str:
@@ -72,17 +81,56 @@ def stage(change: TableChange, base: Pointer | None, current: Loaded[TableMetada
     for requirement in change.requirements:
         requirement.validate(current.metadata if current else None)
     if current is None:
-        metadata = update_table_metadata(_empty_metadata(), change.updates, enforce_validation=True)
+        metadata = _created_by_updates(change)
     else:
         updated = apply_updates(current.metadata, change.updates, base.metadata_location)
         if updated is None:
             return Staged(change.ident, base, current.metadata, current.json, base.metadata_location, False)
         metadata = updated
+    _check_statistics(metadata, change.updates)
     location = next_metadata_location(metadata.location, base.metadata_location if base else None)
     added = [u.snapshot for u in change.updates if isinstance(u, AddSnapshotUpdate)]
     spans = tuple(span for snapshot in added for span in snapshot_spans(snapshot))
     json = metadata_json(metadata)
-    return Staged(change.ident, base, metadata, json, location, True, change.updates, spans)
+    previous = current.metadata.location if current else None
+    return Staged(change.ident, base, metadata, json, location, True, change.updates, spans, previous)
+
+
+def _created_by_updates(change: TableChange) -> TableMetadata:
+    try:
+        metadata = update_table_metadata(_empty_metadata(), change.updates, enforce_validation=True)
+    except (StopIteration, LookupError, AttributeError, TypeError) as exc:
+        # PyIceberg's machinery assumes a complete create (a schema, a spec, a location).
+        raise ValueError(f"Incomplete create by updates: {type(exc).__name__} {exc}".strip()) from exc
+    if not metadata.location:
+        raise ValueError("A create by updates needs a set-location update")
+    return metadata
+
+
+def _check_statistics(metadata: TableMetadata, updates: tuple[TableUpdate, ...]) -> None:
+    """Statistics files a change adds must belong to one of the table's snapshots and lie inside its
+    location: a purge deletes them."""
+    snapshots = {snapshot.snapshot_id for snapshot in metadata.snapshots}
+    root = normalized(metadata.location)
+    for update in updates:
+        if isinstance(update, SetStatisticsUpdate):
+            found, what = update.statistics, "statistics"
+        elif isinstance(update, SetPartitionStatisticsUpdate):
+            found, what = update.partition_statistics, "partition statistics"
+        else:
+            continue
+        if found.snapshot_id not in snapshots:
+            raise ValueError(
+                f"Cannot set {what} for snapshot {found.snapshot_id}: the table has no such snapshot"
+            )
+        try:
+            path = normalized(found.statistics_path)
+        except LocationNotAllowedError as exc:
+            raise ValueError(f"Invalid {what} path: {exc}") from exc
+        if not inside(path, root) or path == root:
+            raise ValueError(
+                f"The {what} file {found.statistics_path!r} is outside the table's location {root}"
+            )
 
 
 def apply_updates(

@@ -74,6 +74,10 @@ class WriterClosedError(RuntimeError):
     pass
 
 
+class StoreGrowthError(RuntimeError):
+    """The store was full and could not be made larger; the batch that needed the room was refused."""
+
+
 class WriterOverloadedError(RuntimeError):
     """The queue of pending mutations is full: the caller should retry later."""
 
@@ -82,8 +86,18 @@ _STOP: Any = object()
 
 
 class Writer:
-    def __init__(self, store: Store, max_batch: int = 512, max_queue: int = 10_000) -> None:
+    def __init__(
+        self,
+        store: Store,
+        max_batch: int = 512,
+        max_queue: int = 10_000,
+        on_fatal: Callable[[BaseException], None] | None = None,
+    ) -> None:
+        """`on_fatal` is called, once, if the writer itself breaks: the process cannot commit any more
+        (a server then shuts down rather than hang every later commit)."""
         self._store = store
+        self._on_fatal = on_fatal
+        self.failure: BaseException | None = None
         self._max_batch = max_batch
         self._max_queue = max_queue
         self._queue: queue.SimpleQueue[_Request[Any]] = queue.SimpleQueue()
@@ -122,7 +136,7 @@ class Writer:
 
     @property
     def alive(self) -> bool:
-        return self._thread.is_alive() and not self._closed
+        return self._thread.is_alive() and not self._closed and self.failure is None
 
     def queue_depth(self) -> int:
         return self._queue.qsize()
@@ -137,19 +151,41 @@ class Writer:
         self._thread.join()
 
     def _run(self) -> None:
-        stopping = False
-        while not stopping:
-            batch = [self._queue.get()]
-            while len(batch) < self._max_batch:
-                try:
-                    batch.append(self._queue.get_nowait())
-                except queue.Empty:
-                    break
-            if batch[-1] is _STOP:
-                batch.pop()
-                stopping = True
-            if batch:
-                self._commit(batch)
+        batch: list[_Request[Any]] = []
+        try:
+            stopping = False
+            while not stopping:
+                batch = [self._queue.get()]
+                while len(batch) < self._max_batch:
+                    try:
+                        batch.append(self._queue.get_nowait())
+                    except queue.Empty:
+                        break
+                if batch[-1] is _STOP:
+                    batch.pop()
+                    stopping = True
+                if batch:
+                    self._commit(batch)
+        except BaseException as exc:  # the writer itself broke: never leave a caller waiting
+            self._fail(exc, batch)
+
+    def _fail(self, exc: BaseException, batch: list[_Request[Any]]) -> None:
+        self.failure = exc
+        log.critical("the writer stopped (%s: %s): no commit can be made any more", type(exc).__name__, exc)
+        with self._close_lock:
+            self._closed = True
+        closed = WriterClosedError(f"the writer has stopped: {type(exc).__name__}")
+        pending = list(batch)
+        while True:
+            try:
+                pending.append(self._queue.get_nowait())
+            except queue.Empty:
+                break
+        for request in pending:
+            if request is not _STOP and not request.future.done():
+                request.future.set_exception(closed)
+        if self._on_fatal is not None:
+            self._on_fatal(exc)
 
     def _commit(self, batch: list[_Request[Any]]) -> None:
         batch = [request for request in batch if request.future.set_running_or_notify_cancel()]
@@ -172,7 +208,16 @@ class Writer:
                             outcomes.append((request, None, exc))
                 break
             except StoreFullError:
-                self._store.grow()  # then run the whole batch again in a larger map
+                try:
+                    self._store.grow()  # then run the whole batch again in a larger map
+                except Exception as exc:
+                    log.error(
+                        "the store is full and could not grow (%s); refusing %d request(s)", exc, len(batch)
+                    )
+                    failed = StoreGrowthError(f"the store is full and could not make room: {exc}")
+                    for request in batch:
+                        request.future.set_exception(failed)
+                    return
             except Exception as exc:  # the commit itself failed: no mutation of the batch landed
                 log.exception("write transaction failed; answering %d request(s) with the error", len(batch))
                 for request in batch:

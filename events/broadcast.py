@@ -36,6 +36,11 @@ class Entry:
     def of(cls, record: CommitRecord) -> Entry:
         return cls(record, sse_frame(record))
 
+    @property
+    def size(self) -> int:
+        """About what the entry holds in memory: its frame, and the record the frame was made from."""
+        return 2 * len(self.frame)
+
 
 class Stop(Protocol):
     """Anything with an awaitable wait(): asyncio's or anyio's Event."""
@@ -57,9 +62,13 @@ class Waiter:
 
 
 class Broadcaster:
-    def __init__(self, service: CatalogService, capacity: int = 4096) -> None:
+    def __init__(self, service: CatalogService, capacity: int = 4096, max_bytes: int = 64 << 20) -> None:
+        """The ring holds at most `capacity` records and about `max_bytes` of them (a record and its
+        frame); the oldest go first."""
         self._service = service
         self._ring: deque[Entry] = deque(maxlen=capacity)
+        self._max_bytes = max_bytes
+        self.ring_bytes = 0
         self._lock = threading.Lock()
         self._high = service.commit_seq()
         self._waiters: dict[asyncio.AbstractEventLoop, set[Waiter]] = {}
@@ -103,7 +112,14 @@ class Broadcaster:
         with self._lock:
             if entries[0].record.commit_seq != self._high + 1:
                 self._ring.clear()  # the ring holds consecutive records only
-            self._ring.extend(entries)
+                self.ring_bytes = 0
+            for entry in entries:
+                if len(self._ring) == self._ring.maxlen:
+                    self.ring_bytes -= self._ring[0].size
+                self._ring.append(entry)
+                self.ring_bytes += entry.size
+            while self.ring_bytes > self._max_bytes and self._ring:
+                self.ring_bytes -= self._ring.popleft().size
             self._high = entries[-1].record.commit_seq
             loops = list(self._waiters)
         for loop in loops:

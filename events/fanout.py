@@ -39,6 +39,11 @@ RESTART_DELAY_S = 1.0
 MAX_RESTART_DELAY_S = 60.0
 
 
+def until_expiry(expires_at: float | None) -> float | None:
+    """Seconds until a stream's token expires (at least 0); None when it never does."""
+    return None if expires_at is None else max(0.0, expires_at - time.time())
+
+
 class Detachable(Protocol):
     """A request's connection that the HTTP server lets go of."""
 
@@ -58,6 +63,7 @@ class StreamRequest:
     tables: list[str] = field(default_factory=list)
     kinds: list[str] = field(default_factory=list)
     scopes: list[list[str]] = field(default_factory=list)
+    expires_at: float | None = None  # when the caller's token ends (epoch seconds): the stream ends then
 
     def event_filter(self) -> EventFilter:
         scopes = tuple(tuple(scope) for scope in self.scopes)
@@ -76,12 +82,14 @@ class FanoutOptions:
     retry_ms: int
     keepalive_seconds: float
     ring_size: int
+    ring_bytes: int
 
     def arguments(self) -> list[str]:
         return [
             f"--retry-ms={self.retry_ms}",
             f"--keepalive-seconds={self.keepalive_seconds}",
             f"--ring-size={self.ring_size}",
+            f"--ring-bytes={self.ring_bytes}",
         ]
 
 

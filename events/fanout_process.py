@@ -23,8 +23,8 @@ from pathlib import Path
 
 from catalog import CatalogService
 from events.broadcast import Broadcaster
-from events.fanout import StreamRequest
-from events.frames import PING_FRAME, STREAM_HEADERS, expired_frame, retry_frame
+from events.fanout import StreamRequest, until_expiry
+from events.frames import PING_FRAME, STREAM_HEADERS, expired_frame, retry_frame, token_expired_frame
 from events.subscription import CursorExpiredError, follow
 
 log = logging.getLogger(__name__)
@@ -43,7 +43,7 @@ def _chunk(data: bytes) -> bytes:
 class FanoutServer:
     def __init__(self, service: CatalogService, args: argparse.Namespace) -> None:
         self.service = service
-        self.broadcaster = Broadcaster(service, capacity=args.ring_size)
+        self.broadcaster = Broadcaster(service, capacity=args.ring_size, max_bytes=args.ring_bytes)
         self.broadcaster.close()  # nothing commits in this process: the pipe says when to look
         self.retry_ms = args.retry_ms
         self.keepalive = args.keepalive_seconds
@@ -127,6 +127,10 @@ class FanoutServer:
                 writer.write(_chunk(PING_FRAME))
 
         helpers = [asyncio.ensure_future(watch_client()), asyncio.ensure_future(keep_alive())]
+        expired = asyncio.Event()
+        if (delay := until_expiry(request.expires_at)) is not None:
+            expiry = asyncio.get_running_loop().call_later(delay, lambda: (expired.set(), ended.set()))
+            helpers.append(expiry)  # type: ignore[arg-type]
         try:
             writer.write(_HEAD + _chunk(retry_frame(self.retry_ms)))
             try:
@@ -137,6 +141,8 @@ class FanoutServer:
                     await writer.drain()
             except CursorExpiredError as exc:
                 writer.write(_chunk(expired_frame(exc)))
+            if expired.is_set() and not gone.is_set():
+                writer.write(_chunk(token_expired_frame()))
             if not gone.is_set():
                 writer.write(_LAST_CHUNK)
                 await writer.drain()
@@ -156,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--retry-ms", type=int, required=True)
     parser.add_argument("--keepalive-seconds", type=float, required=True)
     parser.add_argument("--ring-size", type=int, required=True)
+    parser.add_argument("--ring-bytes", type=int, required=True)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # Ctrl-C reaches the whole process group: the server decides when streams end, not this process.

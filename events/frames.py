@@ -27,3 +27,12 @@ def expired_frame(exc: Exception) -> bytes:
     """The last message of a stream whose cursor fell out of the retained log while it caught up."""
     error = {"error": {"message": str(exc), "type": "CursorExpiredException", "code": 410}}
     return b"event: error\ndata: %s\n\n" % json.dumps(error).encode()
+
+
+def token_expired_frame() -> bytes:
+    """The last message of a stream whose access token expired: the client reconnects with a new one."""
+    message = (
+        "The access token of this stream has expired; reconnect with a fresh token (Last-Event-ID resumes)"
+    )
+    error = {"error": {"message": message, "type": "NotAuthorizedException", "code": 401}}
+    return b"event: error\ndata: %s\n\n" % json.dumps(error).encode()

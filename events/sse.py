@@ -2,23 +2,26 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
 from functools import partial
 from typing import Annotated
 
 import anyio
-from fastapi import APIRouter, Header, Query, Request, Response
+from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from sse_starlette import EventSourceResponse
 from starlette.datastructures import State
 from starlette.types import Message, Receive, Scope, Send
 
-from events.fanout import DETACHABLE, Detachable, FanoutProcess, StreamRequest
+from events.fanout import DETACHABLE, Detachable, FanoutProcess, StreamRequest, until_expiry
 from events.filters import EventFilter
-from events.frames import STREAM_HEADERS, expired_frame, retry_frame
+from events.frames import STREAM_HEADERS, expired_frame, retry_frame, token_expired_frame
 from events.subscription import CursorExpiredError, check_cursor, follow
+from rest.access import READER
 
-router = APIRouter()
+# Any authenticated caller may follow events; its namespace scopes filter what it sees.
+router = APIRouter(dependencies=[Depends(READER)])
 
 
 class _EventStream(EventSourceResponse):
@@ -80,29 +83,37 @@ async def stream_events(
     event_filter = EventFilter.parse(namespace, table or (), kind or (), caller.namespaces if caller else ())
     cursor = _start(after, last_event_id, state.broadcaster.high)
     check_cursor(state.service, cursor)
+    expires_at = caller.expires_at if caller else None
     connection = request.scope.get("extensions", {}).get(DETACHABLE)
     if state.fanout is not None and connection is not None:
         scopes = [list(scope) for scope in event_filter.scopes]
-        wanted = StreamRequest(cursor, namespace, table or [], kind or [], scopes)
-        here = partial(_stream_here, state, cursor, event_filter)
+        wanted = StreamRequest(cursor, namespace, table or [], kind or [], scopes, expires_at)
+        here = partial(_stream_here, state, cursor, event_filter, expires_at)
         return _HandedOver(state.fanout, connection, wanted, here)
-    return _stream_here(state, cursor, event_filter)
+    return _stream_here(state, cursor, event_filter, expires_at)
 
 
-def _stream_here(state: State, cursor: int, event_filter: EventFilter) -> Response:
-    # Set by sse-starlette when the server begins to shut down: the stream then ends by itself,
-    # with a complete response, instead of being cut.
+def _stream_here(state: State, cursor: int, event_filter: EventFilter, expires_at: float | None) -> Response:
+    # Set by sse-starlette when the server begins to shut down, or when the caller's token expires:
+    # the stream then ends by itself, with a complete response, instead of being cut.
     shutdown = anyio.Event()
 
     async def body() -> AsyncIterator[bytes]:
         state.event_streams += 1
+        expiry = None
+        if (delay := until_expiry(expires_at)) is not None:
+            expiry = asyncio.get_running_loop().call_later(delay, shutdown.set)
         try:
             yield retry_frame(state.settings.events_retry_ms)
             async for entries in follow(state.broadcaster, state.service, cursor, event_filter, shutdown):
                 yield b"".join(entry.frame for entry in entries)
+            if until_expiry(expires_at) == 0.0:
+                yield token_expired_frame()
         except CursorExpiredError as exc:
             yield expired_frame(exc)
         finally:
+            if expiry is not None:
+                expiry.cancel()
             state.event_streams -= 1
 
     return _EventStream(

@@ -6,6 +6,9 @@ compete with commits for the interpreter lock; in a process of its own, at
 the lowest scheduling priority, the operating system gives it only what the
 catalog leaves idle. It reads the commit log from the shared LMDB file, keeps
 its cursor there, and writes its status to a small file the server reports.
+The server restarts it when it dies. Where to deliver (a URL and key, or a
+whole transport) comes in the environment, never on the command line, where
+any user of the machine could read it.
 """
 
 from __future__ import annotations
@@ -18,8 +21,10 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from catalog import CatalogService
 from lineage.config import build_client
@@ -28,6 +33,11 @@ from lineage.outbox import CURSOR, LineageOutbox, OutboxStatus, start_from_now
 
 log = logging.getLogger(__name__)
 STATUS_FILE = "lineage-status.json"
+# The environment variable carrying the delivery settings (JSON: url and api_key, or transport).
+DELIVERY_ENV = "ISBRE_LINEAGE_DELIVERY"
+# A worker that keeps dying is restarted ever more slowly; one that ran a minute counts as healthy.
+RESTART_DELAY_S = 1.0
+MAX_RESTART_DELAY_S = 60.0
 
 
 def status_path(warehouse: Path) -> Path:
@@ -52,14 +62,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="lineage.worker")
     parser.add_argument("--warehouse", type=Path, required=True)
     parser.add_argument("--namespace", required=True)
-    parser.add_argument("--url")
-    parser.add_argument("--api-key")
-    parser.add_argument("--transport", help="an openlineage-python transport configuration, as JSON")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     os.nice(19)
 
-    client = build_client(args.url, args.api_key, json.loads(args.transport) if args.transport else None)
+    delivery: dict[str, Any] = json.loads(os.environ.pop(DELIVERY_ENV, "{}"))
+    transport = json.loads(delivery["transport"]) if "transport" in delivery else None
+    client = build_client(delivery.get("url"), delivery.get("api_key"), transport)
     if client is None:
         log.error("no OpenLineage transport is configured")
         return 2
@@ -91,26 +100,64 @@ if __name__ == "__main__":
 
 
 class LineageWorker:
-    """The server's handle on the worker process: start, stop, status."""
+    """The server's handle on the worker process: start, restart when it dies, stop, status."""
 
-    def __init__(self, service: CatalogService, warehouse: Path, namespace: str, options: list[str]) -> None:
+    def __init__(
+        self, service: CatalogService, warehouse: Path, namespace: str, delivery: dict[str, str]
+    ) -> None:
         self._service = service
         self._warehouse = warehouse
         self._command = [sys.executable, "-m", "lineage.worker", "--warehouse", str(warehouse)]
-        self._command += ["--namespace", namespace, *options]
+        self._command += ["--namespace", namespace]
+        self._env = {**os.environ, DELIVERY_ENV: json.dumps(delivery)}
         self._process: subprocess.Popen[bytes] | None = None
+        self._started_at = 0.0
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._watcher = threading.Thread(target=self._watch, name="isbre-lineage-watch", daemon=True)
 
     def start(self) -> None:
         start_from_now(self._service)  # before any request: the worker takes a moment to start
-        self._process = subprocess.Popen(self._command)
+        self._spawn()
+        self._watcher.start()
+
+    def _spawn(self) -> None:
+        with self._lock:
+            if not self._stopping.is_set():
+                self._process = subprocess.Popen(self._command, env=self._env)
+                self._started_at = time.monotonic()
+
+    def _watch(self) -> None:
+        delay = RESTART_DELAY_S
+        while self._process is not None:
+            code = self._process.wait()
+            if self._stopping.is_set():
+                return
+            if time.monotonic() - self._started_at > MAX_RESTART_DELAY_S:
+                delay = RESTART_DELAY_S
+            log.error("the lineage worker exited (%s); restarting it in %g s (nothing is lost)", code, delay)
+            if self._stopping.wait(delay):
+                return
+            self._spawn()
+            log.info("lineage worker restarted as process %s", self.pid)
+            delay = min(2 * delay, MAX_RESTART_DELAY_S)
 
     def stop(self) -> None:
-        if self._process is not None and self._process.poll() is None:
-            self._process.terminate()
+        with self._lock:
+            self._stopping.set()
+            process = self._process
+        if process is not None and process.poll() is None:
+            process.terminate()
             try:
-                self._process.wait(timeout=30)
+                process.wait(timeout=30)
             except subprocess.TimeoutExpired:
-                self._process.kill()
+                process.kill()
+
+    @property
+    def pid(self) -> int | None:
+        """The worker's process id while it runs; None while it is being restarted."""
+        process = self._process
+        return process.pid if process is not None and process.poll() is None else None
 
     @property
     def status(self) -> OutboxStatus:
@@ -121,7 +168,3 @@ class LineageWorker:
 
     def backlog(self) -> int:
         return self._service.commit_seq() - (self._service.consumer_cursor(CURSOR) or 0)
-
-    @property
-    def alive(self) -> bool:
-        return self._process is not None and self._process.poll() is None

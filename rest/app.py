@@ -5,14 +5,17 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
+import signal
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI, Query, Request, Response
+from fastapi import Depends, FastAPI, Query, Request, Response
 from fastapi.routing import APIRoute
 
 from catalog import CatalogService
+from catalog.limits import Limits
 from events import pull, sse
 from events.broadcast import Broadcaster
 from events.fanout import FanoutOptions, FanoutProcess
@@ -21,7 +24,9 @@ from lineage.config import openlineage_configured
 from lineage.mapping import LineageNames
 from lineage.worker import LineageWorker
 from rest import errors, health, metrics, namespaces, tables, views
-from rest.auth import Authenticator, AuthMiddleware, token_response
+from rest.access import PUBLIC, READER, check_every_route_has_a_rule
+from rest.auth import Authenticator, AuthMiddleware, FailureLimit, token_response
+from rest.guard import LOOPBACK_NAMES, RequestGuard
 from rest.metrics import RequestMetrics, RouteCapture
 from rest.prefix import PrefixAliases
 from rest.settings import Settings
@@ -50,27 +55,46 @@ def lineage_names(settings: Settings) -> LineageNames:
 
 
 def _start_lineage(settings: Settings, service: CatalogService) -> LineageWorker | None:
-    options = []
+    # Passed in the environment, never on the command line: a transport and a key are secrets.
+    delivery: dict[str, str] = {}
     if settings.lineage_transport:
-        options += ["--transport", json.dumps(settings.lineage_transport)]
+        delivery["transport"] = json.dumps(settings.lineage_transport)
     elif settings.lineage_url:
-        options += ["--url", settings.lineage_url]
+        delivery["url"] = settings.lineage_url
         if settings.lineage_api_key:
-            options += ["--api-key", settings.lineage_api_key]
+            delivery["api_key"] = settings.lineage_api_key
     elif not openlineage_configured():
         log.info("lineage is off: no OpenLineage transport is configured")
         return None
-    worker = LineageWorker(service, settings.warehouse.resolve(), lineage_names(settings).namespace, options)
+    worker = LineageWorker(service, settings.warehouse.resolve(), lineage_names(settings).namespace, delivery)
     worker.start()
     log.info("lineage on: the outbox runs in its own process")
     return worker
+
+
+def catalog_limits(settings: Settings) -> Limits:
+    return Limits(
+        max_property_value_bytes=settings.max_property_value_kb << 10,
+        max_metadata_bytes=int(settings.max_metadata_mb * (1 << 20)),
+        min_free_disk_bytes=settings.min_free_disk_mb << 20,
+    )
+
+
+def _shut_down(failure: BaseException) -> None:
+    """The writer broke: a server that cannot commit stops (its supervisor restarts it) rather than
+    accept requests it can never answer."""
+    log.critical("shutting down: the writer failed with %s", type(failure).__name__)
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _start_fanout(settings: Settings, service: CatalogService) -> FanoutProcess | None:
     if not settings.events_process:
         return None
     options = FanoutOptions(
-        settings.events_retry_ms, settings.events_keepalive_seconds, settings.events_ring_size
+        settings.events_retry_ms,
+        settings.events_keepalive_seconds,
+        settings.events_ring_size,
+        int(settings.events_ring_mb * (1 << 20)),
     )
     fanout = FanoutProcess(service, settings.warehouse.resolve(), options)
     try:
@@ -90,9 +114,13 @@ def create_app(settings: Settings) -> FastAPI:
             max_batch=settings.max_batch,
             max_queue=settings.max_queue,
             allowed_locations=tuple(settings.allowed_locations),
+            limits=catalog_limits(settings),
+            on_fatal=_shut_down,
         )
         app.state.service = service
-        app.state.broadcaster = Broadcaster(service, capacity=settings.events_ring_size)
+        app.state.broadcaster = Broadcaster(
+            service, capacity=settings.events_ring_size, max_bytes=int(settings.events_ring_mb * (1 << 20))
+        )
         trimming = asyncio.create_task(
             trim_periodically(
                 service,
@@ -117,7 +145,15 @@ def create_app(settings: Settings) -> FastAPI:
             app.state.broadcaster.close()
             service.close()
 
-    app = FastAPI(title="isbre", summary="An embedded Apache Iceberg REST catalog", lifespan=lifespan)
+    # No generated docs pages: every route the app serves has an authorization rule, and those have none.
+    app = FastAPI(
+        title="isbre",
+        summary="An embedded Apache Iceberg REST catalog",
+        lifespan=lifespan,
+        openapi_url=None,
+        docs_url=None,
+        redoc_url=None,
+    )
     app.state.settings = settings
     app.state.metrics_reports = Counter()
     app.state.event_streams = 0  # served in this process
@@ -127,7 +163,7 @@ def create_app(settings: Settings) -> FastAPI:
 
     endpoints = advertised_endpoints()
 
-    @app.get("/v1/config")
+    @app.get("/v1/config", dependencies=[Depends(READER)])
     def get_config(request: Request, warehouse: str | None = Query(None)) -> Response:
         service = request.app.state.service
         known = {
@@ -147,28 +183,49 @@ def create_app(settings: Settings) -> FastAPI:
             }
         )
 
-    app.include_router(metrics.router)
-    app.include_router(health.router)
-    for router in _ROUTERS:
-        app.include_router(router, prefix=f"/v1/{settings.prefix}")
-    # Starlette runs the middleware added last first: RequestMetrics, PrefixAliases, auth, RouteCapture.
+    app.state.mounted = [(metrics.router, ""), (health.router, "")]
+    app.state.mounted += [(router, f"/v1/{settings.prefix}") for router in _ROUTERS]
+    for router, prefix in app.state.mounted:
+        app.include_router(router, prefix=prefix)
+    # Starlette runs the middleware added last first:
+    # RequestMetrics, PrefixAliases, RequestGuard, auth, RouteCapture.
     app.add_middleware(RouteCapture)
     if settings.auth.enabled:
         authenticator = Authenticator(settings.auth)
+        failures = FailureLimit(settings.auth.max_failed_logins, settings.auth.failed_login_window_seconds)
 
-        @app.post("/v1/oauth/tokens")
+        @app.post("/v1/oauth/tokens", dependencies=[Depends(PUBLIC)])
         async def issue_token(request: Request) -> Response:
             authorization = request.headers.get("authorization", "")
-            status, body = token_response(authenticator, await request.body(), authorization)
-            return json_response(body, status_code=status, headers={"Cache-Control": "no-store"})
+            status, body, headers = token_response(
+                authenticator, failures, await request.body(), authorization
+            )
+            return json_response(body, status_code=status, headers={"Cache-Control": "no-store", **headers})
 
-        # Added before PrefixAliases, so it runs after it and sees canonical paths.
-        app.add_middleware(
-            AuthMiddleware,
-            authenticator=authenticator,
-            prefix=settings.prefix,
-            max_body=int(settings.max_body_mb * (1 << 20)),
-        )
+        app.add_middleware(AuthMiddleware, authenticator=authenticator)
+    # Without authentication, only names of this server: a rebinding page's name is refused.
+    hosts = None if settings.auth.enabled or "*" in settings.allowed_hosts else _served_names(settings)
+    app.add_middleware(RequestGuard, max_body=int(settings.max_body_mb * (1 << 20)), allowed_hosts=hosts)
     app.add_middleware(PrefixAliases, prefix=settings.prefix)
     app.add_middleware(RequestMetrics, counter=app.state.http_requests)
+    check_every_route_has_a_rule(served_routes(app))
     return app
+
+
+def served_routes(app: FastAPI) -> Iterator[tuple[str, str, APIRoute]]:
+    """(method, path, route) for every route the app serves: its own and its routers'."""
+    for route in app.routes:
+        if isinstance(route, APIRoute):
+            yield from ((method, route.path, route) for method in sorted(route.methods))
+    for router, prefix in app.state.mounted:
+        for route in router.routes:
+            if isinstance(route, APIRoute):
+                yield from ((method, prefix + route.path, route) for method in sorted(route.methods))
+
+
+def _served_names(settings: Settings) -> frozenset[str]:
+    host = settings.host.lower()
+    names = {*LOOPBACK_NAMES, host, *(name.lower() for name in settings.allowed_hosts)}
+    if ":" in host:  # an IPv6 address comes bracketed in a Host header
+        names.add(f"[{host}]")
+    return frozenset(names)

@@ -16,11 +16,12 @@ import json
 import secrets
 import time
 from dataclasses import dataclass
-from urllib.parse import parse_qs, unquote, unquote_plus
+from urllib.parse import parse_qs, unquote_plus
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from rest.settings import AuthSettings, Principal
+from rest.wire import send_error
 
 PUBLIC = frozenset({"/v1/oauth/tokens", "/live", "/ready", "/health", "/metrics"})
 RANK = {"reader": 0, "writer": 1, "admin": 2}
@@ -43,16 +44,18 @@ class Caller:
     name: str
     rank: int
     namespaces: tuple[tuple[str, ...], ...]  # empty: every namespace
+    expires_at: float | None = None  # when the token ends (None: a static token)
 
     def may_use(self, namespace: tuple[str, ...]) -> bool:
         return not self.namespaces or any(namespace[: len(n)] == n for n in self.namespaces)
 
 
-def _caller(principal: Principal) -> Caller:
+def _caller(principal: Principal, expires_at: float | None = None) -> Caller:
     return Caller(
         principal.name,
         max(RANK[role] for role in principal.roles),
         tuple(tuple(ns.split(".")) for ns in principal.namespaces),
+        expires_at,
     )
 
 
@@ -87,121 +90,38 @@ class Authenticator:
             payload = json.loads(_unb64(claims))
         except ValueError:
             return None
-        principal = self._by_name.get(payload.get("sub"))
-        if principal is None or payload.get("exp", 0) < time.time():
+        if not isinstance(payload, dict):
             return None
-        return _caller(principal)
-
-
-def required_rank(method: str, path: str, prefix: str) -> int:
-    if method in ("GET", "HEAD"):
-        return RANK["reader"]
-    # Posts that change nothing: pulling events, and the scan reports clients send after reading.
-    if method == "POST" and (path == f"/v1/{prefix}/events" or path.endswith("/metrics")):
-        return RANK["reader"]
-    catalog = f"/v1/{prefix}/namespaces"
-    parts = path[len(catalog) :].strip("/").split("/") if path.startswith(catalog) else []
-    namespace_level = path.startswith(catalog) and (len(parts) <= 1 or parts[1] == "properties")
-    if method == "DELETE" or namespace_level:
-        return RANK["admin"]  # drops, and creating or changing namespaces
-    return RANK["writer"]
-
-
-def _namespaces_in(path: str, query: bytes, body: bytes, prefix: str) -> list[tuple[str, ...]]:
-    """Every namespace a request touches: from the path, a listing's parent, and bodies that name objects."""
-    found = []
-    catalog = f"/v1/{prefix}/namespaces/"
-    if path.startswith(catalog):
-        found.append(tuple(unquote(path[len(catalog) :].split("/")[0]).split("\x1f")))
-    if path == catalog.rstrip("/") and (parent := parse_qs(query.decode(errors="replace")).get("parent")):
-        found.append(tuple(parent[0].split("\x1f")))
-    named_in_body = {f"/v1/{prefix}/{route}" for route in ("namespaces", "tables/rename", "views/rename")}
-    if body and path in named_in_body | {f"/v1/{prefix}/transactions/commit"}:
-        try:
-            document = json.loads(body)
-        except ValueError:
-            return found  # the route will refuse the body itself
-        if isinstance(document, dict):
-            if isinstance(document.get("namespace"), list):
-                found.append(tuple(map(str, document["namespace"])))
-            for key in ("source", "destination"):
-                if isinstance(document.get(key), dict) and isinstance(document[key].get("namespace"), list):
-                    found.append(tuple(map(str, document[key]["namespace"])))
-            for change in document.get("table-changes") or []:
-                identifier = change.get("identifier") if isinstance(change, dict) else None
-                if isinstance(identifier, dict) and isinstance(identifier.get("namespace"), list):
-                    found.append(tuple(map(str, identifier["namespace"])))
-    return found
-
-
-def _problem(status: int, error_type: str, message: str, challenge: bool = False) -> Message:
-    body = json.dumps({"error": {"message": message, "type": error_type, "code": status}}).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    if challenge:
-        headers.append((b"www-authenticate", b'Bearer realm="isbre"'))
-    return {"status": status, "headers": headers, "body": body}
+        principal = self._by_name.get(payload.get("sub"))
+        expires_at = payload.get("exp")
+        if principal is None or not isinstance(expires_at, int) or expires_at < time.time():
+            return None
+        return _caller(principal, expires_at)
 
 
 class AuthMiddleware:
-    def __init__(self, app: ASGIApp, authenticator: Authenticator, prefix: str, max_body: int) -> None:
+    """Authentication only: who is calling. What they may do is decided by each route (rest/access.py)."""
+
+    def __init__(self, app: ASGIApp, authenticator: Authenticator) -> None:
         self.app = app
         self.authenticator = authenticator
-        self.prefix = prefix
-        self.max_body = max_body
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] in PUBLIC:
             await self.app(scope, receive, send)
             return
-        header = dict(scope["headers"]).get(b"authorization", b"").decode()
+        header = dict(scope["headers"]).get(b"authorization", b"").decode(errors="replace")
         token = header[7:] if header[:7].lower() == "bearer " else ""
         caller = self.authenticator.verify(token) if token else None
         if caller is None:
             message = (
                 "Bad or expired credentials" if token else "Authentication required: send a bearer token"
             )
-            await _reply(send, _problem(401, "NotAuthorizedException", message, challenge=True))
+            challenge = [(b"www-authenticate", b'Bearer realm="isbre"')]
+            await send_error(send, 401, "NotAuthorizedException", message, challenge)
             return
-        if caller.rank < required_rank(scope["method"], scope["path"], self.prefix):
-            await _reply(send, _problem(403, "ForbiddenException", f"{caller.name} may not do this"))
-            return
-        body, receive = await _buffered(receive, self.max_body)
-        for namespace in _namespaces_in(scope["path"], scope.get("query_string", b""), body, self.prefix):
-            if not caller.may_use(namespace):
-                message = f"{caller.name} may not use namespace {'.'.join(namespace)}"
-                await _reply(send, _problem(403, "ForbiddenException", message))
-                return
         scope = dict(scope, state={**scope.get("state", {}), "caller": caller})
         await self.app(scope, receive, send)
-
-
-async def _reply(send: Send, problem: Message) -> None:
-    await send({"type": "http.response.start", "status": problem["status"], "headers": problem["headers"]})
-    await send({"type": "http.response.body", "body": problem["body"]})
-
-
-async def _buffered(receive: Receive, limit: int) -> tuple[bytes, Receive]:
-    """Read the request body once (past `limit`, no further: the route answers 413), and hand the
-    app a receive that replays what was read."""
-    chunks, size, more = [], 0, True
-    while more and size <= limit:
-        message = await receive()
-        if message["type"] != "http.request":
-            return b"", receive
-        chunks.append(message.get("body", b""))
-        size += len(chunks[-1])
-        more = message.get("more_body", False)
-    body = b"".join(chunks)
-    replayed = False
-
-    async def replay() -> Message:
-        nonlocal replayed
-        if not replayed:
-            replayed = True
-            return {"type": "http.request", "body": body, "more_body": more}
-        return await receive()
-
-    return body, replay
 
 
 def _basic_credentials(authorization: str) -> tuple[str, str] | None:
@@ -215,30 +135,66 @@ def _basic_credentials(authorization: str) -> tuple[str, str] | None:
     return unquote_plus(client_id), unquote_plus(secret)
 
 
+class FailureLimit:
+    """Refuses a client id for a while after repeated wrong secrets: guessing costs time.
+
+    Failures are counted per client id (known or not) in a window; the table of ids
+    is bounded, oldest first, so random ids cannot grow it without limit.
+    """
+
+    def __init__(self, failures: int, window_s: float, tracked: int = 10_000) -> None:
+        self._failures = failures
+        self._window = window_s
+        self._tracked = tracked
+        self._seen: dict[str, list[float]] = {}
+
+    def retry_after(self, client_id: str) -> int:
+        """Seconds until `client_id` may try again; 0 when it may now."""
+        now = time.monotonic()
+        recent = [t for t in self._seen.get(client_id, ()) if now - t < self._window]
+        if len(recent) < self._failures:
+            return 0
+        return max(1, int(recent[0] + self._window - now + 0.999))
+
+    def failed(self, client_id: str) -> None:
+        now = time.monotonic()
+        recent = [t for t in self._seen.pop(client_id, ()) if now - t < self._window]
+        self._seen[client_id] = [*recent, now][-self._failures :]
+        while len(self._seen) > self._tracked:
+            del self._seen[next(iter(self._seen))]
+
+
 def token_response(
-    authenticator: Authenticator, form: bytes, authorization: str
-) -> tuple[int, dict[str, object]]:
+    authenticator: Authenticator, limit: FailureLimit, form: bytes, authorization: str
+) -> tuple[int, dict[str, object], dict[str, str]]:
     """POST /v1/oauth/tokens: the OAuth2 client-credentials grant, answered as RFC 6749 says.
 
     Client credentials come in the form body (PyIceberg) or as HTTP Basic (DuckDB; RFC 6749's default).
+    Returns the status, the body and extra headers.
     """
     fields = {key: values[0] for key, values in parse_qs(form.decode(errors="replace")).items()}
     if fields.get("grant_type") != "client_credentials":
-        return 400, {
-            "error": "unsupported_grant_type",
-            "error_description": "only client_credentials is supported",
-        }
+        return (
+            400,
+            {"error": "unsupported_grant_type", "error_description": "only client_credentials is supported"},
+            {},
+        )
     client_id, secret = _basic_credentials(authorization) or (
         fields.get("client_id", ""),
         fields.get("client_secret", ""),
     )
+    if wait := limit.retry_after(client_id):
+        description = f"too many failed attempts for this client; retry in {wait} s"
+        return 429, {"error": "slow_down", "error_description": description}, {"Retry-After": str(wait)}
     issued = authenticator.issue(client_id, secret)
     if issued is None:
-        return 401, {"error": "invalid_client", "error_description": "unknown client or wrong secret"}
+        limit.failed(client_id)
+        return 401, {"error": "invalid_client", "error_description": "unknown client or wrong secret"}, {}
     token, ttl = issued
-    return 200, {
+    body = {
         "access_token": token,
         "token_type": "bearer",
         "expires_in": ttl,
         "issued_token_type": "urn:ietf:params:oauth:token-type:access_token",
     }
+    return 200, body, {}

@@ -6,6 +6,7 @@ import argparse
 import ipaddress
 import json
 import logging
+import resource
 import sys
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from events.client import EventStreamError, subscribe
 from lineage.config import build_client
 from lineage.mapping import LineageMapper, group_runs
 from rest.app import create_app, lineage_names
-from rest.connections import DetachableHttpProtocol
+from rest.connections import guarded_protocol
 from rest.settings import load_settings
 from sinks.ingest import add_arguments as add_ingest_arguments
 from sinks.ingest import run as run_ingest
@@ -44,15 +45,25 @@ def _serve(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    _raise_open_files_limit()
     uvicorn.run(
         create_app(settings),
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level.lower(),
         access_log=False,
-        http=DetachableHttpProtocol,
+        http=guarded_protocol(settings.max_header_kb << 10, settings.header_timeout_seconds),
+        timeout_keep_alive=settings.keepalive_timeout_seconds,
     )
     return 0
+
+
+def _raise_open_files_limit() -> None:
+    """One descriptor per connection: take all the system allows, not the usual soft limit of 1,024."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    logging.getLogger("isbre").info("open files limit: %s (was %s)", hard, soft)
 
 
 def _tail(args: argparse.Namespace) -> int:

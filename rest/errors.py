@@ -11,15 +11,20 @@ from fastapi.responses import JSONResponse
 from pyiceberg import exceptions as ice
 from starlette.exceptions import HTTPException
 
+from catalog.limits import MetadataTooLargeError
+from catalog.purge import PurgeIncompleteError
 from catalog.service import ConflictingPropertiesError
-from catalog.writer import WriterClosedError, WriterOverloadedError
+from catalog.store import InsufficientStorageError
+from catalog.writer import StoreGrowthError, WriterClosedError, WriterOverloadedError
 from events.subscription import CursorExpiredError
+from rest.access import ForbiddenError
 from rest.wire import BodyTooLargeError
 
 log = logging.getLogger(__name__)
 
 # Most specific first: a subclass must come before its base class.
 _KNOWN: list[tuple[type[BaseException], int, str]] = [
+    (ForbiddenError, 403, "ForbiddenException"),
     (ice.NoSuchNamespaceError, 404, "NoSuchNamespaceException"),
     (ice.NoSuchTableError, 404, "NoSuchTableException"),
     (ice.NoSuchViewError, 404, "NoSuchViewException"),
@@ -33,6 +38,10 @@ _KNOWN: list[tuple[type[BaseException], int, str]] = [
     (WriterClosedError, 503, "ServiceUnavailableException"),
     (WriterOverloadedError, 503, "ServiceUnavailableException"),
     (BodyTooLargeError, 413, "RequestEntityTooLargeException"),
+    (MetadataTooLargeError, 413, "RequestEntityTooLargeException"),
+    (InsufficientStorageError, 507, "InsufficientStorageException"),
+    (StoreGrowthError, 507, "InsufficientStorageException"),
+    (PurgeIncompleteError, 500, "PurgeIncompleteException"),
     (ice.ValidationError, 400, "BadRequestException"),
     (pydantic.ValidationError, 400, "BadRequestException"),
     (RequestValidationError, 400, "BadRequestException"),
@@ -41,6 +50,7 @@ _KNOWN: list[tuple[type[BaseException], int, str]] = [
 
 _HTTP_TYPES = {
     400: "BadRequestException",
+    403: "ForbiddenException",
     404: "NotFoundException",
     405: "MethodNotAllowedException",
     406: "NotAcceptableException",
@@ -49,8 +59,9 @@ _HTTP_TYPES = {
 
 
 def error_response(code: int, error_type: str, message: str) -> JSONResponse:
-    # A 503 is temporary by definition here (overload, shutdown): say when to come back.
-    headers = {"Retry-After": "1"} if code == 503 else None
+    # A 503 is temporary by definition here (overload, shutdown): say when to come back; a full disk
+    # takes longer to mend.
+    headers = {"Retry-After": "1"} if code == 503 else {"Retry-After": "30"} if code == 507 else None
     return JSONResponse(
         {"error": {"message": message, "type": error_type, "code": code}}, status_code=code, headers=headers
     )
@@ -75,14 +86,17 @@ def classify(exc: BaseException) -> tuple[int, str]:
 
 def render_error(exc: BaseException) -> JSONResponse:
     code, error_type = classify(exc)
-    if code == 500:
+    if error_type == "InternalServerError":
         return error_response(500, error_type, f"Internal error: {type(exc).__name__}")
     return error_response(code, error_type, _describe(exc))
 
 
 async def _handle(request: Request, exc: Exception) -> JSONResponse:
-    if classify(exc)[0] == 500:
+    code, error_type = classify(exc)
+    if error_type == "InternalServerError":
         log.exception("unexpected error serving %s %s", request.method, request.url.path, exc_info=exc)
+    elif code == 507:
+        log.error("refused %s %s: %s", request.method, request.url.path, exc)
     return render_error(exc)
 
 

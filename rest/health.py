@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Depends, Request, Response
 
+from catalog import CatalogService
 from events.sse import events_health
+from rest.access import PUBLIC, READER
 from rest.wire import json_response
 
 router = APIRouter()
+PROBE = [Depends(PUBLIC)]
 
 
 def lineage_status(request: Request) -> dict[str, Any]:
@@ -19,6 +22,7 @@ def lineage_status(request: Request) -> dict[str, Any]:
     status = outbox.status
     return {
         "enabled": True,
+        "process": outbox.pid,
         "delivered_commit_seq": status.delivered_seq,
         "backlog": outbox.backlog(),
         "events_sent": status.events_sent,
@@ -30,18 +34,25 @@ def lineage_status(request: Request) -> dict[str, Any]:
     }
 
 
-@router.get("/v1/lineage/status")
+@router.get("/v1/lineage/status", dependencies=[Depends(READER)])
 def get_lineage_status(request: Request) -> Response:
     return json_response(lineage_status(request))
 
 
-@router.get("/live")
-def live() -> Response:
-    """The process answers: nothing more (Kubernetes restarts it when this fails)."""
-    return json_response({"status": "ok"})
+def liveness(service: CatalogService) -> tuple[int, dict[str, Any]]:
+    if not service.writer.alive:
+        return 503, {"status": "down", "reason": "the writer has stopped: commits cannot be made"}
+    return 200, {"status": "ok"}
 
 
-@router.get("/ready")
+@router.get("/live", dependencies=PROBE)
+def live(request: Request) -> Response:
+    """The process answers and can still commit (Kubernetes restarts it when this fails)."""
+    status, body = liveness(request.app.state.service)
+    return json_response(body, status_code=status)
+
+
+@router.get("/ready", dependencies=PROBE)
 def ready(request: Request) -> Response:
     """Ready for traffic: the store opens a transaction and the writer takes mutations."""
     service = request.app.state.service
@@ -54,13 +65,16 @@ def ready(request: Request) -> Response:
     return json_response({"status": "ok"})
 
 
-@router.get("/health")
+@router.get("/health", dependencies=PROBE)
 def health(request: Request) -> Response:
     service = request.app.state.service
     floor, high = service.log_bounds()
     lineage = lineage_status(request)
-    # Lineage that is failing delays events but loses none: the catalog is degraded, not down.
-    degraded = lineage.get("enabled") and lineage["failures"] and lineage["backlog"] > 0
+    # Lineage that is failing, or whose worker is restarting, delays events but loses none:
+    # the catalog is degraded, not down.
+    degraded = lineage.get("enabled") and (
+        lineage["process"] is None or (lineage["failures"] and lineage["backlog"] > 0)
+    )
     events = events_health(request.app.state)
     body = {
         "status": "degraded" if degraded or events["status"] != "ok" else "ok",

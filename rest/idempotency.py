@@ -1,29 +1,31 @@
-"""Idempotency-Key: a retried mutation is answered from the stored response instead of running again.
+"""Idempotency-Key: a retried mutation is answered again instead of running again.
 
-The finalized response is stored in the same LMDB transaction as the change it
-answers (through the service's after-mutation hook), so a commit whose response
-was lost on the way is never committed twice. Terminal 4xx answers are stored
-too (they changed nothing, so a separate transaction is enough); 5xx answers are
-not, as the spec says. Requests with one key wait for each other.
+What a mutation committed is kept, compactly, in the same store transaction as
+the change itself (through the service's after-mutation hook), so a commit whose
+answer was lost on the way is never committed twice. Only requests that changed
+something keep their key: a refusal changed nothing, and a retry runs it afresh.
+Keys are indexed by time, so expiring them reads only the expired ones.
+Requests with one key wait for each other.
 """
 
 from __future__ import annotations
 
-import base64
 import functools
 import hashlib
 import threading
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import Request, Response
+from pyiceberg.exceptions import NoSuchTableError, NoSuchViewError
 
 from catalog.records import now_us
 from catalog.service import after_mutation
 from catalog.writer import Batch
-from rest.errors import classify, error_response, render_error
-from rest.wire import service
+from rest.errors import error_response
+from rest.wire import load_result, service
 
 HEADER = "idempotency-key"
 _STRIPES = [threading.Lock() for _ in range(64)]
@@ -33,54 +35,65 @@ class _AlreadyFinalized(Exception):
     """Another process finalized this key first: roll back and replay its answer."""
 
 
-def _record(fingerprint: str, response: Response) -> dict[str, Any]:
-    return {
-        "fingerprint": fingerprint,
-        "status": response.status_code,
-        "media_type": response.media_type,
-        "body": base64.b64encode(bytes(response.body)).decode(),
-        "ts": now_us(),
-    }
+@dataclass(frozen=True)
+class Outcome:
+    """How a route's result is kept (`keep`: small and JSON-able) and answered again (`render`)."""
+
+    keep: Callable[[Any], Any]
+    render: Callable[[Request, bytes, Any], Response]
 
 
-def _replay(stored: dict[str, Any], fingerprint: str) -> Response:
+def _first(result: Any) -> Any:
+    return result[0] if isinstance(result, list) else result
+
+
+def _rendering(files: str, missing: type[Exception]) -> Callable[[Request, bytes, str], Response]:
+    """Answers again with the metadata file a commit produced (`files`: the service's cache of them)."""
+
+    def render(request: Request, raw: bytes, location: str) -> Response:
+        try:
+            loaded = getattr(service(request), files).get(location)
+        except Exception as exc:
+            raise missing(f"What this key committed is gone (dropped and purged since): {location}") from exc
+        return load_result(location, loaded.json)
+
+    return render
+
+
+NO_CONTENT = Outcome(lambda result: None, lambda request, raw, kept: Response(status_code=204))
+TABLE = Outcome(lambda result: _first(result).metadata_location, _rendering("table_files", NoSuchTableError))
+VIEW = Outcome(lambda result: result.metadata_location, _rendering("view_files", NoSuchViewError))
+
+
+def _fingerprint(request: Request, raw: bytes) -> str:
+    query = request.url.query
+    return hashlib.sha256(f"{request.method} {request.url.path}?{query}\n".encode() + raw).hexdigest()
+
+
+def _replay(
+    request: Request, raw: bytes, stored: dict[str, Any], fingerprint: str, outcome: Outcome
+) -> Response:
     if stored["fingerprint"] != fingerprint:
         message = "This Idempotency-Key was already used for a different request"
         return error_response(422, "UnprocessableEntityException", message)
-    return Response(
-        base64.b64decode(stored["body"]), status_code=stored["status"], media_type=stored["media_type"]
-    )
+    return outcome.render(request, raw, stored["outcome"])
 
 
-Committed = Callable[[Any, bytes], Response]
-
-
-def no_content(result: Any, raw: bytes) -> Response:
-    return Response(status_code=204)
-
-
-def idempotent_mutation(committed: Committed) -> Callable[[Callable[..., Response]], Callable[..., Response]]:
-    """Make a mutating route honour Idempotency-Key; `committed(result, raw body)` renders its
-    answer from what the route's mutation returned."""
+def idempotent_mutation(outcome: Outcome) -> Callable[[Callable[..., Response]], Callable[..., Response]]:
+    """Make a mutating route honour Idempotency-Key."""
 
     def decorate(endpoint: Callable[..., Response]) -> Callable[..., Response]:
         @functools.wraps(endpoint)
         def route(**kwargs: Any) -> Response:
-            return idempotent(
-                kwargs["request"], kwargs.get("raw", b""), lambda: endpoint(**kwargs), committed
-            )
+            return idempotent(kwargs["request"], kwargs.get("raw", b""), lambda: endpoint(**kwargs), outcome)
 
         return route
 
     return decorate
 
 
-def idempotent(request: Request, raw: bytes, call: Callable[[], Response], committed: Committed) -> Response:
-    """Answer `call()`, once per Idempotency-Key.
-
-    `committed` renders the same response from what the operation's mutation returned; it runs
-    inside the write transaction, where the response is stored with the change.
-    """
+def idempotent(request: Request, raw: bytes, call: Callable[[], Response], outcome: Outcome) -> Response:
+    """Answer `call()`, once per Idempotency-Key."""
     key = request.headers.get(HEADER)
     if key is None:
         return call()
@@ -89,30 +102,22 @@ def idempotent(request: Request, raw: bytes, call: Callable[[], Response], commi
     except ValueError:
         message = f"Invalid Idempotency-Key {key!r}: expected a UUID"
         return error_response(400, "BadRequestException", message)
-    fingerprint = hashlib.sha256(f"{request.method} {request.url.path}\n".encode() + raw).hexdigest()
+    fingerprint = _fingerprint(request, raw)
     catalog = service(request)
     with _STRIPES[hash(key) % len(_STRIPES)]:
         if (stored := catalog.idempotent_response(key)) is not None:
-            return _replay(stored, fingerprint)
-        finalized: list[bool] = []
+            return _replay(request, raw, stored, fingerprint, outcome)
 
-        def store_with_change(batch: Batch, result: Any) -> None:
+        def keep_with_change(batch: Batch, result: Any) -> None:
             if batch.view.idempotent_response(key) is not None:
                 raise _AlreadyFinalized
-            batch.view.put_idempotent_response(key, _record(fingerprint, committed(result, raw)))
-            finalized.append(True)
+            record = {"fingerprint": fingerprint, "outcome": outcome.keep(result), "ts": now_us()}
+            batch.view.put_idempotent_response(key, record)
 
         try:
-            with after_mutation(store_with_change):
-                response = call()
+            with after_mutation(keep_with_change):
+                return call()
         except _AlreadyFinalized:
             stored = catalog.idempotent_response(key)
             assert stored is not None  # the key that aborted this request is there
-            return _replay(stored, fingerprint)
-        except Exception as exc:
-            if 400 <= classify(exc)[0] < 500:
-                catalog.store_idempotent_response(key, _record(fingerprint, render_error(exc)))
-            raise
-        if not finalized:  # nothing was committed (a staged create, a metrics report)
-            catalog.store_idempotent_response(key, _record(fingerprint, response))
-        return response
+            return _replay(request, raw, stored, fingerprint, outcome)

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from collections import Counter
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Depends, Request, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from catalog.writer import WriterStats
 from events.sse import open_streams
+from rest.access import PUBLIC
 
-router = APIRouter()
+router = APIRouter(dependencies=[Depends(PUBLIC)])
 
 
 def _line(name: str, kind: str, help_text: str, samples: list[tuple[str, float]]) -> str:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Depends, Query, Request, Response
 
+from catalog.identifiers import check_namespace
 from catalog.service import PropertiesChange
-from rest.idempotency import idempotent_mutation, no_content
+from rest.access import Admin, ManagesNamespace, Reader, ReadsNamespace
+from rest.idempotency import NO_CONTENT, Outcome, idempotent_mutation
 from rest.models import CreateNamespaceRequest, UpdateNamespacePropertiesRequest
 from rest.wire import (
-    NAMESPACE_SEPARATOR,
     json_response,
     namespace_from_path,
     page,
@@ -23,66 +26,86 @@ router = APIRouter()
 @router.get("/namespaces")
 def list_namespaces(
     request: Request,
+    access: Reader,
     parent: str | None = None,
     page_token: str | None = Query(None, alias="pageToken"),
     page_size: int | None = Query(None, alias="pageSize"),
 ) -> Response:
-    parent_ns = tuple(parent.split(NAMESPACE_SEPARATOR)) if parent else ()
+    parent_ns = namespace_from_path(parent) if parent else ()
+    if parent_ns and not access.visible(parent_ns):
+        access.namespace(parent_ns)  # refused: says which namespace
     items, token = page(
         request,
         page_token,
         page_size,
-        lambda after, limit: service(request).list_namespaces(
-            parent_ns, tuple(after) if after else None, limit
-        ),
+        lambda after, limit: service(request).list_namespaces(parent_ns, after, limit),
         key=list,
+        position=_namespace_position,
     )
-    body: dict = {"namespaces": [list(ns) for ns in items]}
+    body: dict = {"namespaces": [list(ns) for ns in items if access.visible(ns)]}
     if token:
         body["next-page-token"] = token
     return json_response(body)
 
 
-def _created_namespace(properties: dict[str, str], raw: bytes) -> Response:
+def _namespace_position(after: Any) -> tuple[str, ...]:
+    if not isinstance(after, list) or not after or not all(isinstance(level, str) for level in after):
+        raise ValueError("Invalid pageToken: not a position in a namespace listing")
+    return check_namespace(after)
+
+
+def _created_namespace(request: Request, raw: bytes, properties: dict[str, str]) -> Response:
     return json_response(
         {"namespace": parse(CreateNamespaceRequest, raw).namespace, "properties": properties}
     )
 
 
-def _properties_change(change: PropertiesChange, raw: bytes) -> Response:
-    return json_response({"updated": change.updated, "removed": change.removed, "missing": change.missing})
+def _properties_change(request: Request, raw: bytes, change: dict[str, list[str]]) -> Response:
+    return json_response(change)
+
+
+def _change(change: PropertiesChange) -> dict[str, list[str]]:
+    return {"updated": change.updated, "removed": change.removed, "missing": change.missing}
+
+
+CREATED = Outcome(lambda properties: properties, _created_namespace)
+CHANGED = Outcome(_change, _properties_change)
 
 
 @router.post("/namespaces")
-@idempotent_mutation(_created_namespace)
-def create_namespace(request: Request, raw: bytes = Depends(raw_body)) -> Response:
+@idempotent_mutation(CREATED)
+def create_namespace(request: Request, access: Admin, raw: bytes = Depends(raw_body)) -> Response:
     body = parse(CreateNamespaceRequest, raw)
-    properties = service(request).create_namespace(tuple(body.namespace), body.properties)
+    catalog = service(request)
+    namespace = access.namespace(tuple(body.namespace))
+    properties = catalog.create_namespace(namespace, body.properties, places=access.places(catalog))
     return json_response({"namespace": body.namespace, "properties": properties})
 
 
 @router.get("/namespaces/{namespace}")
-def load_namespace(request: Request, namespace: str) -> Response:
-    ns = namespace_from_path(namespace)
-    return json_response({"namespace": list(ns), "properties": service(request).load_namespace(ns)})
+def load_namespace(request: Request, target: ReadsNamespace) -> Response:
+    properties = service(request).load_namespace(target.namespace)
+    return json_response({"namespace": list(target.namespace), "properties": properties})
 
 
 @router.head("/namespaces/{namespace}")
-def namespace_exists(request: Request, namespace: str) -> Response:
-    service(request).load_namespace(namespace_from_path(namespace))
+def namespace_exists(request: Request, target: ReadsNamespace) -> Response:
+    service(request).load_namespace(target.namespace)
     return Response(status_code=204)
 
 
 @router.delete("/namespaces/{namespace}")
-@idempotent_mutation(no_content)
-def drop_namespace(request: Request, namespace: str) -> Response:
-    service(request).drop_namespace(namespace_from_path(namespace))
+@idempotent_mutation(NO_CONTENT)
+def drop_namespace(request: Request, target: ManagesNamespace) -> Response:
+    service(request).drop_namespace(target.namespace)
     return Response(status_code=204)
 
 
 @router.post("/namespaces/{namespace}/properties")
-@idempotent_mutation(_properties_change)
-def update_properties(request: Request, namespace: str, raw: bytes = Depends(raw_body)) -> Response:
+@idempotent_mutation(CHANGED)
+def update_properties(request: Request, target: ManagesNamespace, raw: bytes = Depends(raw_body)) -> Response:
     body = parse(UpdateNamespacePropertiesRequest, raw)
-    change = service(request).update_namespace(namespace_from_path(namespace), body.removals, body.updates)
-    return _properties_change(change, raw)
+    catalog = service(request)
+    places = target.access.places(catalog)
+    change = catalog.update_namespace(target.namespace, body.removals, body.updates, places=places)
+    return json_response(_change(change))

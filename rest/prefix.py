@@ -8,9 +8,9 @@ unknown-prefix error in one place.
 
 from __future__ import annotations
 
-import json
-
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+from rest.wire import send_error
 
 # First path segments under /v1/ that begin a catalog route.
 CATALOG_ROOTS = frozenset({"namespaces", "tables", "views", "transactions", "events"})
@@ -34,7 +34,4 @@ class PrefixAliases:
 
     async def _unknown_prefix(self, prefix: str, send: Send) -> None:
         message = f"Unknown catalog prefix {prefix!r}; this server serves {self.prefix!r}"
-        body = json.dumps({"error": {"message": message, "type": "NotFoundException", "code": 404}}).encode()
-        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-        await send({"type": "http.response.start", "status": 404, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
+        await send_error(send, 404, "NotFoundException", message)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -38,8 +38,24 @@ class AuthSettings(BaseModel):
     token_secret: str | None = Field(
         None, description="Key signing access tokens; without it a random one (tokens end with the process)."
     )
-    token_ttl_seconds: int = Field(3600, ge=60)
+    token_ttl_seconds: int = Field(3600, ge=1)
     principals: list[Principal] = Field(default_factory=list)
+    max_failed_logins: int = Field(
+        5, ge=1, description="Wrong secrets for one client id within the window before it gets 429."
+    )
+    failed_login_window_seconds: float = Field(
+        60.0, gt=0, description="Window of max_failed_logins, and how long a client then waits."
+    )
+
+    @model_validator(mode="after")
+    def _unique(self) -> AuthSettings:
+        # Two principals with one name would share tokens; one client id for two would pick one at random.
+        for what in ("name", "client_id", "token_sha256"):
+            values = [getattr(p, what) for p in self.principals if getattr(p, what)]
+            twice = sorted({v for v in values if values.count(v) > 1})
+            if twice:
+                raise ValueError(f"principals share a {what}: {', '.join(twice)}")
+        return self
 
 
 class Settings(BaseSettings):
@@ -66,6 +82,28 @@ class Settings(BaseSettings):
         10_000, ge=1, description="Mutations that may wait for the writer; beyond it requests get 503."
     )
     max_body_mb: float = Field(32.0, gt=0, description="Largest request body accepted (413 beyond).")
+    max_header_kb: int = Field(
+        64, ge=1, description="Largest request line and headers together (431 beyond, connection closed)."
+    )
+    header_timeout_seconds: float = Field(
+        10.0, gt=0, description="Time a connection has to send a whole request head (closed after)."
+    )
+    keepalive_timeout_seconds: float = Field(
+        5.0, gt=0, description="Time an idle kept-alive connection is held between requests."
+    )
+    max_property_value_kb: int = Field(
+        256, ge=1, description="Largest value of one table, view or namespace property (400 beyond)."
+    )
+    max_metadata_mb: float = Field(
+        64.0, gt=0, description="Largest table or view metadata file a commit may produce (413 beyond)."
+    )
+    min_free_disk_mb: int = Field(
+        64, ge=0, description="Commits are refused (507) while the warehouse's disk has less free space."
+    )
+    allowed_hosts: list[str] = Field(
+        default_factory=list,
+        description="Host names served with authentication off, besides loopback and `host`; '*': any.",
+    )
     max_page_size: int = Field(1000, ge=1, description="Largest pageSize a list request may ask for.")
     log_level: str = Field("info", description="Python logging level name.")
     auth: AuthSettings = Field(default_factory=AuthSettings)
@@ -80,6 +118,9 @@ class Settings(BaseSettings):
     )
     events_ring_size: int = Field(
         4096, ge=1, description="Recent events held in memory for live subscribers; slower ones read the log."
+    )
+    events_ring_mb: float = Field(
+        64.0, gt=0, description="Most memory the recent events may take; beyond it the oldest are dropped."
     )
     events_retention_records: int = Field(
         10_000_000, ge=1, description="Commit records kept at least; older ones may be trimmed."

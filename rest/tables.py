@@ -12,9 +12,10 @@ from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
 from starlette.concurrency import run_in_threadpool
 
-from catalog import Identifier, TableChange, TableState
+from catalog import TableChange, TableState
 from catalog.metadata_files import metadata_json
-from rest.idempotency import idempotent_mutation, no_content
+from rest.access import ManagesNamespace, ReadsNamespace, Writer, WritesNamespace
+from rest.idempotency import NO_CONTENT, TABLE, idempotent_mutation
 from rest.models import (
     CommitTableRequest,
     CommitTransactionRequest,
@@ -23,14 +24,10 @@ from rest.models import (
     RenameTableRequest,
     ReportMetricsRequest,
 )
-from rest.wire import identifiers_page, load_result, namespace_from_path, parse, raw_body, service
+from rest.wire import identifiers_page, load_result, parse, raw_body, service
 
 log = logging.getLogger(__name__)
 router = APIRouter()
-
-
-def _ident(namespace: str, table: str) -> Identifier:
-    return Identifier.of(namespace_from_path(namespace), table)
 
 
 def _refs_only(state: TableState) -> bytes:
@@ -42,14 +39,6 @@ def _refs_only(state: TableState) -> bytes:
     return metadata_json(metadata)
 
 
-def _committed_table(states: list[TableState], raw: bytes) -> Response:
-    return load_result(states[0].metadata_location, states[0].json)
-
-
-def _registered_table(state: TableState, raw: bytes) -> Response:
-    return load_result(state.metadata_location, state.json)
-
-
 def _etag(metadata_location: str, snapshots: str) -> str:
     return '"' + hashlib.sha256(f"{metadata_location}|{snapshots}".encode()).hexdigest()[:32] + '"'
 
@@ -57,40 +46,45 @@ def _etag(metadata_location: str, snapshots: str) -> str:
 @router.get("/namespaces/{namespace}/tables")
 def list_tables(
     request: Request,
-    namespace: str,
+    target: ReadsNamespace,
     page_token: str | None = Query(None, alias="pageToken"),
     page_size: int | None = Query(None, alias="pageSize"),
 ) -> Response:
-    ns = namespace_from_path(namespace)
+    ns = target.namespace
     return identifiers_page(
         request, page_token, page_size, lambda after, limit: service(request).list_tables(ns, after, limit)
     )
 
 
 @router.post("/namespaces/{namespace}/tables")
-@idempotent_mutation(_committed_table)
-def create_table(request: Request, namespace: str, raw: bytes = Depends(raw_body)) -> Response:
+@idempotent_mutation(TABLE)
+def create_table(request: Request, target: WritesNamespace, raw: bytes = Depends(raw_body)) -> Response:
     body = parse(CreateTableRequest, raw)
-    state = service(request).create_table(
-        Identifier.of(namespace_from_path(namespace), body.name),
+    catalog = service(request)
+    state = catalog.create_table(
+        target.ident(body.name),
         body.table_schema,
         body.partition_spec or UNPARTITIONED_PARTITION_SPEC,
         body.write_order or UNSORTED_SORT_ORDER,
         location=body.location,
         properties=body.properties,
         stage_only=body.stage_create,
+        places=target.access.places(catalog),
     )
     return load_result(state.metadata_location, state.json)
 
 
 @router.get("/namespaces/{namespace}/tables/{table}")
 async def load_table(
-    request: Request, namespace: str, table: str, snapshots: str = Query("all", pattern="^(all|refs)$")
+    request: Request,
+    target: ReadsNamespace,
+    table: str,
+    snapshots: str = Query("all", pattern="^(all|refs)$"),
 ) -> Response:
     # The hottest read runs on the event loop: a pointer read and a cache hit take microseconds.
     # Only a cache miss reads a file, and that goes to the thread pool.
     catalog = service(request)
-    ident = _ident(namespace, table)
+    ident = target.ident(table)
     state = catalog.load_table_if_cached(ident) or await run_in_threadpool(catalog.load_table, ident)
     etag = _etag(state.metadata_location or "", snapshots)
     if etag in request.headers.get("if-none-match", ""):
@@ -101,15 +95,15 @@ async def load_table(
 
 
 @router.head("/namespaces/{namespace}/tables/{table}")
-def table_exists(request: Request, namespace: str, table: str) -> Response:
-    service(request).table_pointer(_ident(namespace, table))
+def table_exists(request: Request, target: ReadsNamespace, table: str) -> Response:
+    service(request).table_pointer(target.ident(table))
     return Response(status_code=204)
 
 
 @router.get("/namespaces/{namespace}/tables/{table}/coverage")
 def table_coverage(
     request: Request,
-    namespace: str,
+    target: ReadsNamespace,
     table: str,
     source_id: str | None = Query(None, alias="source-id"),
     topic: str | None = Query(None),
@@ -117,7 +111,7 @@ def table_coverage(
     snapshot_id: int | None = Query(None, alias="snapshot-id"),
 ) -> Response:
     """isbre extension: the source offsets the table holds, as sinks declared them in their commits."""
-    found = service(request).coverage(_ident(namespace, table), snapshot_id)
+    found = service(request).coverage(target.ident(table), snapshot_id)
     streams = [
         entry
         for entry in found.coverage.to_json()
@@ -132,57 +126,80 @@ def table_coverage(
 
 
 @router.post("/namespaces/{namespace}/tables/{table}")
-@idempotent_mutation(_committed_table)
-def commit_table(request: Request, namespace: str, table: str, raw: bytes = Depends(raw_body)) -> Response:
+@idempotent_mutation(TABLE)
+def commit_table(
+    request: Request,
+    target: WritesNamespace,
+    table: str,
+    raw: bytes = Depends(raw_body),
+) -> Response:
     body = parse(CommitTableRequest, raw)
-    ident = _ident(namespace, table)
+    ident = target.ident(table)
     if body.identifier is not None and body.identifier.to_identifier() != ident:
         raise ValueError(
             f"Identifier in the body ({body.identifier.to_identifier()}) does not match the path ({ident})"
         )
-    state = service(request).commit_table(TableChange(ident, body.requirements, body.updates))
+    catalog = service(request)
+    change = TableChange(ident, body.requirements, body.updates)
+    state = catalog.commit_table(change, places=target.access.places(catalog))
     return load_result(state.metadata_location, state.json)
 
 
 @router.delete("/namespaces/{namespace}/tables/{table}")
-@idempotent_mutation(no_content)
+@idempotent_mutation(NO_CONTENT)
 def drop_table(
-    request: Request, namespace: str, table: str, purge: bool = Query(False, alias="purgeRequested")
+    request: Request,
+    target: ManagesNamespace,
+    table: str,
+    purge: bool = Query(False, alias="purgeRequested"),
 ) -> Response:
-    service(request).drop_table(_ident(namespace, table), purge=purge)
+    service(request).drop_table(target.ident(table), purge=purge)
     return Response(status_code=204)
 
 
 @router.post("/namespaces/{namespace}/register")
-@idempotent_mutation(_registered_table)
-def register_table(request: Request, namespace: str, raw: bytes = Depends(raw_body)) -> Response:
+@idempotent_mutation(TABLE)
+def register_table(request: Request, target: WritesNamespace, raw: bytes = Depends(raw_body)) -> Response:
     body = parse(RegisterTableRequest, raw)
-    ident = Identifier.of(namespace_from_path(namespace), body.name)
-    state = service(request).register_table(ident, body.metadata_location, overwrite=body.overwrite)
+    catalog = service(request)
+    state = catalog.register_table(
+        target.ident(body.name),
+        body.metadata_location,
+        overwrite=body.overwrite,
+        places=target.access.places(catalog),
+    )
     return load_result(state.metadata_location, state.json)
 
 
 @router.post("/tables/rename")
-@idempotent_mutation(no_content)
-def rename_table(request: Request, raw: bytes = Depends(raw_body)) -> Response:
+@idempotent_mutation(NO_CONTENT)
+def rename_table(request: Request, access: Writer, raw: bytes = Depends(raw_body)) -> Response:
     body = parse(RenameTableRequest, raw)
-    service(request).rename_table(body.source.to_identifier(), body.destination.to_identifier())
+    source, destination = body.source.to_identifier(), body.destination.to_identifier()
+    access.identifiers([source, destination])
+    service(request).rename_table(source, destination)
     return Response(status_code=204)
 
 
 @router.post("/namespaces/{namespace}/tables/{table}/metrics")
-@idempotent_mutation(no_content)
-def report_metrics(request: Request, namespace: str, table: str, raw: bytes = Depends(raw_body)) -> Response:
+def report_metrics(
+    request: Request,
+    target: ReadsNamespace,
+    table: str,
+    raw: bytes = Depends(raw_body),
+) -> Response:
+    """Scan and commit reports change nothing, so they take no Idempotency-Key."""
     report = parse(ReportMetricsRequest, raw)
-    service(request).table_pointer(_ident(namespace, table))
+    ident = target.ident(table)
+    service(request).table_pointer(ident)
     request.app.state.metrics_reports[report.report_type] += 1
-    log.debug("metrics report %s for %s.%s", report.report_type, namespace, table)
+    log.debug("metrics report %s for %s", report.report_type, ident)
     return Response(status_code=204)
 
 
 @router.post("/transactions/commit")
-@idempotent_mutation(no_content)
-def commit_transaction(request: Request, raw: bytes = Depends(raw_body)) -> Response:
+@idempotent_mutation(NO_CONTENT)
+def commit_transaction(request: Request, access: Writer, raw: bytes = Depends(raw_body)) -> Response:
     body = parse(CommitTransactionRequest, raw)
     if not body.table_changes:
         raise ValueError("A transaction needs at least one table change")
@@ -191,5 +208,7 @@ def commit_transaction(request: Request, raw: bytes = Depends(raw_body)) -> Resp
         if change.identifier is None:
             raise ValueError("Every table change of a transaction needs an identifier")
         changes.append(TableChange(change.identifier.to_identifier(), change.requirements, change.updates))
-    service(request).commit_tables(changes, txn=str(uuid.uuid4()))
+    access.identifiers(change.ident for change in changes)
+    catalog = service(request)
+    catalog.commit_tables(changes, txn=str(uuid.uuid4()), places=access.places(catalog))
     return Response(status_code=204)

@@ -9,9 +9,10 @@ from typing import Any, TypeVar
 
 import pydantic
 from fastapi import Request, Response
+from starlette.types import Send
 
 from catalog import CatalogService, Identifier
-from catalog.identifiers import check_namespace
+from catalog.identifiers import check_name, check_namespace
 from rest.settings import Settings
 
 M = TypeVar("M", bound=pydantic.BaseModel)
@@ -34,16 +35,8 @@ class BodyTooLargeError(ValueError):
 
 
 async def raw_body(request: Request) -> bytes:
-    limit = int(settings(request).max_body_mb * (1 << 20))
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise BodyTooLargeError(f"Request body of {declared} bytes is larger than the limit of {limit}")
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise BodyTooLargeError(f"Request body is larger than the limit of {limit} bytes")
-    return bytes(body)
+    """The request body, as read by RequestGuard (rest/guard.py): JSON, and within max_body_mb."""
+    return await request.body()
 
 
 def parse(model: type[M], raw: bytes) -> M:
@@ -51,7 +44,9 @@ def parse(model: type[M], raw: bytes) -> M:
         raise ValueError("Invalid request: a JSON body is required")
     try:
         return model.model_validate_json(raw)
-    except (TypeError, KeyError, AttributeError) as exc:
+    except RecursionError as exc:
+        raise ValueError("Invalid request: the JSON body is nested too deeply") from exc
+    except (TypeError, KeyError, AttributeError, StopIteration) as exc:
         # Some of PyIceberg's validators raise these, which pydantic does not turn into a
         # ValidationError; raised while reading the body, they are the body's fault.
         raise ValueError(f"Invalid request: {exc}") from exc
@@ -64,6 +59,16 @@ def json_response(value: Any, status_code: int = 200, headers: dict[str, str] | 
         media_type="application/json",
         headers=headers,
     )
+
+
+async def send_error(
+    send: Send, status: int, error_type: str, message: str, headers: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    """An ErrorModel answer from ASGI middleware, which runs outside FastAPI's error handlers."""
+    body = json.dumps({"error": {"message": message, "type": error_type, "code": status}}).encode()
+    head = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": head + (headers or [])})
+    await send({"type": "http.response.body", "body": body})
 
 
 def raw_json_response(body: bytes, headers: dict[str, str] | None = None) -> Response:
@@ -103,8 +108,15 @@ def _encode_token(last: Any) -> str:
 def _decode_token(token: str) -> Any:
     try:
         return json.loads(base64.urlsafe_b64decode(token.encode()))
-    except ValueError as exc:
-        raise ValueError(f"Invalid pageToken: {token!r}") from exc
+    except (ValueError, RecursionError) as exc:
+        raise ValueError(f"Invalid pageToken: {token[:64]!r}") from exc
+
+
+def name_position(after: Any) -> str:
+    """A page token's position in a listing of tables or views: the last name shown."""
+    if not isinstance(after, str):
+        raise ValueError("Invalid pageToken: not a position in this listing")
+    return check_name(after)
 
 
 def page(
@@ -113,15 +125,16 @@ def page(
     page_size: int | None,
     fetch: Callable[[Any, int | None], Sequence[T]],
     key: Callable[[T], Any],
+    position: Callable[[Any], Any] = name_position,
 ) -> tuple[Sequence[T], str | None]:
-    """One page of a listing: `fetch(after, limit)` returns items after the decoded token."""
+    """One page of a listing: `fetch(after, limit)` returns items after the token's `position`."""
     if page_size is not None and page_size < 1:
         raise ValueError(f"Invalid pageSize: {page_size}; it must be at least 1")
     paginated = page_token is not None or page_size is not None
     if not paginated:
         return fetch(None, None), None
     size = min(page_size or settings(request).max_page_size, settings(request).max_page_size)
-    after = _decode_token(page_token) if page_token else None
+    after = position(_decode_token(page_token)) if page_token else None
     items = fetch(after, size + 1)
     if len(items) > size:
         return items[:size], _encode_token(key(items[size - 1]))

@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -29,7 +30,7 @@ from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 
 from catalog.coverage import SPANS_PROPERTY, Coverage, Span, SpanKey, encode_spans, merge
-from catalog.metadata_files import local_path, sync_file
+from catalog.metadata_files import local_path, sync_directories, sync_file
 from sinks.catalogs import CoverageSource, coverage_source
 from sinks.columns import DEFAULT_PREFIX, MetadataColumns, now
 from sinks.contract import CommitInfo, OffsetSpan, OneStreamSink, SinkError, SourceFields, row_offsets
@@ -118,6 +119,7 @@ class TableWriter:
         self.target_file_bytes = target_file_bytes
         self.write_threads = write_threads
         self._buffer: list[_Prepared] = []
+        self._synced_dirs: set[Path] = set()  # data directories whose entries are durable
         self._buffered = 0
         self._writes: list[Future[list[DataFile]]] = []
         self._pool = ThreadPoolExecutor(write_threads, thread_name_prefix="isbre-sink-write")
@@ -298,9 +300,12 @@ class TableWriter:
                 batch = batch.set_column(index, name, canonical_json(batch.column(index)))
             stamped.append(self.columns.with_emit_ts(batch, emitted))
         files = write_data_files(table, pa.Table.from_batches(stamped), self.columns.parquet_options)
+        root = local_path(table.metadata.location)
         for data_file in files:  # a commit must not point at data a power loss could take back
             if (path := local_path(data_file.file_path)) is not None:
                 sync_file(path)
+                if root is not None:
+                    sync_directories(path, root, self._synced_dirs)
         return files
 
     def _landed(self, commit_id: str) -> int | None:

@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from catalog.metadata_files import publish_durably
+from catalog.metadata_files import make_dirs_durably, publish_durably
 from sinks.columns import DEFAULT_PREFIX, MetadataColumns, now
 from sinks.contract import CommitInfo, OffsetSpan, OneStreamSink, SourceFields, row_offsets
 
@@ -51,7 +51,7 @@ class ParquetSink(OneStreamSink):
         final = self.directory / span_file_name(span)
         if final.exists():  # this span was written before: replaying it adds nothing
             return CommitInfo(str(final), None)
-        self.directory.mkdir(parents=True, exist_ok=True)
+        make_dirs_durably(self.directory)
         emitted = now()
         table = pa.Table.from_batches([self.columns.with_emit_ts(b, emitted) for b in batches])
         temporary = final.with_name(final.name + ".tmp")

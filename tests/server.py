@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -61,9 +62,10 @@ class IsbreServer:
         self.kill()
         raise TimeoutError(f"isbre did not start within {timeout}s:\n{self.log()}")
 
-    def high_water(self) -> int:
+    def high_water(self, token: str | None = None) -> int:
         """The highest commit_seq in the server's commit log."""
-        return httpx.get(f"{self.url}/v1/events/cursor").json()["commit_seq"]
+        headers = {"Authorization": f"Bearer {token}"} if token else None
+        return httpx.get(f"{self.url}/v1/events/cursor", headers=headers).json()["commit_seq"]
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
@@ -80,3 +82,16 @@ class IsbreServer:
         if self.process and self.process.poll() is None:
             self.process.kill()
             self.process.wait()
+
+
+def secured_server(warehouse: Path, principals: list[dict[str, object]], **env: str) -> IsbreServer:
+    """A server with authentication on for `principals`, started; waits on /live (the harness's
+    usual probe needs a token then)."""
+    settings = {
+        "ISBRE_AUTH__ENABLED": "true",
+        "ISBRE_AUTH__TOKEN_SECRET": "test-signing-key",
+        "ISBRE_AUTH__PRINCIPALS": json.dumps(principals),
+    }
+    server = IsbreServer(warehouse, env=settings | env)
+    server.ready_path = "/live"
+    return server.start()

@@ -16,7 +16,7 @@ from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.exceptions import ForbiddenError, OAuthError, UnauthorizedError
 
 from rest.auth import sha256_hex
-from tests.server import IsbreServer, free_port
+from tests.server import IsbreServer, free_port, secured_server
 
 ID_SCHEMA_ARROW = pa.schema([pa.field("id", pa.int64(), nullable=False)])
 
@@ -36,15 +36,8 @@ PRINCIPALS = [
 
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IsbreServer]:
-    env = {
-        "ISBRE_AUTH__ENABLED": "true",
-        "ISBRE_AUTH__TOKEN_SECRET": "test-signing-key",
-        "ISBRE_AUTH__PRINCIPALS": json.dumps(PRINCIPALS),
-    }
-    server = IsbreServer(tmp_path_factory.mktemp("secured") / "warehouse", env=env)
-    # The readiness probe of the harness (/v1/config) needs a token now: wait on /live instead.
-    server.ready_path = "/live"
-    yield server.start()
+    server = secured_server(tmp_path_factory.mktemp("secured") / "warehouse", PRINCIPALS)
+    yield server
     server.stop()
 
 
@@ -238,14 +231,7 @@ def test_a_scoped_reader_cannot_list_other_namespaces_children(secured: IsbreSer
 
 
 def test_the_body_limit_holds_before_authorization_reads_the_body(tmp_path: Path) -> None:
-    env = {
-        "ISBRE_AUTH__ENABLED": "true",
-        "ISBRE_AUTH__PRINCIPALS": json.dumps(PRINCIPALS),
-        "ISBRE_MAX_BODY_MB": "0.01",
-    }
-    server = IsbreServer(tmp_path / "warehouse", env=env)
-    server.ready_path = "/live"
-    server.start()
+    server = secured_server(tmp_path / "warehouse", PRINCIPALS, ISBRE_MAX_BODY_MB="0.01")
     try:
         admin_token = token(server, "admin", "admin-secret").json()["access_token"]
         response = httpx.post(

@@ -435,7 +435,7 @@ def test_an_http_1_0_stream(server: IsbreServer) -> None:
     """An HTTP/1.0 request is not handed over: the server's process (uvicorn) answers it."""
     start = server.high_water()
     with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
-        sock.sendall(f"GET /v1/events?after={start} HTTP/1.0\r\nHost: test\r\n\r\n".encode())
+        sock.sendall(f"GET /v1/events?after={start} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n".encode())
         httpx.post(f"{server.url}/v1/isbre/namespaces", json={"namespace": [f"old{start}"]})
         received = b""
         while f"id: {start + 1}\n".encode() not in received:

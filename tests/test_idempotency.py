@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import threading
+import time
 import uuid
 from pathlib import Path
 
 import httpx
 
 from catalog import CatalogService
+from catalog.lmdb_store import LmdbStore
+from catalog.records import now_us
+from catalog.service import TRIM_CHUNK
 from tests.server import ID_SCHEMA as SCHEMA
 from tests.server import IsbreServer
 
@@ -62,18 +67,49 @@ def test_a_key_reused_for_another_request_is_422(server: IsbreServer, namespace:
     assert httpx.head(f"{url}/{namespace}%1Fb").status_code == 404
 
 
-def test_terminal_refusals_are_finalized_too(server: IsbreServer, namespace: str) -> None:
+def test_only_requests_that_changed_something_keep_their_key(server: IsbreServer, namespace: str) -> None:
     url = f"{server.url}/v1/isbre/namespaces"
     created, refused = {"Idempotency-Key": key()}, {"Idempotency-Key": key()}
     body = {"namespace": [namespace, "once"]}
     assert httpx.post(url, json=body, headers=created).status_code == 200
-    first_refusal = httpx.post(url, json=body, headers=refused)
-    assert first_refusal.status_code == 409
+    assert httpx.post(url, json=body, headers=refused).status_code == 409
     httpx.delete(f"{url}/{namespace}%1Fonce").raise_for_status()
-    # The state changed, the answers did not: each key replays its finalized response.
-    assert httpx.post(url, json=body, headers=refused).content == first_refusal.content
+    # The refusal changed nothing and was not kept: its key runs the request now that it can succeed.
+    assert httpx.post(url, json=body, headers=refused).status_code == 200
+    httpx.delete(f"{url}/{namespace}%1Fonce").raise_for_status()
+    # The key of the request that created the namespace replays its answer and creates nothing.
     assert httpx.post(url, json=body, headers=created).status_code == 200
     assert httpx.head(f"{url}/{namespace}%1Fonce").status_code == 404, "a replay must not create again"
+
+
+def test_the_fingerprint_covers_the_query(server: IsbreServer, namespace: str) -> None:
+    tables = f"{server.url}/v1/isbre/namespaces/{namespace}/tables"
+    httpx.post(tables, json={"name": "q", "schema": SCHEMA}).raise_for_status()
+    headers = {"Idempotency-Key": key()}
+    assert httpx.delete(f"{tables}/q", headers=headers).status_code == 204
+    purge = httpx.delete(f"{tables}/q", params={"purgeRequested": "true"}, headers=headers)
+    assert purge.status_code == 422, purge.text
+
+
+def test_a_stored_outcome_is_compact(server: IsbreServer, namespace: str) -> None:
+    tables = f"{server.url}/v1/isbre/namespaces/{namespace}/tables"
+    properties = {f"p{i}": "v" * 500 for i in range(40)}  # a 20 KB answer
+    headers = {"Idempotency-Key": key()}
+    answer = httpx.post(
+        tables, json={"name": "big", "schema": SCHEMA, "properties": properties}, headers=headers
+    )
+    assert answer.status_code == 200 and len(answer.content) > 20_000
+    replay = httpx.post(
+        tables, json={"name": "big", "schema": SCHEMA, "properties": properties}, headers=headers
+    )
+    assert replay.content == answer.content
+    store = LmdbStore(server.warehouse / "isbre.lmdb")
+    try:
+        with store.read() as view:
+            stored = view.idempotent_response(headers["Idempotency-Key"])
+    finally:
+        store.close()
+    assert stored is not None and len(json.dumps(stored)) < 1024, stored
 
 
 def test_concurrent_requests_with_one_key_commit_once(server: IsbreServer, namespace: str) -> None:
@@ -109,10 +145,32 @@ def test_expired_keys_are_trimmed(tmp_path: Path) -> None:
     service = CatalogService.open(tmp_path / "wh")
     try:
         for i in range(5):
-            service.store_idempotent_response(
-                f"k{i}", {"fingerprint": "f", "status": 204, "media_type": None, "body": "", "ts": 0}
-            )
-        assert service.trim_idempotency(keep_us=10**12) == 5
+            service.store_idempotent_response(f"k{i}", {"fingerprint": "f", "status": 204, "ts": i})
+        service.store_idempotent_response("fresh", {"fingerprint": "f", "status": 204, "ts": now_us()})
+        assert service.trim_idempotency(keep_us=10**9) == 5
         assert service.idempotent_response("k0") is None
+        assert service.idempotent_response("fresh") is not None
     finally:
         service.close()
+
+
+def test_trimming_100000_keys_holds_the_writer_under_10_ms_at_a_time(tmp_path: Path) -> None:
+    store = LmdbStore(tmp_path / "s", map_size=1 << 30)
+    with store.write() as view:
+        for i in range(100_000):
+            view.put_idempotent_response(str(uuid.UUID(int=i)), {"fingerprint": "f", "status": 204, "ts": i})
+        view.put_idempotent_response("fresh", {"fingerprint": "f", "status": 204, "ts": now_us()})
+    removed, slowest = 0, 0.0
+    while True:
+        started = time.perf_counter()
+        with store.write() as view:
+            step = view.trim_idempotency(now_us() - 10**9, TRIM_CHUNK)
+        slowest = max(slowest, time.perf_counter() - started)
+        removed += step
+        if step < TRIM_CHUNK:
+            break
+    assert removed == 100_000
+    assert slowest < 0.010, f"one trim step held the writer for {slowest * 1000:.1f} ms"
+    with store.read() as view:
+        assert view.idempotent_response("fresh") is not None
+    store.close()

@@ -1,0 +1,116 @@
+"""Deleting a dropped table's files, confined and best effort.
+
+Every path comes from metadata that a client wrote (manifest lists, manifests,
+data files, statistics, the metadata log), so each is checked before it is
+deleted; the caller decides what may go. A file that cannot be read or deleted
+does not stop the purge: the rest is still deleted, and the report says what
+was left behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyiceberg.io import FileIO
+from pyiceberg.manifest import ManifestFile
+from pyiceberg.table.metadata import TableMetadata
+
+from catalog.metadata_files import local_path
+
+# How many paths of each kind a purge record lists.
+LISTED = 20
+
+
+class PurgeIncompleteError(Exception):
+    """The table was dropped, but some of its files could not be read or deleted."""
+
+
+@dataclass
+class PurgeReport:
+    location: str | None
+    deleted: int = 0
+    skipped: list[str] = field(default_factory=list)  # outside what may be deleted
+    problems: list[str] = field(default_factory=list)  # could not be read or deleted
+
+    @property
+    def left_behind(self) -> bool:
+        return bool(self.skipped or self.problems)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "location": self.location,
+            "deleted": self.deleted,
+            "skipped": len(self.skipped),
+            "skipped_files": self.skipped[:LISTED],
+            "problems": self.problems[:LISTED],
+        }
+
+
+def _described(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:300]
+
+
+def _manifest_paths(io: FileIO, metadata: TableMetadata, report: PurgeReport) -> dict[str, str]:
+    """Every file the snapshots name, with what it is; what cannot be read is a problem."""
+    found: dict[str, str] = {}
+    manifests: dict[str, ManifestFile] = {}
+    for snapshot in metadata.snapshots:
+        found[snapshot.manifest_list] = "manifest list"
+        try:
+            for manifest in snapshot.manifests(io):
+                manifests[manifest.manifest_path] = manifest
+        except Exception as exc:
+            report.problems.append(f"manifest list {snapshot.manifest_list}: {_described(exc)}")
+    for path, manifest in manifests.items():
+        found[path] = "manifest"
+        try:
+            for entry in manifest.fetch_manifest_entry(io, discard_deleted=False):
+                found[entry.data_file.file_path] = "data file"
+        except Exception as exc:
+            report.problems.append(f"manifest {path}: {_described(exc)}")
+    return found
+
+
+def purge_files(
+    io: FileIO, metadata: TableMetadata | None, extra: list[str], deletable: Callable[[str], bool]
+) -> PurgeReport:
+    """Delete the files `metadata` names (and `extra`) for which `deletable(path)` holds."""
+    report = PurgeReport(metadata.location if metadata else None)
+    files: dict[str, str] = {}
+    if metadata is not None:
+        files |= _manifest_paths(io, metadata, report)
+        files |= {entry.metadata_file: "previous metadata" for entry in metadata.metadata_log}
+        files |= {stat.statistics_path: "statistics" for stat in metadata.statistics}
+        files |= {stat.statistics_path: "partition statistics" for stat in metadata.partition_statistics}
+    files |= {path: "metadata" for path in extra}
+    for path, kind in files.items():
+        if not deletable(path):
+            report.skipped.append(path)
+            continue
+        try:
+            io.delete(path)
+            report.deleted += 1
+        except FileNotFoundError:
+            continue  # already gone
+        except Exception as exc:
+            report.problems.append(f"{kind} {path}: {_described(exc)}")
+    if (
+        metadata is not None
+        and (root := local_path(metadata.location)) is not None
+        and deletable(str(root / "x"))
+    ):
+        _remove_empty_dirs(root)
+    return report
+
+
+def _remove_empty_dirs(root: Any) -> None:
+    if not root.is_dir():
+        return
+    for directory in sorted((p for p in root.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+        with contextlib.suppress(OSError):
+            directory.rmdir()  # only empty ones go
+    with contextlib.suppress(OSError):
+        root.rmdir()

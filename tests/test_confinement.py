@@ -1,0 +1,268 @@
+"""Deleting files stays inside the table being purged; no table may sit in or around another's files
+or the store; statistics name the table's own snapshots and files."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pyarrow as pa
+import pytest
+from pyiceberg.catalog.rest import RestCatalog
+from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
+from pyiceberg.schema import Schema
+from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
+from pyiceberg.types import LongType, NestedField
+
+from catalog import CatalogService, Identifier
+from catalog.locations import LocationNotAllowedError
+from catalog.metadata_files import local_path
+from rest.auth import sha256_hex
+from tests.server import ID_SCHEMA, IsbreServer, secured_server
+
+P = "/v1/isbre"
+
+
+def files_under(root: Path) -> dict[Path, int]:
+    return {p: p.stat().st_size for p in root.rglob("*") if p.is_file()}
+
+
+def table_with_data(catalog: RestCatalog, namespace: str, name: str) -> tuple[str, Path]:
+    table = catalog.create_table(f"{namespace}.{name}", schema=pa.schema([pa.field("id", pa.int64())]))
+    table.append(pa.table({"id": pa.array([1, 2, 3], pa.int64())}))
+    table = catalog.load_table(f"{namespace}.{name}")
+    location = local_path(table.metadata.location)
+    assert location is not None
+    return table.metadata_location, location
+
+
+def set_statistics(snapshot_id: int, path: str) -> dict[str, object]:
+    return {
+        "action": "set-statistics",
+        "snapshot-id": snapshot_id,
+        "statistics": {
+            "snapshot-id": snapshot_id,
+            "statistics-path": path,
+            "file-size-in-bytes": 1,
+            "file-footer-size-in-bytes": 1,
+            "blob-metadata": [],
+        },
+    }
+
+
+def test_statistics_must_name_an_existing_snapshot_and_a_file_of_the_table(
+    server: IsbreServer, rest_catalog: RestCatalog, namespace: str
+) -> None:
+    _, location = table_with_data(rest_catalog, namespace, "t")
+    snapshot = rest_catalog.load_table(f"{namespace}.t").metadata.current_snapshot_id
+    store_file = server.warehouse / "isbre.lmdb" / "data.mdb"
+    url = f"{server.url}{P}/namespaces/{namespace}/tables/t"
+    for update in (
+        set_statistics(123456789, str(location / "metadata" / "stats.puffin")),  # no such snapshot
+        set_statistics(snapshot, str(store_file)),  # the store
+        set_statistics(snapshot, f"{location}/../elsewhere.puffin"),
+        set_statistics(snapshot, "file:///etc/passwd"),
+    ):
+        refused = httpx.post(url, json={"updates": [update]})
+        assert refused.status_code == 400, refused.text
+    allowed = httpx.post(
+        url, json={"updates": [set_statistics(snapshot, str(location / "metadata" / "s.puffin"))]}
+    )
+    assert allowed.status_code == 200, allowed.text
+
+
+def test_a_purge_deletes_nothing_outside_the_table(
+    server: IsbreServer, rest_catalog: RestCatalog, namespace: str
+) -> None:
+    """A crafted table whose metadata names the store, another table's files and its metadata:
+    the purge deletes only what lies under the crafted table's own location."""
+    victim_metadata, victim = table_with_data(rest_catalog, namespace, "victim")
+    before = files_under(server.warehouse)
+    crafted = json.loads(Path(local_path(victim_metadata)).read_text())  # type: ignore[arg-type]
+    own = server.warehouse / namespace / "crafted"
+    crafted["location"] = own.as_uri()
+    crafted["table-uuid"] = "9d4b1e6c-8c7f-4bb6-9a59-3c1a3b1e7a01"
+    snapshot = crafted["current-snapshot-id"]
+    crafted["statistics"] = [
+        set_statistics(snapshot, str(server.warehouse / "isbre.lmdb" / "data.mdb"))["statistics"],
+        set_statistics(snapshot, str(victim / "metadata" / Path(victim_metadata).name))["statistics"],
+    ]
+    crafted["metadata-log"] = [{"metadata-file": victim_metadata, "timestamp-ms": 1}]
+    (own / "metadata").mkdir(parents=True)
+    crafted_file = own / "metadata" / "00000-crafted.metadata.json"
+    crafted_file.write_text(json.dumps(crafted))
+    register = {"name": "crafted", "metadata-location": crafted_file.as_uri()}
+    assert httpx.post(f"{server.url}{P}/namespaces/{namespace}/register", json=register).status_code == 200
+
+    dropped = httpx.delete(f"{server.url}{P}/namespaces/{namespace}/tables/crafted?purgeRequested=true")
+    assert dropped.status_code in (204, 500), dropped.text
+    assert files_under(server.warehouse).keys() >= before.keys(), "a file outside the crafted table went"
+    assert not crafted_file.exists()
+    assert rest_catalog.load_table(f"{namespace}.victim").scan().to_arrow().num_rows == 3
+
+
+def test_a_failed_purge_says_so_and_leaves_a_record(
+    server: IsbreServer, rest_catalog: RestCatalog, namespace: str
+) -> None:
+    table_with_data(rest_catalog, namespace, "broken")
+    manifest_list = rest_catalog.load_table(f"{namespace}.broken").current_snapshot().manifest_list
+    os.remove(local_path(manifest_list))  # type: ignore[arg-type]
+    before = server.high_water()
+    answer = httpx.delete(f"{server.url}{P}/namespaces/{namespace}/tables/broken?purgeRequested=true")
+    assert answer.status_code == 500, answer.text
+    error = answer.json()["error"]
+    assert error["type"] == "PurgeIncompleteException"
+    assert "dropped" in error["message"] and "commit_seq" in error["message"]
+    assert not rest_catalog.table_exists(f"{namespace}.broken")
+    records = httpx.post(
+        f"{server.url}{P}/events", json={"continuation-token": None, "page-size": 10}
+    )  # the pull endpoint shows only spec kinds; the SSE log has the purge record
+    assert records.status_code == 200
+    with httpx.stream("GET", f"{server.url}{P}/events", params={"after": before}, timeout=10) as stream:
+        kinds = []
+        for line in stream.iter_lines():
+            if line.startswith("event: "):
+                kinds.append(line[7:])
+            if len(kinds) == 2:
+                break
+    assert kinds == ["table.drop", "table.purge-incomplete"]
+
+
+def test_a_table_may_not_sit_in_or_around_another_or_the_store(
+    server: IsbreServer, rest_catalog: RestCatalog, namespace: str
+) -> None:
+    metadata_location, location = table_with_data(rest_catalog, namespace, "first")
+    tables = f"{server.url}{P}/namespaces/{namespace}/tables"
+    for place in (
+        location,
+        location / "inner",
+        location.parent,  # around it
+        server.warehouse,
+        server.warehouse / "isbre.lmdb",
+        server.warehouse / "isbre.lmdb" / "sub",
+    ):
+        refused = httpx.post(tables, json={"name": "second", "schema": ID_SCHEMA, "location": place.as_uri()})
+        assert refused.status_code == 400, (place, refused.text)
+    ok = httpx.post(tables, json={"name": "second", "schema": ID_SCHEMA})
+    assert ok.status_code == 200
+    moved = httpx.post(
+        f"{tables}/second", json={"updates": [{"action": "set-location", "location": str(location)}]}
+    )
+    assert moved.status_code == 400, moved.text
+    twin = httpx.post(
+        f"{server.url}{P}/namespaces/{namespace}/register",
+        json={"name": "twin", "metadata-location": metadata_location},
+    )
+    assert twin.status_code == 400, twin.text
+    # Once the first table is gone, its place is free again.
+    assert httpx.delete(f"{tables}/first").status_code == 204
+    again = httpx.post(
+        f"{server.url}{P}/namespaces/{namespace}/register",
+        json={"name": "twin", "metadata-location": metadata_location},
+    )
+    assert again.status_code == 200, again.text
+
+
+def test_file_uris_with_a_host_are_refused(server: IsbreServer, namespace: str) -> None:
+    place = f"file://evil.example{server.warehouse}/{namespace}/h"
+    refused = httpx.post(
+        f"{server.url}{P}/namespaces/{namespace}/tables",
+        json={"name": "h", "schema": ID_SCHEMA, "location": place},
+    )
+    assert refused.status_code == 400, refused.text
+
+
+@pytest.fixture(scope="module")
+def scoped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IsbreServer]:
+    principals = [
+        {"name": "root", "roles": ["admin"], "token_sha256": sha256_hex("root")},
+        {
+            "name": "sales-etl",
+            "roles": ["writer"],
+            "namespaces": ["sales"],
+            "token_sha256": sha256_hex("etl"),
+        },
+        {
+            "name": "sales-admin",
+            "roles": ["admin"],
+            "namespaces": ["sales"],
+            "token_sha256": sha256_hex("sa"),
+        },
+    ]
+    server = secured_server(tmp_path_factory.mktemp("scoped") / "warehouse", principals)
+    yield server
+    server.stop()
+
+
+def test_a_scoped_principal_registers_and_places_only_inside_its_scope(scoped: IsbreServer) -> None:
+    root = RestCatalog("r", uri=scoped.url, token="root")
+    root.create_namespace("sales")
+    root.create_namespace("other")
+    other_metadata, _ = table_with_data(root, "other", "secret")
+    headers = {"Authorization": "Bearer etl"}
+    base = f"{scoped.url}{P}/namespaces/sales"
+    stolen = httpx.post(
+        f"{base}/register", json={"name": "stolen", "metadata-location": other_metadata}, headers=headers
+    )
+    assert stolen.status_code == 403, stolen.text
+    placed = httpx.post(
+        f"{base}/tables",
+        json={"name": "p", "schema": ID_SCHEMA, "location": (scoped.warehouse / "other" / "p").as_uri()},
+        headers=headers,
+    )
+    assert placed.status_code == 403, placed.text
+    inside = httpx.post(
+        f"{base}/tables",
+        json={"name": "p", "schema": ID_SCHEMA, "location": (scoped.warehouse / "sales" / "p").as_uri()},
+        headers=headers,
+    )
+    assert inside.status_code == 200, inside.text
+    moved = httpx.post(
+        f"{base}/tables/p",
+        json={
+            "updates": [{"action": "set-location", "location": (scoped.warehouse / "other" / "q").as_uri()}]
+        },
+        headers=headers,
+    )
+    assert moved.status_code == 403, moved.text
+    relocated = httpx.post(
+        f"{scoped.url}{P}/namespaces",
+        json={
+            "namespace": ["sales", "eu"],
+            "properties": {"location": (scoped.warehouse / "other").as_uri()},
+        },
+        headers={"Authorization": "Bearer sa"},
+    )
+    assert relocated.status_code == 403, relocated.text
+
+
+def test_a_store_made_before_the_location_index_gets_one(tmp_path: Path) -> None:
+
+    schema = Schema(NestedField(1, "id", LongType(), required=False))
+    service = CatalogService.open(tmp_path / "wh")
+    service.create_namespace(("db",), {})
+    first = service.create_table(
+        Identifier.of(("db",), "a"), schema, UNPARTITIONED_PARTITION_SPEC, UNSORTED_SORT_ORDER
+    )
+    store = service.store
+    # As an older isbre left it: no index of locations, and no mark that one was made.
+    with store.env.begin(write=True) as txn:  # type: ignore[attr-defined]
+        txn.drop(store.dbs["locations"], delete=False)  # type: ignore[attr-defined]
+        txn.delete(b"marker:locations", db=store.dbs["meta"])  # type: ignore[attr-defined]
+    service.close()
+
+    reopened = CatalogService.open(tmp_path / "wh")
+    try:
+        with pytest.raises(LocationNotAllowedError, match="overlaps"):
+            reopened.create_table(
+                Identifier.of(("db",), "b"),
+                schema,
+                UNPARTITIONED_PARTITION_SPEC,
+                UNSORTED_SORT_ORDER,
+                location=first.metadata.location + "/inner",
+            )
+    finally:
+        reopened.close()

@@ -1,0 +1,240 @@
+"""Nothing dies silently: the lineage worker comes back, a broken writer is never a hang, a full disk
+is a clean refusal that leaves nothing behind and passes once there is room again."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import lmdb
+import pytest
+
+from catalog import CatalogService
+from catalog.lmdb_store import LmdbStore
+from catalog.store import WriteView
+from catalog.writer import Batch, StoreGrowthError, Writer, WriterClosedError
+from tests.lineage_receiver import Receiver
+from tests.server import ID_SCHEMA, IsbreServer
+
+P = "/v1/isbre"
+
+
+def wait_until(condition, timeout: float = 30.0, what: str = "condition"):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_the_lineage_worker_is_back_within_seconds_after_kill_9(tmp_path: Path) -> None:
+    receiver = Receiver().start()
+    server = IsbreServer(tmp_path / "warehouse", env={"ISBRE_LINEAGE_URL": receiver.url}).start()
+    try:
+        lineage = lambda: httpx.get(f"{server.url}/health").json()["components"]["lineage"]  # noqa: E731
+        first = wait_until(lambda: lineage().get("process"), what="the lineage worker")
+        os.kill(first, signal.SIGKILL)
+        degraded = wait_until(lambda: lineage()["status"] == "degraded" or lineage().get("process") != first)
+        assert degraded
+        second = wait_until(
+            lambda: (p := lineage().get("process")) not in (None, first) and p,
+            timeout=10,
+            what="a new worker",
+        )
+        assert lineage()["status"] == "ok"
+        httpx.post(f"{server.url}{P}/namespaces", json={"namespace": ["db"]}).raise_for_status()
+        httpx.post(
+            f"{server.url}{P}/namespaces/db/tables", json={"name": "t", "schema": ID_SCHEMA}
+        ).raise_for_status()
+        wait_until(lambda: len(receiver.snapshot()) >= 2, what="lineage from the new worker")
+        assert second != first
+        assert "lineage worker" in server.log() and "restart" in server.log()
+    finally:
+        server.stop()
+        receiver.stop()
+
+
+class _GrowthFails(LmdbStore):
+    def grow(self) -> None:
+        raise lmdb.MemoryError("mmap failed")
+
+
+def test_a_store_that_cannot_grow_fails_the_batch_not_the_writer(tmp_path: Path) -> None:
+    service = CatalogService(_GrowthFails(tmp_path / "s", map_size=128 << 10), (tmp_path / "wh").as_uri())
+    try:
+        with pytest.raises(StoreGrowthError) as failed:
+            service.create_namespace(("big",), {"p": "x" * (200 << 10)})
+        assert "grow" in str(failed.value) or "room" in str(failed.value)
+        assert service.writer.alive
+        service.create_namespace(("small",), {})
+        assert service.load_namespace(("small",)) == {}
+    finally:
+        service.close()
+
+
+class _Bug(BaseException):
+    """Stands for a failure nobody foresaw, outside any per-request handling."""
+
+
+class _BrokenStore(LmdbStore):
+    @contextmanager
+    def write(self) -> Iterator[WriteView]:
+        raise _Bug("the writer's own loop broke")
+        yield  # pragma: no cover
+
+
+def test_a_writer_that_breaks_fails_its_callers_and_says_so(tmp_path: Path) -> None:
+    fatal: list[BaseException] = []
+    writer = Writer(_BrokenStore(tmp_path / "s"), on_fatal=fatal.append)
+    future = writer.submit(lambda batch: None)
+    with pytest.raises(WriterClosedError):
+        future.result(timeout=10)
+    assert not writer.alive
+    assert len(fatal) == 1 and isinstance(fatal[0], _Bug)
+    with pytest.raises(WriterClosedError):
+        writer.submit(lambda batch: None)
+    closing = threading.Thread(target=writer.close)
+    closing.start()
+    closing.join(timeout=5)
+    assert not closing.is_alive(), "close() hung on a dead writer"
+
+
+def test_live_reports_a_dead_writer(tmp_path: Path) -> None:
+    from rest.health import liveness
+
+    service = CatalogService.open(tmp_path / "wh")
+    try:
+        assert liveness(service)[0] == 200
+        service.writer.submit(lambda batch: (_ for _ in ()).throw(_Bug("x")))  # kills the loop
+        wait_until(lambda: not service.writer.alive, timeout=10)
+        status, body = liveness(service)
+        assert status == 503 and "writer" in body["reason"]
+    finally:
+        with contextlib.suppress(Exception):
+            service.close()
+
+
+def test_a_mutation_that_raises_base_exception_is_fatal_to_the_writer_only(tmp_path: Path) -> None:
+    fatal: list[BaseException] = []
+    writer = Writer(LmdbStore(tmp_path / "s"), on_fatal=fatal.append)
+
+    def breaks(batch: Batch) -> None:
+        raise _Bug("in a mutation")
+
+    with pytest.raises(WriterClosedError):
+        writer.execute(breaks)
+    assert fatal and not writer.alive
+    writer.close()
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 24 MB tmpfs: a disk that fills up in a moment."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs to fill needs root")
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(mount)], capture_output=True
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def fill(path: Path) -> None:
+    # Unbuffered: closing the file must not try to flush what no longer fits.
+    with path.open("wb", buffering=0) as filler, contextlib.suppress(OSError):
+        while True:
+            filler.write(b"\0" * (1 << 16))
+
+
+def metadata_files(warehouse: Path) -> set[Path]:
+    return {p for p in warehouse.rglob("*.metadata.json")}
+
+
+@pytest.mark.parametrize("reserve_mb", ["2", "0"], ids=["refused early", "disk really full"])
+def test_a_full_disk_gives_clean_errors_and_recovers(small_disk: Path, reserve_mb: str) -> None:
+    """With a reserve, commits are refused before the disk fills; without one, the writes that
+    meet the full disk fail cleanly too."""
+    warehouse = small_disk / "warehouse"
+    server = IsbreServer(warehouse, env={"ISBRE_MIN_FREE_DISK_MB": reserve_mb})
+    server.log_path = small_disk.parent / "full-disk-server.log"  # the log must not fill the disk
+    server.start()
+    try:
+        base = f"{server.url}{P}/namespaces"
+        httpx.post(base, json={"namespace": ["db"]}).raise_for_status()
+        httpx.post(f"{base}/db/tables", json={"name": "t", "schema": ID_SCHEMA}).raise_for_status()
+        for round_ in range(2):
+            filler = small_disk / f"filler-{round_}"
+            fill(filler)
+            files = metadata_files(warehouse)
+            high = server.high_water()
+            for i in range(20):
+                commit = {"updates": [{"action": "set-properties", "updates": {"i": str(i)}}]}
+                answer = httpx.post(f"{base}/db/tables/t", json=commit, timeout=30)
+                assert answer.status_code in (503, 507), answer.text
+                assert answer.json()["error"]["code"] == answer.status_code
+                if answer.status_code == 503:
+                    assert "retry-after" in answer.headers
+            created = httpx.post(f"{base}/db/tables", json={"name": f"new{round_}", "schema": ID_SCHEMA})
+            assert created.status_code in (503, 507)
+            # Only the store is written here: LMDB may have free pages left in its file for the first.
+            statuses = set()
+            for i in range(50):
+                grown = {"namespace": [f"full{round_}_{i}"], "properties": {"p": "x" * 60_000}}
+                statuses.add(httpx.post(base, json=grown).status_code)
+            assert 507 in statuses and statuses <= {200, 503, 507}, statuses
+            assert metadata_files(warehouse) == files, "a refused commit left a metadata file"
+            assert not list((warehouse / "db").glob(f"new{round_}-*")), "a refused create left a directory"
+            assert server.process is not None and server.process.poll() is None
+            assert server.high_water() >= high
+            filler.unlink()
+            commit = {"updates": [{"action": "set-properties", "updates": {"after": str(round_)}}]}
+            recovered = httpx.post(f"{base}/db/tables/t", json=commit, timeout=30)
+            assert recovered.status_code == 200, recovered.text
+        assert "disk" in server.log().lower()
+    finally:
+        server.stop()
+
+
+def test_new_directories_are_synced_up_to_an_existing_parent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from catalog import metadata_files as files
+
+    synced: list[Path] = []
+    original = files._fsync_dir
+    monkeypatch.setattr(files, "_fsync_dir", lambda path: (synced.append(Path(path)), original(path))[1])
+    target = tmp_path / "a" / "b" / "c" / "file.json"
+    files.write_durably(None, str(target), b"{}")  # type: ignore[arg-type]
+    assert {tmp_path, tmp_path / "a", tmp_path / "a" / "b", tmp_path / "a" / "b" / "c"} <= set(synced)
+
+
+def test_directories_another_writer_made_are_synced_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from catalog import metadata_files as files
+
+    synced: list[Path] = []
+    monkeypatch.setattr(files, "_fsync_dir", lambda path: synced.append(Path(path)))
+    root = tmp_path / "table"
+    data = root / "data" / "part=1"
+    data.mkdir(parents=True)
+    seen: set[Path] = set()
+    files.sync_directories(data / "a.parquet", root, seen)
+    files.sync_directories(data / "b.parquet", root, seen)
+    assert synced == [root / "data", root]
