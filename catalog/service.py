@@ -45,6 +45,7 @@ from catalog.metadata_files import (
     Loaded,
     MetadataCache,
     local_path,
+    make_dirs_durably,
     metadata_json,
     parse_table_metadata,
     parse_view_metadata,
@@ -439,6 +440,10 @@ class CatalogService:
             schema, partition_spec, sort_order, location, dict(properties or {}), table_uuid=table_uuid
         )
         if stage_only:
+            if (root := local_path(location)) is not None:
+                # Engines write a staged table's files before it exists (DuckDB's CTAS writes its
+                # manifests), and not every engine creates directories on a local disk.
+                make_dirs_durably(root / "metadata")
             return TableState(ident, None, metadata, metadata_json(metadata))
         staged = Staged(
             ident, None, metadata, metadata_json(metadata), next_metadata_location(location, None), True

@@ -98,8 +98,9 @@ class Broadcaster:
         self._append([Entry.of(r) for r in records if r.commit_seq > self._high])
 
     def publish_from_log(self) -> None:
-        """Publish what the commit log gained since the last call: for a broadcaster in a process
-        other than the writer's. Only the newest ring's worth is kept; older subscribers read the log."""
+        """Publish what the commit log gained since the last call: in a process other than the
+        writer's, and for commits other processes made. Only the newest ring's worth is kept;
+        older subscribers read the log."""
         high = self._service.commit_seq()
         if high <= self._high:
             return
@@ -107,9 +108,11 @@ class Broadcaster:
         self._append([Entry.of(r) for r in self._service.commits_since(start, high - start)])
 
     def _append(self, entries: list[Entry]) -> None:
-        if not entries:
-            return
         with self._lock:
+            # The writer's listener and the commit feed may both publish a record: once is enough.
+            entries = [entry for entry in entries if entry.record.commit_seq > self._high]
+            if not entries:
+                return
             if entries[0].record.commit_seq != self._high + 1:
                 self._ring.clear()  # the ring holds consecutive records only
                 self.ring_bytes = 0

@@ -144,7 +144,11 @@ class FanoutProcess:
         return self._channel is not None and self._process is not None and self._process.poll() is None
 
     def _wake(self, records: list[CommitRecord]) -> None:
-        """On the writer thread: a byte in the pipe; a full pipe already means "look at the log"."""
+        """On the writer thread, after its commits."""
+        self.wake()
+
+    def wake(self) -> None:
+        """A byte in the pipe; a full pipe already means "look at the log"."""
         with self._wake_lock:
             if self._wake_fd is None:
                 return

@@ -15,6 +15,7 @@ from fastapi import Depends, FastAPI, Query, Request, Response
 from fastapi.routing import APIRoute
 
 from catalog import CatalogService
+from catalog.feed import CommitFeed
 from catalog.limits import Limits
 from events import pull, sse
 from events.broadcast import Broadcaster
@@ -27,7 +28,7 @@ from rest import errors, health, metrics, namespaces, tables, views
 from rest.access import PUBLIC, READER, check_every_route_has_a_rule
 from rest.auth import Authenticator, AuthMiddleware, FailureLimit, token_response
 from rest.guard import LOOPBACK_NAMES, RequestGuard
-from rest.metrics import RequestMetrics, RouteCapture
+from rest.metrics import RequestMetrics, RouteCapture, RouteTemplates
 from rest.prefix import PrefixAliases
 from rest.settings import Settings
 from rest.wire import json_response
@@ -133,10 +134,18 @@ def create_app(settings: Settings) -> FastAPI:
         )
         app.state.outbox = _start_lineage(settings, service)
         app.state.fanout = _start_fanout(settings, service)
+        # Commits another process makes on this store (an embedded catalog, a tool) reach the
+        # streams too; the lineage worker polls the log on its own.
+        feed = CommitFeed(service)
+        feed.follow(app.state.broadcaster.publish_from_log)
+        if app.state.fanout is not None:
+            feed.follow(app.state.fanout.wake)
+        feed.start()
         log.info("isbre catalog %r on warehouse %s", settings.prefix, service.warehouse)
         try:
             yield
         finally:
+            feed.close()
             trimming.cancel()
             if app.state.fanout is not None:
                 app.state.fanout.stop()
@@ -207,7 +216,8 @@ def create_app(settings: Settings) -> FastAPI:
     hosts = None if settings.auth.enabled or "*" in settings.allowed_hosts else _served_names(settings)
     app.add_middleware(RequestGuard, max_body=int(settings.max_body_mb * (1 << 20)), allowed_hosts=hosts)
     app.add_middleware(PrefixAliases, prefix=settings.prefix)
-    app.add_middleware(RequestMetrics, counter=app.state.http_requests)
+    templates = RouteTemplates(((method, path) for method, path, _ in served_routes(app)), settings.prefix)
+    app.add_middleware(RequestMetrics, counter=app.state.http_requests, templates=templates)
     check_every_route_has_a_rule(served_routes(app))
     return app
 

@@ -1,100 +1,85 @@
-"""The `isbre` command."""
+"""The `isbre` command.
+
+Each subcommand imports what it needs when it runs, so that `isbre --help`,
+`--version` and `isbre events tail` start in a fraction of a second. Ordinary
+mistakes (a bad setting, a server that is not there, refused credentials) are
+one line on stderr and a non-zero exit; `--debug` shows the traceback too.
+"""
 
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import json
-import logging
-import resource
 import sys
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from typing import Any
 
-import httpx
-import uvicorn
-
-from catalog import CatalogService
-from events.client import EventStreamError, subscribe
-from lineage.config import build_client
-from lineage.mapping import LineageMapper, group_runs
-from rest.app import create_app, lineage_names
-from rest.connections import guarded_protocol
-from rest.settings import load_settings
-from sinks.ingest import add_arguments as add_ingest_arguments
-from sinks.ingest import run as run_ingest
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+DEFAULT_URL = "http://127.0.0.1:8181"
+CREDENTIALS_HELP = (
+    "(default: $ISBRE_TOKEN / $ISBRE_CREDENTIAL; prefer the environment: options are visible to "
+    "other users in the process list)"
+)
 
 
 def _serve(args: argparse.Namespace) -> int:
-    settings = load_settings(args.config, host=args.host, port=args.port, warehouse=args.warehouse)
-    if not settings.auth.enabled and not settings.allow_insecure_bind and not _is_loopback(settings.host):
-        print(
-            f"isbre serve: refusing to serve {settings.host} with authentication off; enable [auth] "
-            "or set allow_insecure_bind = true (for example behind an authenticating proxy)",
-            file=sys.stderr,
-        )
-        return 2
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    _raise_open_files_limit()
-    uvicorn.run(
-        create_app(settings),
-        host=settings.host,
-        port=settings.port,
-        log_level=settings.log_level.lower(),
-        access_log=False,
-        http=guarded_protocol(settings.max_header_kb << 10, settings.header_timeout_seconds),
-        timeout_keep_alive=settings.keepalive_timeout_seconds,
-    )
+    from rest.serve import serve
+    from rest.settings import load_settings
+
+    serve(load_settings(args.config, host=args.host, port=args.port, warehouse=args.warehouse))
     return 0
 
 
-def _raise_open_files_limit() -> None:
-    """One descriptor per connection: take all the system allows, not the usual soft limit of 1,024."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != hard:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    logging.getLogger("isbre").info("open files limit: %s (was %s)", hard, soft)
-
-
 def _tail(args: argparse.Namespace) -> int:
+    from events.client import subscribe
+
+    def retrying(error: Exception, delay: float) -> None:
+        print(f"{args.prog}: {describe(error, args.url)}; retrying in {delay:g} s", file=sys.stderr)
+
     events = subscribe(
-        args.url, after=args.after, tables=args.table, namespace=args.namespace, kinds=args.kind
+        args.url,
+        after=args.after,
+        tables=args.table,
+        namespace=args.namespace,
+        kinds=args.kind,
+        token=args.token,
+        credential=args.credential,
+        on_retry=retrying,
     )
-    try:
-        for event in events:
-            print(json.dumps(event.record, separators=(",", ":")), flush=True)
-    except KeyboardInterrupt:
-        return 0
-    except EventStreamError as exc:
-        print(f"isbre events tail: {exc}", file=sys.stderr)
-        return 1
+    for event in events:
+        print(json.dumps(event.record, separators=(",", ":")), flush=True)
     return 0
 
 
 def _lineage_status(args: argparse.Namespace) -> int:
-    response = httpx.get(f"{args.url.rstrip('/')}/v1/lineage/status", timeout=10)
-    response.raise_for_status()
+    import httpx
+
+    from events.client import Credentials
+
+    credentials = Credentials(args.token, args.credential)
+    url = args.url.rstrip("/")
+    with httpx.Client(timeout=10) as client:
+        if credentials.needs_token():
+            credentials.accept(client.post(**credentials.token_request(url)))
+        response = client.get(f"{url}/v1/lineage/status", headers=credentials.headers())
+    if response.status_code >= 400:
+        raise RefusedError(f"{response.status_code}: {_error_message(response)}")
     print(json.dumps(response.json(), indent=2))
     return 0
 
 
 def _lineage_replay(args: argparse.Namespace) -> int:
     """Send the lineage of commits --from..--to again, e.g. to backfill a new receiver."""
+    from catalog import CatalogService
+    from lineage.config import build_client
+    from lineage.mapping import LineageMapper, group_runs
+    from rest.app import lineage_names
+    from rest.settings import load_settings
+
     settings = load_settings(args.config, warehouse=args.warehouse)
     client = build_client(settings.lineage_url, settings.lineage_api_key, settings.lineage_transport)
     if client is None:
-        print("isbre lineage replay: no OpenLineage transport is configured", file=sys.stderr)
-        return 1
+        raise RefusedError("no OpenLineage transport is configured")
     service = CatalogService.open(settings.warehouse)
     try:
         mapper = LineageMapper(lineage_names(settings), service.table_metadata_or_none)
@@ -113,19 +98,89 @@ def _lineage_replay(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def _ingest(args: argparse.Namespace) -> int:
+    from sinks.ingest import run
+
+    return run(args)
+
+
+class RefusedError(Exception):
+    """What the user asked for cannot be done; the message says why."""
+
+    exit_code = 2
+
+
+def _error_message(response: Any) -> str:
+    try:
+        return response.json()["error"]["message"]
+    except (ValueError, KeyError, TypeError):
+        return response.text[:200]
+
+
+def describe(error: BaseException, url: str | None = None) -> str:
+    """One line for an ordinary mistake."""
+    import httpx
+    import pydantic
+
+    if isinstance(error, pydantic.ValidationError):
+        return "; ".join(_setting_problem(problem) for problem in error.errors())
+    if isinstance(error, httpx.ConnectError):
+        return f"cannot reach {url or 'the server'} ({error})"
+    if isinstance(error, httpx.TransportError):
+        return f"lost the connection to {url or 'the server'} ({type(error).__name__}: {error})"
+    if isinstance(error, httpx.HTTPStatusError):
+        return f"{error.response.status_code}: {_error_message(error.response)}"
+    return str(error) or type(error).__name__
+
+
+def _setting_problem(problem: Any) -> str:
+    where = ".".join(str(part) for part in problem.get("loc", ()))
+    if problem.get("type") == "extra_forbidden":
+        return f"unknown setting {where!r}"
+    return f"setting {where!r}: {problem.get('msg')} (got {problem.get('input')!r})"
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"port {port} is outside 0-65535")
+    return port
+
+
+def _add_credentials(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--token", help=f"a bearer token for a server with authentication on {CREDENTIALS_HELP}"
+    )
+    parser.add_argument(
+        "--credential", help=f"client_id:client_secret, exchanged for tokens {CREDENTIALS_HELP}"
+    )
+
+
+def _version() -> str:
+    try:
+        return version("isbre")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="isbre", description="An embedded Apache Iceberg REST catalog.")
+    parser.add_argument("--version", action="version", version=f"isbre {_version()}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="serve the Iceberg REST API over an embedded LMDB warehouse")
     serve.add_argument("--host", help="address to listen on (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, help="port to listen on (default 8181)")
+    serve.add_argument("--port", type=_port, help="port to listen on (default 8181)")
     serve.add_argument("--warehouse", type=Path, help="warehouse directory (default ./warehouse)")
     serve.add_argument("--config", type=Path, help="TOML settings file")
-    serve.set_defaults(handler=_serve)
+    serve.set_defaults(prog=serve.prog, handler=_serve)
 
     events = commands.add_parser("events", help="commit events").add_subparsers(dest="events", required=True)
     tail = events.add_parser("tail", help="print commit events as JSON lines until interrupted")
-    tail.add_argument("--url", default="http://127.0.0.1:8181", help="isbre server (default %(default)s)")
+    tail.add_argument("--url", default=DEFAULT_URL, help="isbre server (default %(default)s)")
     tail.add_argument("--after", type=int, help="start after this commit_seq (default: from now)")
     tail.add_argument(
         "--table", action="append", default=[], help="only this table, as ns.table (repeatable)"
@@ -134,26 +189,44 @@ def main(argv: list[str] | None = None) -> int:
     tail.add_argument(
         "--kind", action="append", default=[], help="only this kind, e.g. table.commit (repeatable)"
     )
-    tail.set_defaults(handler=_tail)
+    _add_credentials(tail)
+    tail.set_defaults(prog=tail.prog, handler=_tail)
 
     lineage = commands.add_parser("lineage", help="OpenLineage delivery").add_subparsers(
         dest="lineage", required=True
     )
     status = lineage.add_parser("status", help="print the lineage outbox's state")
-    status.add_argument("--url", default="http://127.0.0.1:8181", help="isbre server (default %(default)s)")
-    status.set_defaults(handler=_lineage_status)
+    status.add_argument("--url", default=DEFAULT_URL, help="isbre server (default %(default)s)")
+    _add_credentials(status)
+    status.set_defaults(prog=status.prog, handler=_lineage_status)
     replay = lineage.add_parser("replay", help="send the lineage of past commits again")
     replay.add_argument("--from", dest="from_seq", type=int, required=True, help="first commit_seq to send")
     replay.add_argument("--to", type=int, help="last commit_seq to send (default: the newest)")
     replay.add_argument("--warehouse", type=Path, help="warehouse directory (default ./warehouse)")
     replay.add_argument("--config", type=Path, help="TOML settings file (for the lineage transport)")
-    replay.set_defaults(handler=_lineage_replay)
+    replay.set_defaults(prog=replay.prog, handler=_lineage_replay)
 
     ingest = commands.add_parser("ingest", help="load Parquet, CSV or JSON-lines files into a table, once")
-    add_ingest_arguments(ingest)
-    ingest.set_defaults(handler=run_ingest)
-    args = parser.parse_args(argv)
-    return args.handler(args)
+    from sinks.ingest_arguments import add_arguments
+
+    add_arguments(ingest)
+    _add_credentials(ingest)
+    ingest.set_defaults(prog=ingest.prog, handler=_ingest)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.handler(args)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as error:
+        if args.debug:
+            raise
+        print(f"{args.prog}: {describe(error, getattr(args, 'url', None))}", file=sys.stderr)
+        # By attribute: under `python -m rest.cli` this module is __main__, another copy of its class.
+        return getattr(error, "exit_code", 1)
 
 
 if __name__ == "__main__":

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 
 from fastapi import APIRouter, Depends, Request, Response
+from starlette.routing import compile_path
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from catalog.writer import WriterStats
@@ -30,12 +32,31 @@ def _histogram(name: str, help_text: str, stats: WriterStats) -> str:
     return "\n".join(lines + [f"{name}{suffix} {value:g}" for suffix, value in samples])
 
 
+class RouteTemplates:
+    """The route template of a path, for requests refused before routing (authentication, limits)."""
+
+    def __init__(self, routes: Iterable[tuple[str, str]], prefix: str) -> None:
+        self._routes = [(method, template, compile_path(template)[0]) for method, template in routes]
+        self._prefix = prefix
+
+    def find(self, method: str, path: str) -> str:
+        # Unprefixed aliases (/v1/namespaces/...) are rewritten further in: try both spellings.
+        candidates = (path, f"/v1/{self._prefix}{path[3:]}") if path.startswith("/v1/") else (path,)
+        for method_, template, pattern in self._routes:
+            if method_ == method and any(pattern.match(candidate) for candidate in candidates):
+                return template
+        return "unmatched"
+
+
 class RequestMetrics:
     """Counts every request by method, route template and status; outermost, so refusals count too."""
 
-    def __init__(self, app: ASGIApp, counter: Counter[tuple[str, str, int]]) -> None:
+    def __init__(
+        self, app: ASGIApp, counter: Counter[tuple[str, str, int]], templates: RouteTemplates
+    ) -> None:
         self.app = app
         self.counter = counter
+        self.templates = templates
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -52,7 +73,9 @@ class RequestMetrics:
         try:
             await self.app({**scope, ROUTE_KEY: route}, receive, watch)
         finally:
-            self.counter[(scope["method"], route[0] if route else "unmatched", status[0])] += 1
+            method = scope["method"]
+            template = route[0] if route else self.templates.find(method, scope["path"])
+            self.counter[(method, template, status[0])] += 1
 
 
 ROUTE_KEY = "isbre.route"

@@ -3,17 +3,26 @@
 Each file is one stream: topic = the file's absolute path, partition 0, and a
 row's offset is its ordinal in the file. Ingesting a file again therefore
 finds its rows covered, and a file that only grew adds just its new rows.
+
+CSV and JSON carry no types: given `types` (the target table's columns, or
+types named on the command line), their values are parsed as those types, and
+a value that does not parse is an error naming the file, the line and the
+column; columns not named are inferred.
 """
 
 from __future__ import annotations
 
+import csv
 import glob
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.csv as pacsv
 import pyarrow.dataset as ds
+import pyarrow.json as pajson
 
 from sinks.contract import OffsetSpan, SinkError
 
@@ -50,16 +59,56 @@ class FileBatch:
     span: OffsetSpan
 
 
-def read_file(path: Path, source_id: str, fmt: str, batch_size: int = 65_536) -> Iterator[FileBatch]:
-    """The file's rows in order, as batches with the spans of their row ordinals."""
-    dataset = ds.dataset(path, format=fmt)
-    start = 0
+def _batches(path: Path, fmt: str, batch_size: int, types: pa.Schema | None) -> Iterator[pa.RecordBatch]:
+    if fmt == "json" and types:
+        # The dataset API infers JSON types whatever the parse options say; the streaming reader
+        # takes the explicit ones.
+        options = pajson.ParseOptions(explicit_schema=types, unexpected_field_behavior="infer")
+        yield from pajson.open_json(path, parse_options=options)
+        return
+    if fmt == "csv" and types:
+        dataset = ds.dataset(
+            path, format=ds.CsvFileFormat(convert_options=pacsv.ConvertOptions(column_types=types))
+        )
+    else:
+        dataset = ds.dataset(path, format=fmt)  # Parquet has types of its own
     # Without threads the scanner yields a single file's batches in file order, which offsets rely on.
-    for batch in dataset.to_batches(batch_size=batch_size, use_threads=False):
-        if batch.num_rows == 0:
-            continue
-        yield FileBatch(batch, OffsetSpan(source_id, str(path), 0, start, start + batch.num_rows))
-        start += batch.num_rows
+    yield from dataset.to_batches(batch_size=batch_size, use_threads=False)
+
+
+_CSV_ERROR = re.compile(r"In CSV column #(\d+): Row #(\d+): (.*)", re.S)
+_JSON_ERROR = re.compile(r"JSON parse error: (.*) in row (\d+)", re.S)
+
+
+def _unparsable(path: Path, fmt: str, error: pa.ArrowInvalid) -> SinkError:
+    """The file's own words for where a value did not parse: line (1-based, as an editor counts)
+    and column."""
+    text = str(error)
+    if fmt == "csv" and (found := _CSV_ERROR.search(text)):
+        column, line, detail = found.groups()
+        with path.open(newline="") as lines:
+            header = next(csv.reader(lines), [])
+        name = header[int(column)] if int(column) < len(header) else f"#{column}"
+        return SinkError(f"{path}: line {line}, column {name!r}: {detail.strip()}")
+    if fmt == "json" and (found := _JSON_ERROR.search(text)):
+        detail, row = found.groups()
+        return SinkError(f"{path}: line {int(row) + 1}: {detail.strip()}")
+    return SinkError(f"{path}: cannot read it as {fmt}: {text.strip().splitlines()[-1]}")
+
+
+def read_file(
+    path: Path, source_id: str, fmt: str, batch_size: int = 65_536, types: pa.Schema | None = None
+) -> Iterator[FileBatch]:
+    """The file's rows in order, as batches with the spans of their row ordinals."""
+    try:
+        start = 0
+        for batch in _batches(path, fmt, batch_size, types):
+            if batch.num_rows == 0:
+                continue
+            yield FileBatch(batch, OffsetSpan(source_id, str(path), 0, start, start + batch.num_rows))
+            start += batch.num_rows
+    except pa.ArrowInvalid as error:
+        raise _unparsable(path, fmt, error) from error
 
 
 def row_count(path: Path, fmt: str) -> int | None:

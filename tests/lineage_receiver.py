@@ -14,7 +14,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 
-SPECS = Path(__file__).resolve().parents[2] / "shared" / "specs" / "openlineage"
+SPECS = Path(__file__).resolve().parent / "specs" / "openlineage"
 RUN_EVENT = "https://openlineage.io/spec/2-0-2/OpenLineage.json#/$defs/RunEvent"
 
 

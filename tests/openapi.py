@@ -1,4 +1,4 @@
-"""Validation of live exchanges against the Iceberg REST OpenAPI file in shared/specs."""
+"""Validation of live exchanges against the Iceberg REST OpenAPI file in tests/specs."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import httpx
 from openapi_core import OpenAPI
 from openapi_core.testing import MockRequest, MockResponse
 
-SPEC = Path(__file__).resolve().parents[2] / "shared" / "specs" / "iceberg-rest-catalog-open-api.yaml"
+SPEC = Path(__file__).resolve().parent / "specs" / "iceberg-rest-catalog-open-api.yaml"
 
 
 @cache

@@ -8,7 +8,6 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import duckdb
 import httpx
 import pyarrow as pa
 import pytest
@@ -16,6 +15,7 @@ from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.exceptions import ForbiddenError, OAuthError, UnauthorizedError
 
 from rest.auth import sha256_hex
+from tests import duck
 from tests.server import IsbreServer, free_port, secured_server
 
 ID_SCHEMA_ARROW = pa.schema([pa.field("id", pa.int64(), nullable=False)])
@@ -179,13 +179,8 @@ def test_client_credentials_in_http_basic(secured: IsbreServer) -> None:
 
 
 def test_duckdb_with_credentials(secured: IsbreServer, tmp_path: Path) -> None:
-    from tests.test_duckdb import extension_file
-
-    con = duckdb.connect()
-    con.execute(f"SET extension_directory = '{tmp_path / 'extensions'}'")
-    for name in ("httpfs", "avro", "iceberg"):
-        con.execute(f"INSTALL '{extension_file(name)}'")
-        con.execute(f"LOAD {name}")
+    catalog(secured, "admin:admin-secret").create_namespace_if_not_exists("sales")
+    con = duck.connect(tmp_path)
     con.execute(
         "CREATE SECRET lake_secret (TYPE iceberg, CLIENT_ID 'admin', CLIENT_SECRET 'admin-secret', "
         f"OAUTH2_SERVER_URI '{secured.url}/v1/oauth/tokens')"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,24 +11,14 @@ import pytest
 from pyiceberg.catalog.rest import RestCatalog
 
 from sinks.iceberg import IcebergSink
+from tests.duck import connect
 from tests.server import IsbreServer
 from tests.sink_helpers import rows, span
 
 
-def extension_file(name: str) -> Path:
-    package = importlib.import_module(f"duckdb_extension_{name}")
-    (found,) = Path(package.__path__[0]).glob(f"extensions/*/{name}.duckdb_extension")
-    return found
-
-
 @pytest.fixture
 def duck(server: IsbreServer, tmp_path: Path) -> Iterator[duckdb.DuckDBPyConnection]:
-    con = duckdb.connect()
-    con.execute(f"SET extension_directory = '{tmp_path / 'extensions'}'")
-    con.execute("SET autoinstall_known_extensions = false")
-    for name in ("httpfs", "avro", "iceberg"):
-        con.execute(f"INSTALL '{extension_file(name)}'")
-        con.execute(f"LOAD {name}")
+    con = connect(tmp_path)
     con.execute(f"ATTACH 'isbre' AS lake (TYPE iceberg, ENDPOINT '{server.url}', AUTHORIZATION_TYPE 'none')")
     yield con
     con.close()
@@ -108,3 +97,22 @@ def test_duckdb_reads_what_the_sink_wrote(
     ).fetchone()
     assert found == (300, 0, 299, 300, True, "orders")
     assert duck.execute(f"SELECT sum(n) FROM lake.{namespace}.ingested").fetchone() == (sum(range(300)),)
+
+
+def test_duckdb_create_table_as_select(
+    rest_catalog: RestCatalog, duck: duckdb.DuckDBPyConnection, namespace: str
+) -> None:
+    duck.execute(f"CREATE TABLE lake.{namespace}.ctas AS SELECT range AS x FROM range(5)")
+    assert duck.execute(f"SELECT sum(x) FROM lake.{namespace}.ctas").fetchone() == (10,)
+    assert rest_catalog.load_table(f"{namespace}.ctas").scan().to_arrow().num_rows == 5
+
+
+def test_duckdb_creates_and_inserts_in_one_transaction(
+    rest_catalog: RestCatalog, duck: duckdb.DuckDBPyConnection, namespace: str
+) -> None:
+    duck.execute("BEGIN")
+    duck.execute(f"CREATE TABLE lake.{namespace}.together (x INTEGER)")
+    duck.execute(f"INSERT INTO lake.{namespace}.together VALUES (1), (2), (3)")
+    duck.execute("COMMIT")
+    assert duck.execute(f"SELECT count(*) FROM lake.{namespace}.together").fetchone() == (3,)
+    assert rest_catalog.load_table(f"{namespace}.together").scan().to_arrow().num_rows == 3

@@ -303,27 +303,62 @@ def test_expired_cursor_is_410(short_memory: IsbreServer) -> None:
         next(iter(subscribe(short_memory.url, after=0)))
 
 
-def test_a_paused_subscriber_misses_nothing(short_memory: IsbreServer) -> None:
+@pytest.fixture
+def small_ring(tmp_path: Path) -> Iterator[IsbreServer]:
+    """A server that keeps only 8 live events in memory (and the whole log)."""
+    running = IsbreServer(tmp_path / "warehouse", env={"ISBRE_EVENTS_RING_SIZE": "8"}).start()
+    yield running
+    running.stop()
+
+
+def test_a_paused_subscriber_misses_nothing(small_ring: IsbreServer) -> None:
     """Many more commits than the live ring holds land while the subscriber reads nothing.
 
     (Socket buffers may absorb part of the stream; test_broadcast.py pins the fall-back to the
-    log in-process, where a paused subscriber is exactly one that is not iterated.)
+    log in-process, where a paused subscriber is exactly one that is not iterated.) A stream
+    that ends, with an error frame or without, fails the test with what it said.
     """
-    base = f"{short_memory.url}/v1/isbre"
-    with httpx.stream("GET", f"{short_memory.url}/v1/events", params={"after": 0}, timeout=30) as response:
+    base = f"{small_ring.url}/v1/isbre"
+    with httpx.stream("GET", f"{small_ring.url}/v1/events", params={"after": 0}, timeout=60) as response:
         lines = response.iter_lines()
-        started = time.monotonic()
-        with httpx.Client() as client:
+        with httpx.Client(timeout=60) as client:
             for i in range(300):
                 client.post(f"{base}/namespaces", json={"namespace": [f"p{i}"]}).raise_for_status()
-        assert time.monotonic() - started < 60
-        seqs = []
+        seqs, other = [], []
         for line in lines:
             if line.startswith("id: "):
                 seqs.append(int(line[4:]))
                 if seqs[-1] == 300:
                     break
-    assert seqs == list(range(1, 301))
+            elif line.startswith(("event: error", 'data: {"error"')):
+                other.append(line)
+    assert seqs == list(range(1, 301)), f"the stream ended after {seqs[-1:]}: {other}"
+
+
+def test_a_subscriber_slower_than_retention_is_told_why_its_stream_ends(short_memory: IsbreServer) -> None:
+    """With retention of 5 records, a paused subscriber's records are trimmed before it reads them:
+    the stream ends with the 410 error frame, never silently."""
+    base = f"{short_memory.url}/v1/isbre"
+    with httpx.stream("GET", f"{short_memory.url}/v1/events", params={"after": 0}, timeout=60) as response:
+        lines = response.iter_lines()
+        with httpx.Client(timeout=60) as client:
+            for i in range(300):
+                client.post(f"{base}/namespaces", json={"namespace": [f"p{i}"]}).raise_for_status()
+        deadline = time.monotonic() + 30
+        while httpx.get(f"{short_memory.url}/v1/events/cursor").json()["oldest_commit_seq"] < 290:
+            assert time.monotonic() < deadline, "the log was never trimmed"
+            time.sleep(0.1)
+        seqs, error = [], None
+        for line in lines:
+            if line.startswith("id: "):
+                seqs.append(int(line[4:]))
+                if seqs[-1] == 300:
+                    break
+            elif line.startswith("data: ") and '"error"' in line:
+                error = json.loads(line[6:])["error"]
+    assert seqs == list(range(1, len(seqs) + 1)), "a gap without an error"
+    if seqs[-1:] != [300]:
+        assert error is not None and error["code"] == 410, f"the stream ended silently after {seqs[-1:]}"
 
 
 def test_client_survives_a_server_restart(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +12,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyiceberg.catalog.rest import RestCatalog
 
-from tests.server import IsbreServer
+from rest.auth import sha256_hex
+from tests.server import IsbreServer, secured_server
 
 
 def _ingest(server: IsbreServer, *args: str) -> subprocess.CompletedProcess[str]:
@@ -64,3 +66,66 @@ def test_ingest_errors_are_clear(server: IsbreServer, tmp_path: Path) -> None:
     assert unknown.returncode == 1 and "unknown format" in unknown.stderr
     no_namespace = _ingest(server, str(tmp_path / "a.txt"), "--table", "x")
     assert no_namespace.returncode == 2 and "needs a namespace" in no_namespace.stderr
+
+
+def test_untyped_files_take_the_table_s_types(
+    server: IsbreServer, rest_catalog: RestCatalog, tmp_path: Path
+) -> None:
+    rest_catalog.create_namespace_if_not_exists("typed")
+    rest_catalog.create_table(
+        "typed.payments", schema=pa.schema([pa.field("id", pa.int64()), pa.field("amount", pa.float64())])
+    )
+    whole = tmp_path / "whole.csv"
+    whole.write_text("id,amount\n1,5\n2,7\n")
+    lines = tmp_path / "lines.jsonl"
+    lines.write_text('{"id": 3, "amount": 4}\n')
+    done = _ingest(server, str(whole), str(lines), "--table", "typed.payments")
+    assert done.returncode == 0, done.stderr
+    data = rest_catalog.load_table("typed.payments").scan().to_arrow()
+    assert data.schema.field("amount").type == pa.float64()
+    assert sorted(data.column("amount").to_pylist()) == [4.0, 5.0, 7.0]
+
+
+def test_a_refused_file_names_its_line_and_column_and_the_others_still_land(
+    server: IsbreServer, rest_catalog: RestCatalog, tmp_path: Path
+) -> None:
+    rest_catalog.create_namespace_if_not_exists("typed")
+    bad = tmp_path / "a-bad.csv"
+    bad.write_text("id,amount\n1,5\n2,oops\n")
+    good = tmp_path / "b-good.csv"
+    good.write_text("id,amount\n3,2.5\n")
+    done = _ingest(server, str(bad), str(good), "--table", "typed.mixed", "--types", "amount=double,id=long")
+    assert done.returncode == 1
+    assert f"{bad}: line 3, column 'amount'" in done.stderr, done.stderr
+    assert "1 file(s) refused" in done.stderr
+    assert f"{good}: 1 rows read, 1 written" in done.stdout
+    data = rest_catalog.load_table("typed.mixed").scan().to_arrow()
+    assert data.column("amount").to_pylist() == [2.5]
+    assert data.schema.field("id").type == pa.int64()
+
+
+def test_ingest_authenticates_from_the_environment(tmp_path: Path) -> None:
+    principals = [{"name": "etl", "roles": ["admin"], "client_id": "etl", "secret_sha256": sha256_hex("s3")}]
+    server = secured_server(tmp_path / "warehouse", principals)
+    try:
+        data = tmp_path / "d.csv"
+        data.write_text("id\n1\n")
+        command = [
+            sys.executable,
+            "-m",
+            "rest.cli",
+            "ingest",
+            str(data),
+            "--table",
+            "sec.t",
+            "--uri",
+            server.url,
+        ]
+        refused = subprocess.run(command, capture_output=True, text=True, timeout=120)
+        assert refused.returncode != 0 and "Traceback" not in refused.stderr
+        env = {**os.environ, "ISBRE_CREDENTIAL": "etl:s3"}
+        done = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
+        assert done.returncode == 0, done.stderr
+        assert "sec.t: 1 of 1 rows written" in done.stdout
+    finally:
+        server.stop()

@@ -96,7 +96,9 @@ def test_sigterm_answers_accepted_commits(tmp_path: Path, run: int) -> None:
     ]
     for thread in threads:
         thread.start()
-    time.sleep(0.8 + 0.4 * run)
+    wanted, deadline = 20 + 20 * run, time.monotonic() + 120
+    while len(acknowledged) < wanted and time.monotonic() < deadline:
+        time.sleep(0.01)
     started = time.monotonic()
     server.process.send_signal(signal.SIGTERM)
     server.process.wait(timeout=30)
@@ -121,18 +123,20 @@ def test_sigterm_closes_event_streams_cleanly(tmp_path: Path) -> None:
     server = IsbreServer(tmp_path / "warehouse").start()
     ended: list[str] = []
 
+    opened = threading.Event()
+
     def listen() -> None:
         try:
             with httpx.stream("GET", f"{server.url}/v1/events", timeout=30) as response:
                 for _ in response.iter_lines():
-                    pass
+                    opened.set()  # the retry hint: the stream is being served
             ended.append("clean")
         except httpx.HTTPError as exc:
             ended.append(type(exc).__name__)
 
     listener = threading.Thread(target=listen)
     listener.start()
-    time.sleep(0.5)
+    assert opened.wait(30), "the stream never opened"
     server.process.send_signal(signal.SIGTERM)
     server.process.wait(timeout=30)
     listener.join(30)

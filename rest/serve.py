@@ -1,0 +1,84 @@
+"""`isbre serve`: settings checked, the warehouse claimed, limits raised, then uvicorn."""
+
+from __future__ import annotations
+
+import fcntl
+import ipaddress
+import logging
+import os
+import resource
+from pathlib import Path
+
+import uvicorn
+
+from rest.app import create_app
+from rest.cli import RefusedError
+from rest.connections import guarded_protocol
+from rest.settings import Settings
+
+SERVER_LOCK = "isbre-serve.lock"
+_claimed: list[int] = []  # the lock's descriptor, held open for the life of the process
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def serve(settings: Settings) -> None:
+    if not settings.auth.enabled and not settings.allow_insecure_bind and not _is_loopback(settings.host):
+        raise RefusedError(
+            f"refusing to serve {settings.host} with authentication off; enable [auth] "
+            "or set allow_insecure_bind = true (for example behind an authenticating proxy)"
+        )
+    holder = _claim_warehouse(settings.warehouse)
+    if holder is not None:
+        raise RefusedError(
+            f"{settings.warehouse} is already served by another isbre serve (process {holder}); "
+            "point clients at that server, or use the embedded catalog beside it"
+        )
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    _raise_open_files_limit()
+    uvicorn.run(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level.lower(),
+        access_log=False,
+        http=guarded_protocol(settings.max_header_kb << 10, settings.header_timeout_seconds),
+        timeout_keep_alive=settings.keepalive_timeout_seconds,
+    )
+
+
+def _claim_warehouse(warehouse: Path) -> str | None:
+    """Take the warehouse's server lock; None when taken, else who holds it.
+
+    Two servers on one warehouse would each run a lineage worker over one cursor and deliver
+    runs twice; an embedded catalog beside a server is fine (it runs neither).
+    """
+    warehouse.mkdir(parents=True, exist_ok=True)
+    fd = os.open(warehouse / SERVER_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        return holder
+    os.ftruncate(fd, 0)
+    os.write(fd, str(os.getpid()).encode())
+    _claimed.append(fd)
+    return None
+
+
+def _raise_open_files_limit() -> None:
+    """One descriptor per connection: take all the system allows, not the usual soft limit of 1,024."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    logging.getLogger("isbre").info("open files limit: %s (was %s)", hard, soft)

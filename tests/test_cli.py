@@ -1,0 +1,195 @@
+"""The `isbre` command as a person meets it: a version, sentences instead of tracebacks, credentials
+from the environment, retries that say so, and a quick start."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from events.client import subscribe
+from rest.auth import sha256_hex
+from tests.server import IsbreServer, free_port, secured_server
+
+PRINCIPALS = [
+    {"name": "bi", "roles": ["reader"], "client_id": "bi", "secret_sha256": sha256_hex("bi-secret")},
+    {"name": "svc", "roles": ["reader"], "token_sha256": sha256_hex("static-token")},
+    {"name": "root", "roles": ["admin"], "token_sha256": sha256_hex("root-token")},
+]
+ROOT = {"Authorization": "Bearer root-token"}
+
+
+def isbre(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("ISBRE_")}
+    return subprocess.run(
+        [sys.executable, "-m", "rest.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**clean, **(env or {})},
+    )
+
+
+def one_line_error(result: subprocess.CompletedProcess[str], *words: str) -> None:
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert lines and all(word in lines[-1] for word in words), result.stderr
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IsbreServer]:
+    server = secured_server(
+        tmp_path_factory.mktemp("cli") / "warehouse", PRINCIPALS, ISBRE_AUTH__TOKEN_TTL_SECONDS="2"
+    )
+    yield server
+    server.stop()
+
+
+def test_version() -> None:
+    result = isbre("--version")
+    assert result.returncode == 0
+    assert result.stdout.strip().startswith("isbre 0.")
+
+
+def test_help_version_and_tail_import_nothing_heavy() -> None:
+    """What made `isbre --help` take seconds: importing the server, PyIceberg and PyArrow first."""
+    probe = (
+        "import sys; from rest.cli import build_parser; build_parser().parse_args(['events', 'tail']); "
+        "print(sorted(m for m in ('pyiceberg', 'pyarrow', 'fastapi', 'uvicorn', 'lmdb') if m in sys.modules))"
+    )
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert loaded.stdout.strip() == "[]", loaded.stdout + loaded.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "words"),
+    [
+        (["serve", "--port", "99999"], {}, ["port 99999"]),
+        (["serve"], {"ISBRE_PORT": "abc"}, ["'port'", "abc"]),
+        (["serve", "--config", "{config}"], {}, ["unknown setting 'prot'"]),
+        (["serve", "--config", "/nonexistent/isbre.toml"], {}, ["config file not found"]),
+        (
+            ["lineage", "status", "--url", "http://127.0.0.1:{port}"],
+            {},
+            ["isbre lineage status", "cannot reach"],
+        ),
+    ],
+    ids=["port out of range", "port not a number", "misspelled key", "missing config", "no server"],
+)
+def test_ordinary_mistakes_are_one_line(
+    tmp_path: Path, args: list[str], env: dict[str, str], words: list[str]
+) -> None:
+    config = tmp_path / "isbre.toml"
+    config.write_text("prot = 9000\n")
+    args = [arg.format(config=config, port=free_port()) for arg in args]
+    if args[0] == "serve":
+        args += ["--warehouse", str(tmp_path / "warehouse")]
+    one_line_error(isbre(*args, env=env), *words)
+
+
+def test_debug_shows_the_traceback() -> None:
+    result = isbre("--debug", "lineage", "status", "--url", f"http://127.0.0.1:{free_port()}")
+    assert result.returncode != 0 and "Traceback" in result.stderr
+
+
+def test_refused_credentials_are_one_line(secured: IsbreServer) -> None:
+    one_line_error(isbre("lineage", "status", "--url", secured.url), "401")
+    one_line_error(isbre("lineage", "status", "--url", secured.url, env={"ISBRE_TOKEN": "wrong"}), "401")
+    one_line_error(isbre("events", "tail", "--url", secured.url, "--after", "0"), "401")
+
+
+def test_client_commands_take_credentials_from_the_environment(secured: IsbreServer) -> None:
+    by_token = isbre("lineage", "status", "--url", secured.url, env={"ISBRE_TOKEN": "static-token"})
+    assert by_token.returncode == 0, by_token.stderr
+    assert json.loads(by_token.stdout) == {"enabled": False}
+    by_credential = isbre("lineage", "status", "--url", secured.url, env={"ISBRE_CREDENTIAL": "bi:bi-secret"})
+    assert by_credential.returncode == 0, by_credential.stderr
+    by_option = isbre("lineage", "status", "--url", secured.url, "--credential", "bi:bi-secret")
+    assert by_option.returncode == 0, by_option.stderr
+
+
+def test_events_tail_authenticates(secured: IsbreServer) -> None:
+    create_namespace(secured, "tailed")
+    tail = subprocess.Popen(
+        [sys.executable, "-m", "rest.cli", "events", "tail", "--url", secured.url, "--after", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "ISBRE_CREDENTIAL": "bi:bi-secret"},
+    )
+    try:
+        assert tail.stdout is not None
+        assert json.loads(tail.stdout.readline())["namespace"] == ["tailed"]
+    finally:
+        tail.terminate()
+        tail.wait(10)
+
+
+def test_the_python_client_renews_its_token_across_expiry(secured: IsbreServer) -> None:
+    """Tokens live 2 s on this server: a subscription with client credentials outlives several."""
+    start = secured.high_water("root-token")
+    events = iter(subscribe(secured.url, after=start, credential="bi:bi-secret", max_delay=0.5))
+    seen = []
+    for i in range(4):
+        create_namespace(secured, f"renewed{i}")
+        seen.append(next(events).record["namespace"][0])
+        time.sleep(1.5)
+    assert seen == [f"renewed{i}" for i in range(4)]
+
+
+@pytest.mark.parametrize("after", [None, "0"], ids=["from now", "with --after"])
+def test_events_tail_waits_for_a_server_that_is_not_there_yet(tmp_path: Path, after: str | None) -> None:
+    port = free_port()
+    args = [sys.executable, "-m", "rest.cli", "events", "tail", "--url", f"http://127.0.0.1:{port}"]
+    args += ["--after", after] if after else []
+    tail = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    server = None
+    try:
+        assert tail.stderr is not None and tail.stdout is not None
+        complaint = tail.stderr.readline()
+        assert "cannot reach" in complaint and "retrying in" in complaint
+        server = IsbreServer(tmp_path / "warehouse", port=port).start()
+        # A commit after the tail has connected: it has, once its retries stop complaining.
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            httpx.post(
+                f"{server.url}/v1/isbre/namespaces", json={"namespace": [f"late{time.monotonic_ns()}"]}
+            )
+            time.sleep(0.3)
+            if _readable(tail.stdout):
+                break
+        assert json.loads(tail.stdout.readline())["kind"] == "namespace.create"
+    finally:
+        tail.terminate()
+        tail.wait(10)
+        if server is not None:
+            server.stop()
+
+
+def _readable(stream: object) -> bool:
+    return bool(select.select([stream], [], [], 0)[0])
+
+
+def create_namespace(server: IsbreServer, name: str) -> None:
+    httpx.post(
+        f"{server.url}/v1/isbre/namespaces", json={"namespace": [name]}, headers=ROOT
+    ).raise_for_status()
+
+
+def test_requests_refused_by_authentication_are_counted_under_their_route(secured: IsbreServer) -> None:
+    assert httpx.get(f"{secured.url}/v1/isbre/namespaces/sales/tables").status_code == 401
+    assert httpx.get(f"{secured.url}/v1/namespaces/sales/tables").status_code == 401  # the unprefixed alias
+    metrics = httpx.get(f"{secured.url}/metrics").text
+    wanted = 'route="/v1/isbre/namespaces/{namespace}/tables",status="401"} 2'
+    assert wanted in metrics, [line for line in metrics.splitlines() if "401" in line]

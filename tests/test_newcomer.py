@@ -1,0 +1,96 @@
+"""What a newcomer meets first: a clone that tests itself, reports for staged tables, CTAS."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from pyiceberg.catalog import load_catalog
+
+from tests import lineage_receiver, openapi
+from tests.server import IsbreServer
+
+REPOSITORY = Path(__file__).resolve().parents[1]
+
+
+def test_the_specs_the_tests_read_are_inside_the_repository() -> None:
+    for spec in (openapi.SPEC, lineage_receiver.SPECS):
+        assert spec.exists()
+        assert REPOSITORY in spec.resolve().parents, f"{spec} is outside the repository"
+    readme = (REPOSITORY / "tests" / "specs" / "README.md").read_text()
+    assert "Apache-2.0" in readme and "Upstream commit" in readme
+
+
+def test_a_metrics_report_for_a_staged_table_is_accepted_and_counted(
+    server: IsbreServer, namespace: str
+) -> None:
+    """Spark's CTAS reports its commit while the table is only staged: the report must not be lost."""
+    report = {
+        "report-type": "commit-report",
+        "table-name": f"{namespace}.staged",
+        "snapshot-id": 1,
+        "sequence-number": 1,
+        "operation": "append",
+        "metrics": {},
+    }
+    url = f"{server.url}/v1/isbre/namespaces/{namespace}/tables/staged/metrics"
+    assert httpx.post(url, json=report).status_code == 204
+    counted = [
+        line for line in httpx.get(f"{server.url}/metrics").text.splitlines() if "commit-report" in line
+    ]
+    assert counted == ['isbre_metrics_reports_total{type="commit-report"} 1']
+
+
+@pytest.mark.parametrize("events_process", ["true", "false"], ids=["fan-out process", "in process"])
+def test_a_stream_sees_commits_of_another_process_promptly(tmp_path: Path, events_process: str) -> None:
+    warehouse = tmp_path / "warehouse"
+    server = IsbreServer(warehouse, env={"ISBRE_EVENTS_PROCESS": events_process}).start()
+    embedded = load_catalog(
+        "local", **{"py-catalog-impl": "catalog.embedded.LmdbCatalog", "warehouse": str(warehouse)}
+    )
+    arrived: dict[int, float] = {}
+    start = server.high_water()
+    opened = threading.Event()
+
+    def listen() -> None:
+        with httpx.stream("GET", f"{server.url}/v1/events", params={"after": start}, timeout=30) as stream:
+            for line in stream.iter_lines():
+                opened.set()  # the retry hint came: the stream is served
+                if line.startswith("id: "):
+                    arrived[int(line[4:])] = time.monotonic()
+                    if len(arrived) == 20:
+                        return
+
+    listener = threading.Thread(target=listen)
+    listener.start()
+    try:
+        assert opened.wait(30)
+        committed = {}
+        for i in range(20):
+            embedded.create_namespace(f"elsewhere{i}")
+            committed[start + i + 1] = time.monotonic()
+            time.sleep(0.02)
+        listener.join(timeout=20)
+        assert sorted(arrived) == sorted(committed), "the server's stream missed another process's commits"
+        latencies = sorted(arrived[seq] - committed[seq] for seq in committed)
+        assert latencies[len(latencies) // 2] < 0.05, f"median latency {latencies[len(latencies) // 2]:.3f} s"
+    finally:
+        embedded.close()
+        server.stop()
+
+
+def test_a_second_server_on_one_warehouse_is_refused_with_a_reason(server: IsbreServer) -> None:
+    second = subprocess.run(
+        [sys.executable, "-m", "rest.cli", "serve", "--warehouse", str(server.warehouse), "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert second.returncode == 2
+    assert "already served" in second.stderr and str(server.process.pid) in second.stderr
+    assert "Traceback" not in second.stderr
