@@ -98,16 +98,22 @@ def _stream_here(state: State, cursor: int, event_filter: EventFilter, expires_a
     # the stream then ends by itself, with a complete response, instead of being cut.
     shutdown = anyio.Event()
 
+    expired = anyio.Event()
+
+    def expire() -> None:
+        expired.set()
+        shutdown.set()
+
     async def body() -> AsyncIterator[bytes]:
         state.event_streams += 1
         expiry = None
         if (delay := until_expiry(expires_at)) is not None:
-            expiry = asyncio.get_running_loop().call_later(delay, shutdown.set)
+            expiry = asyncio.get_running_loop().call_later(delay, expire)
         try:
             yield retry_frame(state.settings.events_retry_ms)
             async for entries in follow(state.broadcaster, state.service, cursor, event_filter, shutdown):
                 yield b"".join(entry.frame for entry in entries)
-            if until_expiry(expires_at) == 0.0:
+            if expired.is_set():
                 yield token_expired_frame()
         except CursorExpiredError as exc:
             yield expired_frame(exc)

@@ -11,6 +11,16 @@ from catalog import CatalogService
 from tests.server import IsbreServer
 
 
+@pytest.fixture(autouse=True)
+def no_server_outlives_its_test() -> Iterator[None]:
+    """Servers a test started and left running (it failed before stopping them) are killed."""
+    before = len(IsbreServer.started)
+    yield
+    for leftover in IsbreServer.started[before:]:
+        leftover.kill()
+    del IsbreServer.started[before:]
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IsbreServer]:
     """One isbre server per test module; tests keep apart by namespace."""

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import ClassVar
 
 import httpx
 
@@ -28,6 +29,8 @@ def free_port() -> int:
 
 
 class IsbreServer:
+    started: ClassVar[list[IsbreServer]] = []  # every server a test started, so that none outlives its test
+
     def __init__(self, warehouse: Path, port: int | None = None, env: dict[str, str] | None = None) -> None:
         self.warehouse = warehouse
         self.port = port or free_port()
@@ -49,6 +52,7 @@ class IsbreServer:
         self.process = subprocess.Popen(
             command, stdout=log, stderr=subprocess.STDOUT, env={**inherited, **self.env}
         )
+        IsbreServer.started.append(self)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
