@@ -12,8 +12,9 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -311,6 +312,29 @@ def small_ring(tmp_path: Path) -> Iterator[IsbreServer]:
     running.stop()
 
 
+def paused_while_committing(
+    server: IsbreServer, commits: int, after_commits: Callable[[], None] = lambda: None
+) -> tuple[list[int], dict[str, Any] | None]:
+    """Open a stream from 0, read nothing while `commits` namespaces are created (and then
+    `after_commits()` runs), then read: the ids received and the error the stream ended with."""
+    base = f"{server.url}/v1/isbre"
+    with httpx.stream("GET", f"{server.url}/v1/events", params={"after": 0}, timeout=60) as response:
+        lines = response.iter_lines()
+        with httpx.Client(timeout=60) as client:
+            for i in range(commits):
+                client.post(f"{base}/namespaces", json={"namespace": [f"p{i}"]}).raise_for_status()
+        after_commits()
+        seqs, error = [], None
+        for line in lines:
+            if line.startswith("id: "):
+                seqs.append(int(line[4:]))
+                if seqs[-1] == commits:
+                    break
+            elif line.startswith("data: ") and '"error"' in line:
+                error = json.loads(line[6:])["error"]
+    return seqs, error
+
+
 def test_a_paused_subscriber_misses_nothing(small_ring: IsbreServer) -> None:
     """Many more commits than the live ring holds land while the subscriber reads nothing.
 
@@ -318,44 +342,21 @@ def test_a_paused_subscriber_misses_nothing(small_ring: IsbreServer) -> None:
     log in-process, where a paused subscriber is exactly one that is not iterated.) A stream
     that ends, with an error frame or without, fails the test with what it said.
     """
-    base = f"{small_ring.url}/v1/isbre"
-    with httpx.stream("GET", f"{small_ring.url}/v1/events", params={"after": 0}, timeout=60) as response:
-        lines = response.iter_lines()
-        with httpx.Client(timeout=60) as client:
-            for i in range(300):
-                client.post(f"{base}/namespaces", json={"namespace": [f"p{i}"]}).raise_for_status()
-        seqs, other = [], []
-        for line in lines:
-            if line.startswith("id: "):
-                seqs.append(int(line[4:]))
-                if seqs[-1] == 300:
-                    break
-            elif line.startswith(("event: error", 'data: {"error"')):
-                other.append(line)
-    assert seqs == list(range(1, 301)), f"the stream ended after {seqs[-1:]}: {other}"
+    seqs, error = paused_while_committing(small_ring, 300)
+    assert seqs == list(range(1, 301)), f"the stream ended after {seqs[-1:]}: {error}"
 
 
 def test_a_subscriber_slower_than_retention_is_told_why_its_stream_ends(short_memory: IsbreServer) -> None:
     """With retention of 5 records, a paused subscriber's records are trimmed before it reads them:
     the stream ends with the 410 error frame, never silently."""
-    base = f"{short_memory.url}/v1/isbre"
-    with httpx.stream("GET", f"{short_memory.url}/v1/events", params={"after": 0}, timeout=60) as response:
-        lines = response.iter_lines()
-        with httpx.Client(timeout=60) as client:
-            for i in range(300):
-                client.post(f"{base}/namespaces", json={"namespace": [f"p{i}"]}).raise_for_status()
+
+    def trimmed() -> None:
         deadline = time.monotonic() + 30
         while httpx.get(f"{short_memory.url}/v1/events/cursor").json()["oldest_commit_seq"] < 290:
             assert time.monotonic() < deadline, "the log was never trimmed"
             time.sleep(0.1)
-        seqs, error = [], None
-        for line in lines:
-            if line.startswith("id: "):
-                seqs.append(int(line[4:]))
-                if seqs[-1] == 300:
-                    break
-            elif line.startswith("data: ") and '"error"' in line:
-                error = json.loads(line[6:])["error"]
+
+    seqs, error = paused_while_committing(short_memory, 300, trimmed)
     assert seqs == list(range(1, len(seqs) + 1)), "a gap without an error"
     if seqs[-1:] != [300]:
         assert error is not None and error["code"] == 410, f"the stream ended silently after {seqs[-1:]}"
