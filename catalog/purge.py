@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from pyiceberg.io import FileIO
@@ -97,16 +98,12 @@ def purge_files(
             continue  # already gone
         except Exception as exc:
             report.problems.append(f"{kind} {path}: {_described(exc)}")
-    if (
-        metadata is not None
-        and (root := local_path(metadata.location)) is not None
-        and deletable(str(root / "x"))
-    ):
-        _remove_empty_dirs(root)
+    if metadata is not None and (root := local_path(metadata.location)) is not None:
+        _remove_empty_dirs(root)  # only empty ones: they hold nothing of anyone
     return report
 
 
-def _remove_empty_dirs(root: Any) -> None:
+def _remove_empty_dirs(root: Path) -> None:
     if not root.is_dir():
         return
     for directory in sorted((p for p in root.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):

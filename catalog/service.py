@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -52,7 +53,7 @@ from catalog.metadata_files import (
     remove_quietly,
     write_durably,
 )
-from catalog.purge import PurgeIncompleteError, purge_files
+from catalog.purge import PurgeIncompleteError, PurgeReport, purge_files
 from catalog.records import CommitRecord, now_us
 from catalog.store import Pointer, ReadView, Store, WriteView
 from catalog.tables import Staged, TableChange, commit_record, next_metadata_location, stage
@@ -141,8 +142,6 @@ def _require_free(view: WriteView, ident: Identifier) -> None:
 
 def _read_for_register(cache: MetadataCache[Any], policy: LocationPolicy, location: str) -> Loaded[Any]:
     policy.check(location, "Metadata location")
-    if local_path(location) is not None:
-        location = normalized(location)
     try:
         return cache.get(location)
     except Exception as exc:  # missing, unreadable or not metadata: the caller's mistake
@@ -566,16 +565,12 @@ class CatalogService:
         try:
             metadata = self.table_files.get(pointer.metadata_location).metadata
         except Exception as exc:
-            report = purge_files(self.io, None, [], lambda path: False)
-            report.problems.append(f"metadata {pointer.metadata_location}: {type(exc).__name__}")
+            report = PurgeReport(
+                None, problems=[f"metadata {pointer.metadata_location}: {type(exc).__name__}"]
+            )
         else:
-            with self.store.read() as view:
-                report = purge_files(
-                    self.io,
-                    metadata,
-                    [pointer.metadata_location],
-                    lambda path: self._deletable(view, path, metadata),
-                )
+            deletable = partial(self._deletable, normalized(metadata.location))
+            report = purge_files(self.io, metadata, [pointer.metadata_location], deletable)
         if not report.left_behind:
             return
 
@@ -602,17 +597,16 @@ class CatalogService:
                 f"{record.commit_seq} (kind table.purge-incomplete)"
             )
 
-    def _deletable(self, view: ReadView, path: str, metadata: TableMetadata) -> bool:
+    def _deletable(self, root: str, path: str) -> bool:
+        """Whether a purge of the table at `root` may delete `path`."""
         try:
-            found, root = normalized(path), normalized(metadata.location)
+            found = normalized(path)
         except LocationNotAllowedError:
             return False
-        return (
-            inside(found, root)
-            and found != root
-            and not any(inside(found, place) for place in self.protected)
-            and not view.overlapping(found)  # the dropped table is no longer indexed: anyone here is another
-        )
+        if not inside(found, root) or found == root or any(inside(found, p) for p in self.protected):
+            return False
+        with self.store.read() as view:  # the dropped table is no longer indexed: anyone here is another
+            return not view.overlapping(found)
 
     def rename_table(self, source: Identifier, target: Identifier) -> None:
         self._rename(TABLE, source, target)
