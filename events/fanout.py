@@ -199,14 +199,18 @@ class FanoutProcess:
             self.start()
 
     def _close_channel(self) -> None:
-        self._service.writer.remove_listener(self._wake)
-        if self._channel is not None and self._loop is not None:
-            self._loop.remove_reader(self._channel)
-            self._channel.close()
+        """Once per start: the process may have gone (and this run) before `stop` runs it again."""
         with self._wake_lock:
-            if self._wake_fd is not None:
-                os.close(self._wake_fd)
+            channel, wake_fd = self._channel, self._wake_fd
             self._channel, self._wake_fd = None, None
+        if channel is None:
+            return
+        self._service.writer.remove_listener(self._wake)
+        if self._loop is not None:
+            self._loop.remove_reader(channel)
+        channel.close()
+        if wake_fd is not None:
+            os.close(wake_fd)
         self.streams = 0
 
     def stop(self, timeout: float = 10.0) -> None:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -12,7 +15,7 @@ import httpx
 import pytest
 
 from tests.load import commit_until_stopped
-from tests.server import IsbreServer
+from tests.server import IsbreServer, free_port
 
 SCHEMA = {
     "type": "struct",
@@ -142,3 +145,42 @@ def test_sigterm_closes_event_streams_cleanly(tmp_path: Path) -> None:
     listener.join(30)
     assert ended == ["clean"], f"the stream ended with {ended}"
     assert "returned without completing response" not in server.log()
+
+
+def test_sigterm_to_the_whole_process_group_shuts_down_cleanly(tmp_path: Path) -> None:
+    """What systemd and `timeout` do: SIGTERM reaches the server and its helper processes at once.
+    The fan-out process may be gone before the server stops it; shutdown must still finish."""
+    port = free_port()
+    log = tmp_path / "server.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "rest.cli",
+                "serve",
+                "--port",
+                str(port),
+                "--warehouse",
+                str(tmp_path / "wh"),
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/live", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.05)
+        os.killpg(process.pid, signal.SIGTERM)
+        # uvicorn re-raises the signal it stopped for once it has shut down: -15 is a clean exit.
+        assert process.wait(timeout=30) in (0, -signal.SIGTERM), log.read_text()
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    said = log.read_text()
+    assert "Application shutdown complete" in said and "shutdown failed" not in said.lower(), said
