@@ -40,6 +40,10 @@ DATABASES = (
     "idempotency_by_time",
     "locations",
 )
+# A warehouse's own databases; the other ones (the log, locations, idempotency, …) are the store's.
+# The first warehouse uses the unprefixed names, so a store made before warehouses had names still
+# opens; another warehouse `w` has `w/namespaces`, `w/tables` and `w/views`.
+PER_WAREHOUSE = ("namespaces", "tables", "views")
 _SEQ = struct.Struct(">Q")
 _HIGH_WATER = b"commit_seq"
 _RANGE = struct.Struct(">QQ")
@@ -87,12 +91,20 @@ def _after(cursor: lmdb.Cursor, prefix: bytes, after: bytes | None) -> Iterator[
 
 
 class _LmdbView(WriteView):
-    def __init__(self, store: LmdbStore, txn: lmdb.Transaction) -> None:
+    def __init__(self, store: LmdbStore, txn: lmdb.Transaction, scope: str = "") -> None:
         self._store = store
         self._txn = txn
+        self._scope = scope
 
     def _db(self, name: str) -> lmdb._Database:
+        if self._scope and name in PER_WAREHOUSE:
+            return self._store.dbs[f"{self._scope}/{name}"]
         return self._store.dbs[name]
+
+    def scoped(self, warehouse: str) -> _LmdbView:
+        if warehouse and f"{warehouse}/namespaces" not in self._store.dbs:
+            raise KeyError(f"the store was not opened with warehouse {warehouse!r}")
+        return _LmdbView(self._store, self._txn, warehouse)
 
     def namespace(self, namespace: tuple[str, ...]) -> dict[str, str] | None:
         raw = self._txn.get(namespace_key(namespace), db=self._db("namespaces"))
@@ -324,7 +336,7 @@ class _LmdbView(WriteView):
     def savepoint(self) -> Iterator[WriteView]:
         child = self._store.env.begin(write=True, parent=self._txn)
         try:
-            yield _LmdbView(self._store, child)
+            yield _LmdbView(self._store, child, self._scope)
         except BaseException:
             child.abort()
             raise
@@ -382,15 +394,17 @@ def _index_idempotency_by_time(txn: lmdb.Transaction, dbs: dict[str, lmdb._Datab
 
 
 class LmdbStore(Store):
-    def __init__(self, path: Path, map_size: int = 256 << 20) -> None:
+    def __init__(self, path: Path, map_size: int = 256 << 20, warehouses: tuple[str, ...] = ()) -> None:
+        """`warehouses`: the scopes, besides the first (unnamed) one, that this process will use."""
         path.mkdir(parents=True, exist_ok=True)
         self.path = path
+        names = [*DATABASES, *(f"{w}/{name}" for w in warehouses for name in PER_WAREHOUSE)]
         self.env = lmdb.open(
-            str(path), map_size=map_size, max_dbs=len(DATABASES), subdir=True, sync=True, metasync=True
+            str(path), map_size=map_size, max_dbs=len(names), subdir=True, sync=True, metasync=True
         )
         self._gate = _ResizeGate()
         with self.env.begin(write=True) as txn:
-            self.dbs = {name: self.env.open_db(name.encode(), txn=txn) for name in DATABASES}
+            self.dbs = {name: self.env.open_db(name.encode(), txn=txn) for name in names}
             version = txn.get(b"format", db=self.dbs["meta"])
             if version is None:
                 txn.put(b"format", FORMAT_VERSION, db=self.dbs["meta"])
@@ -431,9 +445,9 @@ class LmdbStore(Store):
                 self.env.set_mapsize(0)
 
     @contextmanager
-    def read(self) -> Iterator[ReadView]:
+    def read(self, warehouse: str = "") -> Iterator[ReadView]:
         with self._begin(write=False) as txn:
-            yield _LmdbView(self, txn)
+            yield _LmdbView(self, txn).scoped(warehouse)
 
     @contextmanager
     def write(self) -> Iterator[WriteView]:

@@ -4,7 +4,8 @@ A location comes from a client (create, a namespace's `location` property, a
 `set-location` update, register). Unchecked, it would let any client make
 the server write, or read, files anywhere the process can. Locations are
 compared in one normal form (`normalized`): `file:` URIs with `..` folded,
-other URIs without a trailing slash.
+other URIs (`s3://bucket/prefix`) without a trailing slash and refused if
+they hold a `..` segment.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Iterable
 from urllib.parse import urlparse
 
 from catalog.metadata_files import local_path
+from catalog.object_storage import HADOOP_SCHEMES
 
 # Locations are keys of the store's location index: LMDB keys hold 511 bytes.
 MAX_LOCATION_BYTES = 480
@@ -35,6 +37,10 @@ def normalized(location: str) -> str:
     else:
         if not parsed.scheme or not parsed.netloc:
             raise LocationNotAllowedError(f"Location {location!r} is not an absolute path or URI")
+        if parsed.scheme in HADOOP_SCHEMES:
+            raise LocationNotAllowedError(
+                f"Location {location!r} uses Spark's {parsed.scheme}:// scheme: name the object as s3://"
+            )
         if ".." in parsed.path.split("/"):
             raise LocationNotAllowedError(f"Location {location!r} contains '..'")
         found = location.rstrip("/")

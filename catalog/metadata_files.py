@@ -24,6 +24,7 @@ from pyiceberg.serializers import FromInputFile
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.view.metadata import ViewMetadata
 
+from catalog.object_storage import ObjectStorageIO
 from catalog.store import InsufficientStorageError, is_disk_full
 
 M = TypeVar("M", TableMetadata, ViewMetadata)
@@ -100,13 +101,17 @@ def remove_created(directories: list[Path]) -> None:
 
 
 def write_durably(io: FileIO, location: str, data: bytes) -> None:
-    """Create `location` with `data`; on local disk, synced (file and new directories) before returning.
+    """Create `location` with `data`, never replacing a file or object; on local disk, synced (file and
+    new directories) before returning; on object storage, a conditional PUT.
 
     Fails with InsufficientStorageError when the disk is full, leaving neither the file nor the
     directories it made.
     """
     path = local_path(location)
     if path is None:
+        if isinstance(io, ObjectStorageIO):
+            io.create_exclusively(location, data)
+            return
         with io.new_output(location).create(overwrite=False) as stream:
             stream.write(data)
         return

@@ -20,6 +20,7 @@ from pyiceberg.manifest import ManifestFile
 from pyiceberg.table.metadata import TableMetadata
 
 from catalog.metadata_files import local_path
+from catalog.object_storage import ObjectStorageIO
 
 # How many paths of each kind a purge record lists.
 LISTED = 20
@@ -100,6 +101,11 @@ def purge_files(
             report.problems.append(f"{kind} {path}: {_described(exc)}")
     if metadata is not None and (root := local_path(metadata.location)) is not None:
         _remove_empty_dirs(root)  # only empty ones: they hold nothing of anyone
+    elif metadata is not None and isinstance(io, ObjectStorageIO):
+        try:
+            io.remove_empty_markers(metadata.location)
+        except Exception as exc:
+            report.problems.append(f"directory markers under {metadata.location}: {_described(exc)}")
     return report
 
 

@@ -58,6 +58,7 @@ class CommitRecord:
     properties: dict[str, Any] | None = None
     txn: str | None = None
     txn_size: int | None = None
+    warehouse: str | None = None
     # Stamped by the writer when the record enters the log.
     commit_seq: int = 0
     ts: int = 0

@@ -150,6 +150,8 @@ def _read_for_register(cache: MetadataCache[Any], policy: LocationPolicy, locati
 
 
 class CatalogService:
+    """One warehouse's catalog. Services for several warehouses of one store share its writer."""
+
     def __init__(
         self,
         store: Store,
@@ -161,19 +163,29 @@ class CatalogService:
         limits: Limits | None = None,
         protected: tuple[str, ...] = (),
         on_fatal: Callable[[BaseException], None] | None = None,
+        name: str = "isbre",
+        scope: str = "",
+        writer: Writer | None = None,
     ) -> None:
-        """`protected`: locations no table or view may be in or around (the store's own files)."""
+        """`protected`: locations no table or view may be in or around (the store's own files).
+        `name`: the warehouse's name in records and events; `scope`: its namespaces in the store
+        ("" for the store's first warehouse); `writer`: the store's writer, when another service
+        of the same store made it."""
         self.store = store
+        self.name = name
+        self.scope = scope
         self.warehouse = warehouse.rstrip("/")
         self.locations = LocationPolicy.of(self.warehouse, allowed_locations)
         self.limits = limits or Limits()
         self.protected = tuple(normalized(location) for location in protected)
         self.io = io or PyArrowFileIO()
-        self.writer = Writer(store, max_batch=max_batch, max_queue=max_queue, on_fatal=on_fatal)
+        self._owns_writer = writer is None
+        self.writer = writer or Writer(store, max_batch=max_batch, max_queue=max_queue, on_fatal=on_fatal)
         self.table_files: MetadataCache[TableMetadata] = MetadataCache(self.io, parse_table_metadata)
         self.view_files: MetadataCache[ViewMetadata] = MetadataCache(self.io, parse_view_metadata)
         self._stripes = [threading.Lock() for _ in range(LOCK_STRIPES)]
-        self._index_locations()
+        if not scope:
+            self._index_locations()
 
     @contextmanager
     def _staging(self, kind: str, idents: list[Identifier]) -> Iterator[None]:
@@ -190,40 +202,44 @@ class CatalogService:
             yield
 
     @classmethod
-    def open(
-        cls,
-        warehouse: Path,
-        map_size: int = 256 << 20,
-        max_batch: int = 512,
-        max_queue: int = 10_000,
-        allowed_locations: tuple[str, ...] = (),
-        limits: Limits | None = None,
-        on_fatal: Callable[[BaseException], None] | None = None,
-    ) -> CatalogService:
-        """The embedded catalog: LMDB under `<warehouse>/isbre.lmdb`, tables under `<warehouse>/`."""
-        warehouse = warehouse.resolve()
-        warehouse.mkdir(parents=True, exist_ok=True)
-        store = LmdbStore(warehouse / "isbre.lmdb", map_size=map_size)
-        return cls(
-            store,
-            warehouse.as_uri(),
-            max_batch=max_batch,
-            max_queue=max_queue,
-            allowed_locations=allowed_locations,
-            limits=limits,
-            protected=(store.path.as_uri(),),
-            on_fatal=on_fatal,
-        )
+    def open(cls, warehouse: Path, **options: Any) -> CatalogService:
+        """The embedded catalog: LMDB under `<warehouse>/isbre.lmdb`, tables under `<warehouse>/`;
+        `options` are those of `catalog.warehouses.open_warehouses`."""
+        from catalog.warehouses import Warehouse, open_warehouses
+
+        (service,) = open_warehouses(None, [Warehouse("isbre", str(warehouse))], **options)
+        return service
+
+    @classmethod
+    def follow_log(cls, store: Path) -> CatalogService:
+        """A service over the store at `store` for a process that only reads and follows the log
+        (the events fan-out, the lineage outbox): it serves no warehouse's tables."""
+        return cls(LmdbStore(store), store.as_uri(), protected=(store.as_uri(),))
 
     def close(self) -> None:
-        self.writer.close()
-        self.store.close()
+        """Stop the writer and close the store (the service that made the writer does it)."""
+        if self._owns_writer:
+            self.writer.close()
+            self.store.close()
+
+    def _run(self, mutation: Callable[[Batch], T]) -> T:
+        """Run `mutation` on the writer, seeing this warehouse and tagging its records with it."""
+
+        def in_warehouse(batch: Batch) -> T:
+            root = batch.view
+            batch.view, batch.warehouse = root.scoped(self.scope), self.name
+            try:
+                return mutation(batch)
+            finally:
+                batch.view, batch.warehouse = root, None
+
+        return self.writer.execute(in_warehouse)
 
     def _mutate(self, mutation: Callable[[Batch], T]) -> T:
         self.limits.check_room(self._local_warehouse)
         hook = _after_mutation.get()
         if hook is None:
-            return self.writer.execute(mutation)
+            return self._run(mutation)
         _after_mutation.set(None)  # the hook belongs to the operation's first mutation only
 
         def hooked(batch: Batch) -> T:
@@ -231,12 +247,12 @@ class CatalogService:
             hook(batch, result)
             return result
 
-        return self.writer.execute(hooked)
+        return self._run(hooked)
 
     # -- idempotent responses
 
     def idempotent_response(self, key: str) -> dict[str, Any] | None:
-        with self.store.read() as view:
+        with self.store.read(self.scope) as view:
             return view.idempotent_response(key)
 
     def store_idempotent_response(self, key: str, response: dict[str, Any]) -> None:
@@ -246,14 +262,14 @@ class CatalogService:
             if batch.view.idempotent_response(key) is None:
                 batch.view.put_idempotent_response(key, response)
 
-        self.writer.execute(mutation)
+        self._run(mutation)
 
     def trim_idempotency(self, keep_us: int, chunk: int = TRIM_CHUNK) -> int:
         def mutation(batch: Batch) -> int:
             return batch.view.trim_idempotency(now_us() - keep_us, chunk)
 
         removed = 0
-        while (step := self.writer.execute(mutation)) == chunk:
+        while (step := self._run(mutation)) == chunk:
             removed += step
         return removed + step
 
@@ -267,7 +283,7 @@ class CatalogService:
 
     def namespace_location(self, namespace: tuple[str, ...]) -> str:
         """Where the namespace's tables go by default: its `location` property, or under the warehouse."""
-        with self.store.read() as view:
+        with self.store.read(self.scope) as view:
             properties = view.namespace(namespace) or {}
         return properties.get("location", "").rstrip("/") or "/".join((self.warehouse, *namespace))
 
@@ -290,7 +306,7 @@ class CatalogService:
 
     def load_namespace(self, namespace: tuple[str, ...]) -> dict[str, str]:
         namespace = check_namespace(namespace)
-        with self.store.read() as view:
+        with self.store.read(self.scope) as view:
             properties = view.namespace(namespace)
         if properties is None:
             raise NoSuchNamespaceError(f"Namespace does not exist: {'.'.join(namespace)}")
@@ -299,7 +315,7 @@ class CatalogService:
     def list_namespaces(
         self, parent: tuple[str, ...], after: tuple[str, ...] | None = None, limit: int | None = None
     ) -> list[tuple[str, ...]]:
-        with self.store.read() as view:
+        with self.store.read(self.scope) as view:
             if parent and view.namespace(check_namespace(parent)) is None:
                 raise NoSuchNamespaceError(f"Namespace does not exist: {'.'.join(parent)}")
             return view.namespaces(parent, after, limit)
@@ -349,7 +365,7 @@ class CatalogService:
     # -- tables
 
     def _default_location(self, namespace: tuple[str, ...], name: str, object_uuid: uuid.UUID) -> str:
-        with self.store.read() as view:
+        with self.store.read(self.scope) as view:
             _require_namespace(view, namespace)
         return f"{self.namespace_location(namespace)}/{name}-{object_uuid.hex}"
 
@@ -379,7 +395,7 @@ class CatalogService:
         view.place(owner, found)
 
     def table_pointer(self, ident: Identifier) -> Pointer:
-        with self.store.read() as view:
+        with self.store.read(self.scope) as view:
             pointer = view.pointer(TABLE, ident)
         if pointer is None:
             raise NoSuchTableError(f"Table does not exist: {ident}")
@@ -410,7 +426,7 @@ class CatalogService:
 
     def _list(self, kind: str, namespace: tuple[str, ...], after: str | None, limit: int | None):
         namespace = check_namespace(namespace)
-        with self.store.read() as view:
+        with self.store.read(self.scope) as view:
             if view.namespace(namespace) is None:
                 raise NoSuchNamespaceError(f"Namespace does not exist: {'.'.join(namespace)}")
             return view.identifiers(kind, namespace, after, limit)
@@ -426,7 +442,7 @@ class CatalogService:
         stage_only: bool = False,
         places: LocationPolicy | None = None,
     ) -> TableState:
-        with self.store.read() as view:
+        with self.store.read(self.scope) as view:
             _require_namespace(view, ident.namespace)
             _require_free(view, ident)
         table_uuid = uuid.uuid4()
@@ -451,7 +467,7 @@ class CatalogService:
 
     def coverage(self, ident: Identifier, snapshot_id: int | None = None) -> TableCoverage:
         """The source offsets the table's commits declared (and which commit added `snapshot_id`)."""
-        with self.store.read() as view:
+        with self.store.read(self.scope) as view:
             pointer = view.pointer(TABLE, ident)
             if pointer is None:
                 raise NoSuchTableError(f"Table does not exist: {ident}")
@@ -470,7 +486,7 @@ class CatalogService:
             raise ValueError("A transaction may change each table only once")
         with self._staging(TABLE, idents):
             for _ in range(MAX_COMMIT_ATTEMPTS):
-                with self.store.read() as view:
+                with self.store.read(self.scope) as view:
                     bases = [view.pointer(TABLE, ident) for ident in idents]
                 staged = [
                     stage(change, base, self.table_files.get(base.metadata_location) if base else None)
@@ -605,7 +621,8 @@ class CatalogService:
             return False
         if not inside(found, root) or found == root or any(inside(found, p) for p in self.protected):
             return False
-        with self.store.read() as view:  # the dropped table is no longer indexed: anyone here is another
+        # The dropped table is no longer indexed: anyone here is another.
+        with self.store.read(self.scope) as view:
             return not view.overlapping(found)
 
     def rename_table(self, source: Identifier, target: Identifier) -> None:
@@ -678,7 +695,7 @@ class CatalogService:
     # -- views
 
     def load_view(self, ident: Identifier) -> ViewState:
-        with self.store.read() as view:
+        with self.store.read(self.scope) as view:
             pointer = view.pointer(VIEW, ident)
         if pointer is None:
             raise NoSuchViewError(f"View does not exist: {ident}")
@@ -810,11 +827,13 @@ class CatalogService:
 
     @property
     def _local_warehouse(self) -> Path | None:
-        return local_path(self.warehouse)
+        """The disk whose free space commits check: the warehouse's, or for a warehouse on object
+        storage the store's (an LMDB store has a path)."""
+        return local_path(self.warehouse) or getattr(self.store, "path", None)
 
     def _index_locations(self) -> None:
         """Stores made before locations were indexed: index every table's and view's location, once."""
-        with self.store.read() as view:
+        with self.store.read(self.scope) as view:
             if view.marker("locations"):
                 return
             pointers = [(kind, p) for kind in (TABLE, VIEW) for p in _every_pointer(view, kind)]
@@ -834,12 +853,12 @@ class CatalogService:
                     batch.view.place(owner, location)
                 batch.view.set_marker("locations")
 
-        self.writer.execute(mutation)
+        self._run(mutation)
 
     # -- the log
 
     def commit_seq(self) -> int:
-        with self.store.read() as view:
+        with self.store.read(self.scope) as view:
             return view.commit_seq()
 
     def records(self, after: int = 0) -> Iterator[CommitRecord]:
@@ -847,12 +866,12 @@ class CatalogService:
 
     def commits_since(self, after: int, limit: int = 1000) -> list[CommitRecord]:
         """Up to `limit` records with `commit_seq > after`, in order."""
-        with self.store.read() as view:
+        with self.store.read(self.scope) as view:
             return view.records(after, limit)
 
     def log_bounds(self) -> tuple[int, int]:
         """(lowest retained commit_seq, highest commit_seq); a cursor is valid from floor - 1 to high."""
-        with self.store.read() as view:
+        with self.store.read(self.scope) as view:
             return view.log_floor(), view.commit_seq()
 
     def cursor_before(self, ts_us: int) -> int:
@@ -860,7 +879,7 @@ class CatalogService:
 
         Record timestamps never decrease, so this is a binary search over commit_seq.
         """
-        with self.store.read() as view:
+        with self.store.read(self.scope) as view:
             low, high = view.log_floor(), view.commit_seq() + 1
             while low < high:
                 middle = (low + high) // 2
@@ -872,7 +891,7 @@ class CatalogService:
         return low - 1
 
     def consumer_cursor(self, name: str) -> int | None:
-        with self.store.read() as view:
+        with self.store.read(self.scope) as view:
             return view.cursors().get(name)
 
     def set_consumer_cursor(self, name: str, commit_seq: int) -> None:

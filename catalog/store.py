@@ -49,7 +49,16 @@ def is_disk_full(exc: BaseException) -> bool:
 
 
 class ReadView(ABC):
-    """A consistent snapshot of the catalog."""
+    """A consistent snapshot of the catalog.
+
+    Namespaces, tables and views belong to a warehouse: a view sees those of one warehouse (see
+    `scoped`); the log, the location index, coverage, cursors and idempotent responses are shared.
+    """
+
+    @abstractmethod
+    def scoped(self, warehouse: str) -> WriteView:
+        """The same transaction, seeing warehouse `warehouse`'s namespaces, tables and views ("" for
+        the store's first warehouse)."""
 
     @abstractmethod
     def namespace(self, namespace: tuple[str, ...]) -> dict[str, str] | None: ...
@@ -175,7 +184,7 @@ class WriteView(ReadView):
 
 class Store(ABC):
     @abstractmethod
-    def read(self) -> AbstractContextManager[ReadView]: ...
+    def read(self, warehouse: str = "") -> AbstractContextManager[ReadView]: ...
 
     @abstractmethod
     def write(self) -> AbstractContextManager[WriteView]:

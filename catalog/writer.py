@@ -34,8 +34,12 @@ class Batch:
         self.view = view
         self.last_ts = last_ts
         self.logged: list[CommitRecord] = []
+        # The warehouse of the mutation running now (set by the catalog service around it).
+        self.warehouse: str | None = None
 
     def log(self, record: CommitRecord) -> CommitRecord:
+        if record.warehouse is None:
+            record.warehouse = self.warehouse
         # Keep `ts` from going backwards if the wall clock does.
         self.last_ts = max(now_us(), self.last_ts)
         record.stamp(self.view.commit_seq() + 1, self.last_ts)

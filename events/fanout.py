@@ -64,10 +64,11 @@ class StreamRequest:
     kinds: list[str] = field(default_factory=list)
     scopes: list[list[str]] = field(default_factory=list)
     expires_at: float | None = None  # when the caller's token ends (epoch seconds): the stream ends then
+    warehouses: list[str | None] = field(default_factory=list)
 
     def event_filter(self) -> EventFilter:
         scopes = tuple(tuple(scope) for scope in self.scopes)
-        return EventFilter.parse(self.namespace, self.tables, self.kinds, scopes)
+        return EventFilter.parse(self.namespace, self.tables, self.kinds, scopes, self.warehouses)
 
     def encode(self) -> bytes:
         return json.dumps(asdict(self)).encode()
@@ -97,9 +98,9 @@ class FanoutProcess:
     """Runs `python -m events.fanout_process` and restarts it if it dies; its streams then reconnect
     (clients resume from Last-Event-ID) and are served in the server's process until it is back."""
 
-    def __init__(self, service: CatalogService, warehouse: Path, options: FanoutOptions) -> None:
+    def __init__(self, service: CatalogService, store: Path, options: FanoutOptions) -> None:
         self._service = service
-        self._warehouse = warehouse
+        self._store = store
         self._options = options
         self._process: subprocess.Popen[bytes] | None = None
         self._channel: socket.socket | None = None
@@ -116,7 +117,7 @@ class FanoutProcess:
         wake_read, wake_write = os.pipe()
         os.set_blocking(wake_write, False)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        command = [sys.executable, "-m", "events.fanout_process", f"--warehouse={self._warehouse}"]
+        command = [sys.executable, "-m", "events.fanout_process", f"--store={self._store}"]
         command += [f"--wake-fd={wake_read}", f"--channel-fd={theirs.fileno()}", *self._options.arguments()]
         try:
             self._process = subprocess.Popen(command, pass_fds=(wake_read, theirs.fileno()))

@@ -156,7 +156,7 @@ class FanoutServer:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="events.fanout_process")
-    parser.add_argument("--warehouse", type=Path, required=True)
+    parser.add_argument("--store", type=Path, required=True)
     parser.add_argument("--wake-fd", type=int, required=True)
     parser.add_argument("--channel-fd", type=int, required=True)
     parser.add_argument("--retry-ms", type=int, required=True)
@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     # One descriptor per subscriber: take all the system allows, not the usual soft limit of 1024.
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    service = CatalogService.open(args.warehouse)
+    service = CatalogService.follow_log(args.store)
     try:
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
             runner.run(FanoutServer(service, args).run())

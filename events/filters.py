@@ -37,6 +37,9 @@ class EventFilter:
     kinds: frozenset[str] = field(default_factory=frozenset)
     # What the subscriber may see at all: namespaces and everything under them (empty: everything).
     scopes: tuple[tuple[str, ...], ...] = ()
+    # The warehouse tags of the records wanted (None: a record from before warehouses had names);
+    # empty: every warehouse's.
+    warehouses: frozenset[str | None] = field(default_factory=frozenset)
 
     @classmethod
     def parse(
@@ -45,20 +48,30 @@ class EventFilter:
         tables: Iterable[str] = (),
         kinds: Iterable[str] = (),
         scopes: tuple[tuple[str, ...], ...] = (),
+        warehouses: Iterable[str | None] = (),
     ) -> EventFilter:
         return cls(
             parse_namespace(namespace) if namespace else None,
             frozenset(parse_table(t) for t in tables),
             frozenset(kinds),
             scopes,
+            frozenset(warehouses),
         )
 
     @property
     def everything(self) -> bool:
-        return self.namespace is None and not self.tables and not self.kinds and not self.scopes
+        return (
+            self.namespace is None
+            and not self.tables
+            and not self.kinds
+            and not self.scopes
+            and not self.warehouses
+        )
 
     def matches(self, record: CommitRecord) -> bool:
         if self.kinds and record.kind not in self.kinds:
+            return False
+        if self.warehouses and record.warehouse not in self.warehouses:
             return False
         names = [(tuple(record.namespace), record.name)]
         if record.previous:

@@ -20,6 +20,7 @@ from catalog.records import CommitRecord
 from events.filters import EventFilter
 from events.subscription import EVERYTHING, check_cursor
 from rest.access import READER
+from rest.wire import warehouse_tags
 
 # Any authenticated caller may follow events; its namespace scopes filter what it sees.
 router = APIRouter(dependencies=[Depends(READER)])
@@ -164,6 +165,8 @@ async def query_events(request: Request) -> Response:
     state = request.app.state
     page_size = min(query.page_size or DEFAULT_PAGE_SIZE, state.settings.max_page_size)
     caller = getattr(request.state, "caller", None)  # set when authentication is on
-    visible = EventFilter(scopes=caller.namespaces) if caller else EVERYTHING
+    visible = EventFilter(
+        scopes=caller.namespaces if caller else (), warehouses=frozenset(warehouse_tags(request))
+    )
     body = await anyio.to_thread.run_sync(page, state.service, query, page_size, visible)
     return Response(json.dumps(body, separators=(",", ":")), media_type="application/json")

@@ -19,6 +19,7 @@ from events.filters import EventFilter
 from events.frames import STREAM_HEADERS, expired_frame, retry_frame, token_expired_frame
 from events.subscription import CursorExpiredError, check_cursor, follow
 from rest.access import READER
+from rest.wire import warehouse_tags
 
 # Any authenticated caller may follow events; its namespace scopes filter what it sees.
 router = APIRouter(dependencies=[Depends(READER)])
@@ -80,14 +81,16 @@ async def stream_events(
 ) -> Response:
     state = request.app.state
     caller = getattr(request.state, "caller", None)  # set when authentication is on
-    event_filter = EventFilter.parse(namespace, table or (), kind or (), caller.namespaces if caller else ())
+    scope = caller.namespaces if caller else ()
+    event_filter = EventFilter.parse(namespace, table or (), kind or (), scope, warehouse_tags(request))
     cursor = _start(after, last_event_id, state.broadcaster.high)
     check_cursor(state.service, cursor)
     expires_at = caller.expires_at if caller else None
     connection = request.scope.get("extensions", {}).get(DETACHABLE)
     if state.fanout is not None and connection is not None:
         scopes = [list(scope) for scope in event_filter.scopes]
-        wanted = StreamRequest(cursor, namespace, table or [], kind or [], scopes, expires_at)
+        warehouses = list(event_filter.warehouses)
+        wanted = StreamRequest(cursor, namespace, table or [], kind or [], scopes, expires_at, warehouses)
         here = partial(_stream_here, state, cursor, event_filter, expires_at)
         return _HandedOver(state.fanout, connection, wanted, here)
     return _stream_here(state, cursor, event_filter, expires_at)

@@ -8,6 +8,7 @@ output datasets. What a writer declares in the snapshot summary under the
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Callable
@@ -101,6 +102,14 @@ class LineageNames:
     """Where isbre's datasets and jobs live in OpenLineage's naming."""
 
     namespace: str  # dataset and job namespace, e.g. isbre://127.0.0.1:8181/isbre
+    # The namespaces of other warehouses than the default one, by warehouse name.
+    warehouses: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    def of(self, warehouse: str | None) -> LineageNames:
+        """The names of `warehouse`'s datasets (the default warehouse's for None or an unknown one)."""
+        if warehouse in self.warehouses:
+            return LineageNames(self.warehouses[warehouse], self.warehouses)
+        return self
 
     def dataset_name(self, namespace: list[str], name: str) -> str:
         return ".".join([*namespace, name])
@@ -235,6 +244,9 @@ class LineageMapper:
 
     def run_events(self, records: list[CommitRecord]) -> list[RunEvent]:
         """START and COMPLETE for one run: one table record, or every record of one transaction."""
+        names = self.names.of(records[0].warehouse)
+        if names is not self.names:
+            return LineageMapper(names, self._load).run_events(records)
         outputs, inputs, summaries = [], [], []
         for record in records:
             location = record.metadata_location or record.previous_metadata_location

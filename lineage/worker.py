@@ -7,8 +7,8 @@ the lowest scheduling priority, the operating system gives it only what the
 catalog leaves idle. It reads the commit log from the shared LMDB file, keeps
 its cursor there, and writes its status to a small file the server reports.
 The server restarts it when it dies. Where to deliver (a URL and key, or a
-whole transport) comes in the environment, never on the command line, where
-any user of the machine could read it.
+whole transport) and the warehouses' storage settings come in the environment,
+never on the command line, where any user of the machine could read them.
 """
 
 from __future__ import annotations
@@ -23,10 +23,13 @@ import sys
 import threading
 import time
 from dataclasses import asdict
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from catalog import CatalogService
+from catalog.object_storage import S3Options
+from catalog.warehouses import Warehouse, open_warehouses, read_metadata
 from lineage.config import build_client
 from lineage.mapping import LineageMapper, LineageNames
 from lineage.outbox import CURSOR, LineageOutbox, OutboxStatus, start_from_now
@@ -40,19 +43,20 @@ RESTART_DELAY_S = 1.0
 MAX_RESTART_DELAY_S = 60.0
 
 
-def status_path(warehouse: Path) -> Path:
-    return warehouse / STATUS_FILE
+def status_path(store: Path) -> Path:
+    """Beside the store: the status of the worker following that store's log."""
+    return store.parent / STATUS_FILE
 
 
-def read_status(warehouse: Path) -> OutboxStatus | None:
+def read_status(store: Path) -> OutboxStatus | None:
     try:
-        return OutboxStatus(**json.loads(status_path(warehouse).read_text()))
+        return OutboxStatus(**json.loads(status_path(store).read_text()))
     except (OSError, ValueError, TypeError):
         return None
 
 
-def _write_status(warehouse: Path, status: OutboxStatus) -> None:
-    path = status_path(warehouse)
+def _write_status(store: Path, status: OutboxStatus) -> None:
+    path = status_path(store)
     temporary = path.with_name(path.name + ".tmp")
     temporary.write_text(json.dumps(asdict(status)))
     os.replace(temporary, path)
@@ -60,8 +64,7 @@ def _write_status(warehouse: Path, status: OutboxStatus) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="lineage.worker")
-    parser.add_argument("--warehouse", type=Path, required=True)
-    parser.add_argument("--namespace", required=True)
+    parser.add_argument("--store", type=Path, required=True)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     os.nice(19)
@@ -75,22 +78,28 @@ def main(argv: list[str] | None = None) -> int:
     parent = os.getppid()
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
-    service = CatalogService.open(args.warehouse)
+    # The warehouses' storage settings hold the server's own credentials: they come in the
+    # environment too. The worker reads table metadata through them.
+    warehouses = [
+        Warehouse(w["name"], w["root"], S3Options(**(w["s3"] or {}))) for w in delivery["warehouses"]
+    ]
+    services = open_warehouses(args.store, warehouses)
+    service = services[0]
     outbox = LineageOutbox(
         service,
         client,
-        LineageMapper(LineageNames(args.namespace), service.table_metadata_or_none),
+        LineageMapper(LineageNames(**delivery["names"]), partial(read_metadata, services)),
         idle_wait=0.05,
     )
     outbox.start()
     try:
         # Commits happen in the server's process: nothing here wakes the outbox but its own polling.
         while not stopping.is_set() and os.getppid() == parent:
-            _write_status(args.warehouse, outbox.status)
+            _write_status(args.store, outbox.status)
             stopping.wait(0.25)
     finally:
         outbox.stop()
-        _write_status(args.warehouse, outbox.status)
+        _write_status(args.store, outbox.status)
         service.close()
     return 0
 
@@ -103,13 +112,22 @@ class LineageWorker:
     """The server's handle on the worker process: start, restart when it dies, stop, status."""
 
     def __init__(
-        self, service: CatalogService, warehouse: Path, namespace: str, delivery: dict[str, str]
+        self,
+        service: CatalogService,
+        store: Path,
+        warehouses: list[Warehouse],
+        names: LineageNames,
+        delivery: dict[str, str],
     ) -> None:
         self._service = service
-        self._warehouse = warehouse
-        self._command = [sys.executable, "-m", "lineage.worker", "--warehouse", str(warehouse)]
-        self._command += ["--namespace", namespace]
-        self._env = {**os.environ, DELIVERY_ENV: json.dumps(delivery)}
+        self._store = store
+        self._command = [sys.executable, "-m", "lineage.worker", "--store", str(store)]
+        worker_settings = {
+            **delivery,
+            "warehouses": [asdict(w) for w in warehouses],
+            "names": asdict(names),
+        }
+        self._env = {**os.environ, DELIVERY_ENV: json.dumps(worker_settings)}
         self._process: subprocess.Popen[bytes] | None = None
         self._started_at = 0.0
         self._lock = threading.Lock()
@@ -162,7 +180,7 @@ class LineageWorker:
     @property
     def status(self) -> OutboxStatus:
         delivered = self._service.consumer_cursor(CURSOR) or 0
-        status = read_status(self._warehouse) or OutboxStatus()
+        status = read_status(self._store) or OutboxStatus()
         status.delivered_seq = max(status.delivered_seq, delivered)
         return status
 

@@ -39,8 +39,12 @@ class Access:
     caller: Caller | None
 
     def require(self, role: str) -> None:
-        if self.caller is not None and self.caller.rank < RANK[role]:
+        if not self.may(role):
+            assert self.caller is not None
             raise ForbiddenError(f"{self.caller.name} may not do this: it needs the {role} role")
+
+    def may(self, role: str) -> bool:
+        return self.caller is None or self.caller.rank >= RANK[role]
 
     def namespace(self, namespace: tuple[str, ...]) -> tuple[str, ...]:
         """`namespace`, if the caller may use it."""

@@ -10,6 +10,7 @@ import signal
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
+from dataclasses import replace
 
 from fastapi import Depends, FastAPI, Query, Request, Response
 from fastapi.routing import APIRoute
@@ -17,6 +18,7 @@ from fastapi.routing import APIRoute
 from catalog import CatalogService
 from catalog.feed import CommitFeed
 from catalog.limits import Limits
+from catalog.warehouses import open_warehouses
 from events import pull, sse
 from events.broadcast import Broadcaster
 from events.fanout import FanoutOptions, FanoutProcess
@@ -27,10 +29,11 @@ from lineage.worker import LineageWorker
 from rest import errors, health, metrics, namespaces, tables, views
 from rest.access import PUBLIC, READER, check_every_route_has_a_rule
 from rest.auth import Authenticator, AuthMiddleware, FailureLimit, token_response
+from rest.delegation import Delegation
 from rest.guard import LOOPBACK_NAMES, RequestGuard
 from rest.metrics import RequestMetrics, RouteCapture, RouteTemplates
 from rest.prefix import PrefixAliases
-from rest.settings import Settings
+from rest.settings import Settings, warehouses
 from rest.wire import json_response
 
 log = logging.getLogger(__name__)
@@ -50,12 +53,14 @@ def advertised_endpoints() -> list[str]:
 
 
 def lineage_names(settings: Settings) -> LineageNames:
-    return LineageNames(
-        settings.lineage_namespace or f"isbre://{settings.host}:{settings.port}/{settings.prefix}"
-    )
+    """The default warehouse's namespace is `lineage_namespace` (or isbre://host:port/prefix);
+    another warehouse's adds its name to it."""
+    default = settings.lineage_namespace or f"isbre://{settings.host}:{settings.port}/{settings.prefix}"
+    base = settings.lineage_namespace or f"isbre://{settings.host}:{settings.port}"
+    return LineageNames(default, {name: f"{base}/{name}" for name in settings.warehouses})
 
 
-def _start_lineage(settings: Settings, service: CatalogService) -> LineageWorker | None:
+def _start_lineage(settings: Settings, services: list[CatalogService]) -> LineageWorker | None:
     # Passed in the environment, never on the command line: a transport and a key are secrets.
     delivery: dict[str, str] = {}
     if settings.lineage_transport:
@@ -67,7 +72,10 @@ def _start_lineage(settings: Settings, service: CatalogService) -> LineageWorker
     elif not openlineage_configured():
         log.info("lineage is off: no OpenLineage transport is configured")
         return None
-    worker = LineageWorker(service, settings.warehouse.resolve(), lineage_names(settings).namespace, delivery)
+    served = [
+        replace(w, root=service.warehouse) for w, service in zip(warehouses(settings), services, strict=True)
+    ]
+    worker = LineageWorker(services[0], settings.store_path(), served, lineage_names(settings), delivery)
     worker.start()
     log.info("lineage on: the outbox runs in its own process")
     return worker
@@ -97,7 +105,7 @@ def _start_fanout(settings: Settings, service: CatalogService) -> FanoutProcess 
         settings.events_ring_size,
         int(settings.events_ring_mb * (1 << 20)),
     )
-    fanout = FanoutProcess(service, settings.warehouse.resolve(), options)
+    fanout = FanoutProcess(service, settings.store_path(), options)
     try:
         fanout.start()
     except OSError as exc:  # e.g. a platform without SOCK_SEQPACKET Unix sockets
@@ -109,8 +117,9 @@ def _start_fanout(settings: Settings, service: CatalogService) -> FanoutProcess 
 def create_app(settings: Settings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        service = CatalogService.open(
-            settings.warehouse,
+        services = open_warehouses(
+            settings.store_path(),
+            warehouses(settings),
             map_size=settings.map_size_mb << 20,
             max_batch=settings.max_batch,
             max_queue=settings.max_queue,
@@ -118,7 +127,13 @@ def create_app(settings: Settings) -> FastAPI:
             limits=catalog_limits(settings),
             on_fatal=_shut_down,
         )
+        service = services[0]
         app.state.service = service
+        app.state.services = {each.name: each for each in services}
+        app.state.delegation = {
+            name: Delegation.of(each, spec.delegation)
+            for (name, spec), each in zip(settings.served(), services, strict=True)
+        }
         app.state.broadcaster = Broadcaster(
             service, capacity=settings.events_ring_size, max_bytes=int(settings.events_ring_mb * (1 << 20))
         )
@@ -132,7 +147,7 @@ def create_app(settings: Settings) -> FastAPI:
                 keep_keys_us=2 * settings.idempotency_key_lifetime_minutes * 60 * 10**6,
             )
         )
-        app.state.outbox = _start_lineage(settings, service)
+        app.state.outbox = _start_lineage(settings, services)
         app.state.fanout = _start_fanout(settings, service)
         # Commits another process makes on this store (an embedded catalog, a tool) reach the
         # streams too; the lineage worker polls the log on its own.
@@ -141,7 +156,8 @@ def create_app(settings: Settings) -> FastAPI:
         if app.state.fanout is not None:
             feed.follow(app.state.fanout.wake)
         feed.start()
-        log.info("isbre catalog %r on warehouse %s", settings.prefix, service.warehouse)
+        for each in services:
+            log.info("isbre warehouse %r at %s", each.name, each.warehouse)
         try:
             yield
         finally:
@@ -174,26 +190,29 @@ def create_app(settings: Settings) -> FastAPI:
 
     @app.get("/v1/config", dependencies=[Depends(READER)])
     def get_config(request: Request, warehouse: str | None = Query(None)) -> Response:
-        service = request.app.state.service
-        known = {
-            settings.prefix,
-            service.warehouse,
-            str(settings.warehouse),
-            str(settings.warehouse.resolve()),
-        }
-        if warehouse and warehouse not in known:
-            raise ValueError(f"Unknown warehouse {warehouse!r}; this server serves {settings.prefix!r}")
+        services: dict[str, CatalogService] = request.app.state.services
+        # A warehouse is named by its name, or by its root as configured or as served.
+        found = next(
+            (
+                name
+                for name, spec in settings.served()
+                if warehouse in (None, name, spec.root, services[name].warehouse)
+            ),
+            None,
+        )
+        if found is None:
+            raise ValueError(f"Unknown warehouse {warehouse!r}; this server serves {', '.join(services)}")
         return json_response(
             {
                 "defaults": {},
-                "overrides": {"prefix": settings.prefix},
+                "overrides": {"prefix": found},
                 "endpoints": endpoints,
                 "idempotency-key-lifetime": f"PT{settings.idempotency_key_lifetime_minutes}M",
             }
         )
 
     app.state.mounted = [(metrics.router, ""), (health.router, "")]
-    app.state.mounted += [(router, f"/v1/{settings.prefix}") for router in _ROUTERS]
+    app.state.mounted += [(router, "/v1/{prefix}") for router in _ROUTERS]
     for router, prefix in app.state.mounted:
         app.include_router(router, prefix=prefix)
     # Starlette runs the middleware added last first:
@@ -215,7 +234,7 @@ def create_app(settings: Settings) -> FastAPI:
     # Without authentication, only names of this server: a rebinding page's name is refused.
     hosts = None if settings.auth.enabled or "*" in settings.allowed_hosts else _served_names(settings)
     app.add_middleware(RequestGuard, max_body=int(settings.max_body_mb * (1 << 20)), allowed_hosts=hosts)
-    app.add_middleware(PrefixAliases, prefix=settings.prefix)
+    app.add_middleware(PrefixAliases, prefixes=[name for name, _ in settings.served()])
     templates = RouteTemplates(((method, path) for method, path, _ in served_routes(app)), settings.prefix)
     app.add_middleware(RequestMetrics, counter=app.state.http_requests, templates=templates)
     check_every_route_has_a_rule(served_routes(app))

@@ -21,12 +21,16 @@ CREDENTIALS_HELP = (
     "other users in the process list)"
 )
 
+STORE_HELP = "the LMDB store directory (default: isbre.lmdb in a local warehouse, else ./isbre.lmdb)"
+
 
 def _serve(args: argparse.Namespace) -> int:
     from rest.serve import serve
     from rest.settings import load_settings
 
-    serve(load_settings(args.config, host=args.host, port=args.port, warehouse=args.warehouse))
+    serve(
+        load_settings(args.config, host=args.host, port=args.port, warehouse=args.warehouse, store=args.store)
+    )
     return 0
 
 
@@ -70,19 +74,22 @@ def _lineage_status(args: argparse.Namespace) -> int:
 
 def _lineage_replay(args: argparse.Namespace) -> int:
     """Send the lineage of commits --from..--to again, e.g. to backfill a new receiver."""
-    from catalog import CatalogService
+    from functools import partial
+
+    from catalog.warehouses import open_warehouses, read_metadata
     from lineage.config import build_client
     from lineage.mapping import LineageMapper, group_runs
     from rest.app import lineage_names
-    from rest.settings import load_settings
+    from rest.settings import load_settings, warehouses
 
-    settings = load_settings(args.config, warehouse=args.warehouse)
+    settings = load_settings(args.config, warehouse=args.warehouse, store=args.store)
     client = build_client(settings.lineage_url, settings.lineage_api_key, settings.lineage_transport)
     if client is None:
         raise RefusedError("no OpenLineage transport is configured")
-    service = CatalogService.open(settings.warehouse)
+    services = open_warehouses(settings.store_path(), warehouses(settings))
+    service = services[0]
     try:
-        mapper = LineageMapper(lineage_names(settings), service.table_metadata_or_none)
+        mapper = LineageMapper(lineage_names(settings), partial(read_metadata, services))
         sent = 0
         records = [
             r for r in service.records(after=args.from_seq - 1) if args.to is None or r.commit_seq <= args.to
@@ -174,7 +181,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="serve the Iceberg REST API over an embedded LMDB warehouse")
     serve.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     serve.add_argument("--port", type=_port, help="port to listen on (default 8181)")
-    serve.add_argument("--warehouse", type=Path, help="warehouse directory (default ./warehouse)")
+    serve.add_argument(
+        "--warehouse", help="the default warehouse: a directory or s3://bucket/prefix (default ./warehouse)"
+    )
+    serve.add_argument("--store", type=Path, help=STORE_HELP)
     serve.add_argument("--config", type=Path, help="TOML settings file")
     serve.set_defaults(prog=serve.prog, handler=_serve)
 
@@ -202,7 +212,8 @@ def build_parser() -> argparse.ArgumentParser:
     replay = lineage.add_parser("replay", help="send the lineage of past commits again")
     replay.add_argument("--from", dest="from_seq", type=int, required=True, help="first commit_seq to send")
     replay.add_argument("--to", type=int, help="last commit_seq to send (default: the newest)")
-    replay.add_argument("--warehouse", type=Path, help="warehouse directory (default ./warehouse)")
+    replay.add_argument("--warehouse", help="the default warehouse (default ./warehouse)")
+    replay.add_argument("--store", type=Path, help=STORE_HELP)
     replay.add_argument("--config", type=Path, help="TOML settings file (for the lineage transport)")
     replay.set_defaults(prog=replay.prog, handler=_lineage_replay)
 

@@ -18,6 +18,7 @@ from catalog.store import InsufficientStorageError
 from catalog.writer import StoreGrowthError, WriterClosedError, WriterOverloadedError
 from events.subscription import CursorExpiredError
 from rest.access import ForbiddenError
+from rest.delegation import SigningRefusedError
 from rest.wire import BodyTooLargeError
 
 log = logging.getLogger(__name__)
@@ -25,6 +26,7 @@ log = logging.getLogger(__name__)
 # Most specific first: a subclass must come before its base class.
 _KNOWN: list[tuple[type[BaseException], int, str]] = [
     (ForbiddenError, 403, "ForbiddenException"),
+    (SigningRefusedError, 403, "ForbiddenException"),
     (ice.NoSuchNamespaceError, 404, "NoSuchNamespaceException"),
     (ice.NoSuchTableError, 404, "NoSuchTableException"),
     (ice.NoSuchViewError, 404, "NoSuchViewException"),

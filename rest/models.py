@@ -7,7 +7,7 @@ and requirement models.
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table.sorting import SortOrder
@@ -90,3 +90,14 @@ class RegisterViewRequest(IcebergBaseModel):
 class ReportMetricsRequest(IcebergBaseModel):
     report_type: str = Field(alias="report-type")
     table_name: str = Field(alias="table-name")
+
+
+class SignRequest(IcebergBaseModel):
+    """An S3 request to sign (Iceberg's S3 signer protocol); its body never comes along."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    method: str = Field(pattern=r"^[A-Za-z]{1,16}$")
+    region: str
+    uri: str = Field(max_length=8192)
+    headers: dict[str, list[str]] = Field(default_factory=dict)

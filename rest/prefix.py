@@ -17,9 +17,11 @@ CATALOG_ROOTS = frozenset({"namespaces", "tables", "views", "transactions", "eve
 
 
 class PrefixAliases:
-    def __init__(self, app: ASGIApp, prefix: str) -> None:
+    def __init__(self, app: ASGIApp, prefixes: list[str]) -> None:
+        """`prefixes`: the served warehouses' prefixes; unprefixed paths go to the first."""
         self.app = app
-        self.prefix = prefix
+        self.prefix = prefixes[0]
+        self.prefixes = frozenset(prefixes)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
@@ -27,11 +29,12 @@ class PrefixAliases:
             if len(parts) >= 3 and parts[1] == "v1":
                 if parts[2] in CATALOG_ROOTS:
                     scope = dict(scope, path=f"/v1/{self.prefix}{scope['path'][3:]}")
-                elif len(parts) >= 4 and parts[3] in CATALOG_ROOTS and parts[2] != self.prefix:
+                elif len(parts) >= 4 and parts[3] in CATALOG_ROOTS and parts[2] not in self.prefixes:
                     await self._unknown_prefix(parts[2], send)
                     return
         await self.app(scope, receive, send)
 
     async def _unknown_prefix(self, prefix: str, send: Send) -> None:
-        message = f"Unknown catalog prefix {prefix!r}; this server serves {self.prefix!r}"
+        served = ", ".join(map(repr, sorted(self.prefixes)))
+        message = f"Unknown catalog prefix {prefix!r}; this server serves {served}"
         await send_error(send, 404, "NotFoundException", message)

@@ -35,10 +35,10 @@ def serve(settings: Settings) -> None:
             f"refusing to serve {settings.host} with authentication off; enable [auth] "
             "or set allow_insecure_bind = true (for example behind an authenticating proxy)"
         )
-    holder = _claim_warehouse(settings.warehouse)
+    holder = _claim_store(settings.store_path())
     if holder is not None:
         raise RefusedError(
-            f"{settings.warehouse} is already served by another isbre serve (process {holder}); "
+            f"{settings.store_path()} is already served by another isbre serve (process {holder}); "
             "point clients at that server, or use the embedded catalog beside it"
         )
     logging.basicConfig(
@@ -56,14 +56,14 @@ def serve(settings: Settings) -> None:
     )
 
 
-def _claim_warehouse(warehouse: Path) -> str | None:
-    """Take the warehouse's server lock; None when taken, else who holds it.
+def _claim_store(store: Path) -> str | None:
+    """Take the server lock beside the store; None when taken, else who holds it.
 
-    Two servers on one warehouse would each run a lineage worker over one cursor and deliver
+    Two servers on one store would each run a lineage worker over one cursor and deliver
     runs twice; an embedded catalog beside a server is fine (it runs neither).
     """
-    warehouse.mkdir(parents=True, exist_ok=True)
-    fd = os.open(warehouse / SERVER_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    store.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(store.parent / SERVER_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_settings import (
@@ -13,7 +13,12 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+if TYPE_CHECKING:
+    from catalog.warehouses import Warehouse
+
 ROLES = ("reader", "writer", "admin")
+# A warehouse's name is its catalog prefix: one URL path segment.
+NAME = r"^[A-Za-z0-9_-]+$"
 
 
 class Principal(BaseModel):
@@ -58,16 +63,65 @@ class AuthSettings(BaseModel):
         return self
 
 
+class S3Settings(BaseModel):
+    """How the server reaches a warehouse on S3 or an S3-compatible store. Unset fields come from the
+    standard AWS chain: AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID, …"""
+
+    model_config = ConfigDict(extra="forbid")
+
+    endpoint: str | None = Field(None, description="S3 endpoint URL (MinIO, a local store); unset: AWS.")
+    region: str | None = Field(None, description="Region of the bucket (default us-east-1).")
+    path_style: bool = Field(False, description="Path-style addressing (http://endpoint/bucket/key).")
+    access_key_id: str | None = Field(None, description="The server's own access key.")
+    secret_access_key: str | None = Field(None, description="The server's own secret key.")
+    session_token: str | None = Field(None, description="With temporary server credentials.")
+
+
+class DelegationSettings(BaseModel):
+    """What engines get when they ask for access (X-Iceberg-Access-Delegation) to an S3 table."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    vended_credentials: bool = Field(
+        True, description="Hand out STS credentials limited to the table's prefix (needs role_arn)."
+    )
+    remote_signing: bool = Field(True, description="Sign S3 requests for the table's objects.")
+    role_arn: str | None = Field(None, description="The IAM role vended credentials are a session of.")
+    sts_endpoint: str | None = Field(None, description="STS endpoint URL; unset: the S3 endpoint, or AWS.")
+    credential_seconds: int = Field(
+        3600, ge=900, le=43200, description="Lifetime of vended credentials (STS allows 900 to 43200)."
+    )
+
+
+class WarehouseSettings(BaseModel):
+    """A warehouse besides the default one, served under its own prefix."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    root: str = Field(description="A directory, or s3://bucket/prefix.")
+    s3: S3Settings = Field(default_factory=S3Settings)
+    delegation: DelegationSettings = Field(default_factory=DelegationSettings)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="ISBRE_", env_nested_delimiter="__", extra="forbid")
 
     host: str = Field("127.0.0.1", description="Address to listen on.")
     port: int = Field(8181, ge=0, le=65535, description="Port to listen on (0 picks a free one).")
-    warehouse: Path = Field(
-        Path("warehouse"), description="Directory holding the LMDB store and table files."
+    warehouse: str = Field(
+        "warehouse", description="The default warehouse's root: a directory, or s3://bucket/prefix."
     )
     prefix: str = Field(
-        "isbre", pattern=r"^[A-Za-z0-9_-]+$", description="Catalog prefix advertised in /v1/config."
+        "isbre", pattern=NAME, description="Name and catalog prefix of the default warehouse."
+    )
+    store: Path | None = Field(
+        None,
+        description="The LMDB store directory (default: isbre.lmdb in a local warehouse, else ./isbre.lmdb).",
+    )
+    s3: S3Settings = Field(default_factory=S3Settings)
+    delegation: DelegationSettings = Field(default_factory=DelegationSettings)
+    warehouses: dict[str, WarehouseSettings] = Field(
+        default_factory=dict, description="More warehouses, by name (their catalog prefix)."
     )
     map_size_mb: int = Field(256, ge=1, description="Initial LMDB map size; it doubles on its own when full.")
     max_batch: int = Field(512, ge=1, description="Most mutations the writer commits in one transaction.")
@@ -144,6 +198,27 @@ class Settings(BaseSettings):
         60.0, gt=0, description="How often the log is checked for trimming."
     )
 
+    @model_validator(mode="after")
+    def _warehouse_names(self) -> Settings:
+        import re
+
+        for name in self.warehouses:
+            if not re.match(NAME, name) or name == self.prefix:
+                raise ValueError(
+                    f"warehouse name {name!r} must be letters, digits, '-' or '_', and not the prefix"
+                )
+        return self
+
+    def served(self) -> list[tuple[str, WarehouseSettings]]:
+        """Every warehouse, the default (named `prefix`) first."""
+        first = WarehouseSettings(root=self.warehouse, s3=self.s3, delegation=self.delegation)
+        return [(self.prefix, first), *self.warehouses.items()]
+
+    def store_path(self) -> Path:
+        from catalog.warehouses import default_store
+
+        return (self.store or default_store(_warehouse(self.prefix, self.served()[0][1]))).resolve()
+
     @classmethod
     def settings_customise_sources(
         cls,
@@ -169,3 +244,18 @@ def load_settings(config_file: Path | None = None, **flags: Any) -> Settings:
         model_config = SettingsConfigDict(toml_file=config_file)
 
     return _FromFile(**given)
+
+
+def _warehouse(name: str, settings: WarehouseSettings) -> Warehouse:
+    from catalog.object_storage import S3Options
+    from catalog.warehouses import Warehouse
+
+    s3 = settings.s3
+    options = S3Options(
+        s3.endpoint, s3.region, s3.path_style, s3.access_key_id, s3.secret_access_key, s3.session_token
+    )
+    return Warehouse(name, settings.root, options)
+
+
+def warehouses(settings: Settings) -> list[Warehouse]:
+    return [_warehouse(name, each) for name, each in settings.served()]

@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import logging
 import uuid
+from typing import Any
+from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import JSONResponse
@@ -14,7 +16,8 @@ from starlette.concurrency import run_in_threadpool
 
 from catalog import TableChange, TableState
 from catalog.metadata_files import metadata_json
-from rest.access import ManagesNamespace, ReadsNamespace, Writer, WritesNamespace
+from rest.access import InNamespace, ManagesNamespace, ReadsNamespace, Writer, WritesNamespace
+from rest.delegation import HEADER, VENDED, Delegation, wanted
 from rest.idempotency import NO_CONTENT, TABLE, idempotent_mutation
 from rest.models import (
     CommitTableRequest,
@@ -23,6 +26,7 @@ from rest.models import (
     RegisterTableRequest,
     RenameTableRequest,
     ReportMetricsRequest,
+    SignRequest,
 )
 from rest.wire import identifiers_page, load_result, parse, raw_body, service
 
@@ -41,6 +45,30 @@ def _refs_only(state: TableState) -> bytes:
 
 def _etag(metadata_location: str, snapshots: str) -> str:
     return '"' + hashlib.sha256(f"{metadata_location}|{snapshots}".encode()).hexdigest()[:32] + '"'
+
+
+def _delegated(
+    request: Request, target: InNamespace, table: str, location: str
+) -> tuple[dict[str, str], list[dict[str, Any]]]:
+    """The table's config and storage credentials for the access the client asked for."""
+    modes = wanted(request.headers.get(HEADER))
+    if not modes:
+        return {}, []
+    catalog = service(request)
+    namespace = quote(request.path_params["namespace"], safe="")
+    signer = (
+        str(request.base_url).rstrip("/"),
+        f"v1/{catalog.name}/namespaces/{namespace}/tables/{quote(table, safe='')}/sign",
+    )
+    delegation: Delegation = request.app.state.delegation[catalog.name]
+    return delegation.table_config(modes, location, target.access.may("writer"), signer)
+
+
+def _table_result(
+    request: Request, target: InNamespace, table: str, state: TableState, metadata: bytes
+) -> Response:
+    config, credentials = _delegated(request, target, table, state.metadata.location)
+    return load_result(state.metadata_location, metadata, config, credentials)
 
 
 @router.get("/namespaces/{namespace}/tables")
@@ -71,7 +99,7 @@ def create_table(request: Request, target: WritesNamespace, raw: bytes = Depends
         stage_only=body.stage_create,
         places=target.access.places(catalog),
     )
-    return load_result(state.metadata_location, state.json)
+    return _table_result(request, target, body.name, state, state.json)
 
 
 @router.get("/namespaces/{namespace}/tables/{table}")
@@ -86,12 +114,40 @@ async def load_table(
     catalog = service(request)
     ident = target.ident(table)
     state = catalog.load_table_if_cached(ident) or await run_in_threadpool(catalog.load_table, ident)
+    metadata = _refs_only(state) if snapshots == "refs" else state.json
+    if wanted(request.headers.get(HEADER)):
+        # Credentials come with every answer: no 304 that would leave a client with old ones.
+        return await run_in_threadpool(_table_result, request, target, table, state, metadata)
     etag = _etag(state.metadata_location or "", snapshots)
     if etag in request.headers.get("if-none-match", ""):
         return Response(status_code=304, headers={"ETag": etag})
-    response = load_result(state.metadata_location, _refs_only(state) if snapshots == "refs" else state.json)
+    response = load_result(state.metadata_location, metadata)
     response.headers["ETag"] = etag
     return response
+
+
+@router.get("/namespaces/{namespace}/tables/{table}/credentials")
+def load_credentials(request: Request, target: ReadsNamespace, table: str) -> Response:
+    """Fresh vended credentials for the table (none where vending is off or the table is local)."""
+    state = service(request).load_table(target.ident(table))
+    delegation: Delegation = request.app.state.delegation[service(request).name]
+    _, credentials = delegation.table_config(
+        {VENDED}, state.metadata.location, target.access.may("writer"), None
+    )
+    return JSONResponse({"storage-credentials": credentials})
+
+
+@router.post("/namespaces/{namespace}/tables/{table}/sign")
+def sign_request(
+    request: Request, target: ReadsNamespace, table: str, raw: bytes = Depends(raw_body)
+) -> Response:
+    """The S3 remote signer (Iceberg's S3 signer protocol) for one table's objects: a reader may
+    sign reads, a writer writes too; nothing outside the table's location is signed."""
+    body = parse(SignRequest, raw)
+    state = service(request).load_table(target.ident(table))
+    delegation: Delegation = request.app.state.delegation[service(request).name]
+    signed = delegation.sign(state.metadata.location, target.access.may("writer"), body.model_dump())
+    return JSONResponse(signed, headers={"Cache-Control": "no-store"})
 
 
 @router.head("/namespaces/{namespace}/tables/{table}")
@@ -168,7 +224,7 @@ def register_table(request: Request, target: WritesNamespace, raw: bytes = Depen
         overwrite=body.overwrite,
         places=target.access.places(catalog),
     )
-    return load_result(state.metadata_location, state.json)
+    return _table_result(request, target, body.name, state, state.json)
 
 
 @router.post("/tables/rename")

@@ -23,7 +23,20 @@ NAMESPACE_SEPARATOR = "\x1f"
 
 
 def service(request: Request) -> CatalogService:
-    return request.app.state.service
+    """The catalog of the warehouse the route's `{prefix}` names (the default one for other routes)."""
+    state = request.app.state
+    prefix = request.path_params.get("prefix")
+    return state.service if prefix is None else state.services[prefix]
+
+
+def warehouse_tags(request: Request) -> tuple[str | None, ...]:
+    """The `warehouse` values of the records of the route's warehouse; () when the server has only
+    one (every record is its own)."""
+    state = request.app.state
+    if len(state.services) == 1:
+        return ()
+    catalog = service(request)
+    return (catalog.name, None) if catalog.scope == "" else (catalog.name,)
 
 
 def settings(request: Request) -> Settings:
@@ -75,12 +88,20 @@ def raw_json_response(body: bytes, headers: dict[str, str] | None = None) -> Res
     return Response(body, media_type="application/json", headers=headers)
 
 
-def load_result(metadata_location: str | None, metadata: bytes) -> Response:
+def load_result(
+    metadata_location: str | None,
+    metadata: bytes,
+    config: dict[str, str] | None = None,
+    credentials: list[dict[str, Any]] | None = None,
+) -> Response:
     """LoadTableResult / LoadViewResult around metadata JSON that is already serialized."""
     head = b"{"
     if metadata_location is not None:
         head += b'"metadata-location":' + json.dumps(metadata_location).encode() + b","
-    return raw_json_response(head + b'"metadata":' + metadata + b',"config":{}}')
+    tail = b',"config":' + json.dumps(config or {}).encode()
+    if credentials:
+        tail += b',"storage-credentials":' + json.dumps(credentials).encode()
+    return raw_json_response(head + b'"metadata":' + metadata + tail + b"}")
 
 
 def identifiers_page(

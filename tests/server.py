@@ -31,12 +31,22 @@ def free_port() -> int:
 class IsbreServer:
     started: ClassVar[list[IsbreServer]] = []  # every server a test started, so that none outlives its test
 
-    def __init__(self, warehouse: Path, port: int | None = None, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        warehouse: Path | str,
+        port: int | None = None,
+        env: dict[str, str] | None = None,
+        store: Path | None = None,
+    ) -> None:
+        """`warehouse`: a directory, or an s3:// root (then `store` is the LMDB directory, and the
+        log goes beside it)."""
         self.warehouse = warehouse
+        self.store = store
         self.port = port or free_port()
         self.env = env or {}
         self.process: subprocess.Popen[bytes] | None = None
-        self.log_path = warehouse.parent / f"isbre-{self.port}.log"
+        home = store.parent if store is not None else Path(warehouse).parent
+        self.log_path = home / f"isbre-{self.port}.log"
         self.ready_path = "/v1/config"
 
     @property
@@ -46,6 +56,8 @@ class IsbreServer:
     def start(self, timeout: float = 30.0) -> IsbreServer:
         command = [sys.executable, "-m", "rest.cli", "serve", "--port", str(self.port)]
         command += ["--warehouse", str(self.warehouse)]
+        if self.store is not None:
+            command += ["--store", str(self.store)]
         log = self.log_path.open("ab")
         # Only what a test asks for: a developer's own OpenLineage or isbre settings stay out.
         inherited = {k: v for k, v in os.environ.items() if not k.startswith(("OPENLINEAGE", "ISBRE_"))}

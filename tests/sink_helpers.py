@@ -2,12 +2,39 @@
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+import textwrap
+
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
 from sinks.contract import CommitInfo, OffsetSpan, SourceFields
 from sinks.iceberg import IcebergSink
+from tests.server import IsbreServer
+
+# A producer that commits 300 rows and is killed before it hears back ("after-commit"), or also
+# while a second push has a data file written and not committed ("mid-push").
+CRASHING_PRODUCER = textwrap.dedent(
+    """
+    import os, signal, sys
+    from pyiceberg.catalog.rest import RestCatalog
+    from sinks.iceberg import IcebergSink
+    from tests.sink_helpers import rows, span
+
+    catalog = RestCatalog("isbre", uri=sys.argv[1])
+    sink = IcebergSink(catalog, sys.argv[2])
+    for start in range(0, 300, 100):
+        sink.push(rows(start, start + 100), span(start, start + 100))
+    sink.finish()  # durable now; the process dies before anyone hears of it
+    if sys.argv[3] == "mid-push":
+        sink = IcebergSink(catalog, sys.argv[2], target_file_bytes=1)
+        sink.push(rows(300, 400), span(300, 400))  # a data file is written, never committed
+    os.kill(os.getpid(), signal.SIGKILL)
+    """
+)
 
 
 def rows(start: int, end: int, **extra: pa.Array) -> pa.RecordBatch:
@@ -40,3 +67,23 @@ def write_once(
     with IcebergSink(catalog, ident, **options) as sink:
         sink.push(batch, covered, source)
         return sink.finish()[0]
+
+
+def crash_and_replay(server: IsbreServer, catalog: Catalog, ident: str, crash: str) -> None:
+    """A producer dies unacknowledged, then replays everything from offset 0: the table holds every
+    offset once, and a further replay commits nothing."""
+    child = subprocess.run([sys.executable, "-c", CRASHING_PRODUCER, server.url, ident, crash], timeout=120)
+    assert child.returncode == -signal.SIGKILL
+    sink = IcebergSink(catalog, ident)
+    for start in range(0, 600, 150):
+        sink.push(rows(start, start + 150), span(start, start + 150))
+    info, covered = sink.finish()
+    sink.close()
+    assert covered == span(0, 600)
+    assert offsets_in(catalog.load_table(ident)) == [(0, i) for i in range(600)]
+    assert info.commit_seq == server.high_water()
+    before = server.high_water()
+    again = IcebergSink(catalog, ident)
+    again.push(rows(0, 600), span(0, 600))
+    assert again.finish()[0].snapshot_id is None
+    assert server.high_water() == before

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import signal
-import subprocess
-import sys
-import textwrap
 import threading
 from datetime import UTC, datetime
 
@@ -29,50 +25,14 @@ from sinks.provisioning import COMMENT_HASH_PROPERTY, MANAGED_PROPERTY, PREFIX_P
 from sinks.record_id import record_ids
 from tests.answer_dropping_proxy import AnswerDroppingProxy
 from tests.server import IsbreServer
-from tests.sink_helpers import offsets_in, rows, span, write_once
-
-CHILD = textwrap.dedent(
-    """
-    import os, signal, sys
-    from pyiceberg.catalog.rest import RestCatalog
-    from sinks.iceberg import IcebergSink
-    from tests.sink_helpers import rows, span
-
-    catalog = RestCatalog("isbre", uri=sys.argv[1])
-    sink = IcebergSink(catalog, sys.argv[2])
-    for start in range(0, 300, 100):
-        sink.push(rows(start, start + 100), span(start, start + 100))
-    sink.finish()  # durable now; the process dies before anyone hears of it
-    if sys.argv[3] == "mid-push":
-        sink = IcebergSink(catalog, sys.argv[2], target_file_bytes=1)
-        sink.push(rows(300, 400), span(300, 400))  # a data file is written, never committed
-    os.kill(os.getpid(), signal.SIGKILL)
-    """
-)
+from tests.sink_helpers import crash_and_replay, offsets_in, rows, span, write_once
 
 
 @pytest.mark.parametrize("crash", ["after-commit", "mid-push"])
 def test_replay_after_a_crash_writes_nothing_twice(
     server: IsbreServer, rest_catalog: RestCatalog, namespace: str, crash: str
 ) -> None:
-    ident = f"{namespace}.events"
-    child = subprocess.run([sys.executable, "-c", CHILD, server.url, ident, crash], timeout=120)
-    assert child.returncode == -signal.SIGKILL
-    # The producer never got its acknowledgement, so it replays everything from offset 0.
-    sink = IcebergSink(rest_catalog, ident)
-    for start in range(0, 600, 150):
-        sink.push(rows(start, start + 150), span(start, start + 150))
-    info, covered = sink.finish()
-    sink.close()
-    assert covered == span(0, 600)
-    assert offsets_in(rest_catalog.load_table(ident)) == [(0, i) for i in range(600)]
-    assert info.commit_seq == server.high_water()
-    # A third replay finds everything covered: no commit at all.
-    before = server.high_water()
-    again = IcebergSink(rest_catalog, ident)
-    again.push(rows(0, 600), span(0, 600))
-    assert again.finish()[0].snapshot_id is None
-    assert server.high_water() == before
+    crash_and_replay(server, rest_catalog, f"{namespace}.events", crash)
 
 
 def test_two_sinks_on_disjoint_partitions_merge_coverage_with_gaps(

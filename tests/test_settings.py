@@ -14,7 +14,7 @@ def test_defaults_need_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     for key in ("ISBRE_HOST", "ISBRE_PORT", "ISBRE_WAREHOUSE"):
         monkeypatch.delenv(key, raising=False)
     settings = load_settings()
-    assert (settings.host, settings.port, settings.warehouse) == ("127.0.0.1", 8181, Path("warehouse"))
+    assert (settings.host, settings.port, settings.warehouse) == ("127.0.0.1", 8181, "warehouse")
 
 
 def test_each_layer_overrides_the_one_below(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -24,7 +24,7 @@ def test_each_layer_overrides_the_one_below(tmp_path: Path, monkeypatch: pytest.
     monkeypatch.setenv("ISBRE_HOST", "127.0.0.3")
     settings = load_settings(config, host="127.0.0.4")
     assert settings.max_batch == 64  # from the file
-    assert settings.warehouse == Path("/data/lake")  # from the file
+    assert settings.warehouse == "/data/lake"  # from the file
     assert settings.port == 9100  # environment beats the file
     assert settings.host == "127.0.0.4"  # a flag beats everything
 
@@ -38,3 +38,25 @@ def test_unknown_and_invalid_settings_are_refused(tmp_path: Path) -> None:
         load_settings(port=70000)
     with pytest.raises(FileNotFoundError):
         load_settings(tmp_path / "missing.toml")
+
+
+def test_warehouses_and_the_store_from_a_file(tmp_path: Path) -> None:
+    config = tmp_path / "isbre.toml"
+    config.write_text(
+        'warehouse = "s3://lake/prod"\nprefix = "prod"\n'
+        '[s3]\nendpoint = "http://127.0.0.1:9000"\npath_style = true\n'
+        '[warehouses.scratch]\nroot = "/srv/scratch"\n'
+    )
+    settings = load_settings(config)
+    assert [name for name, _ in settings.served()] == ["prod", "scratch"]
+    assert settings.store_path() == Path("isbre.lmdb").resolve()  # beside, for an S3 warehouse
+    assert load_settings(config, store=tmp_path / "s").store_path() == tmp_path / "s"
+    assert load_settings(warehouse=str(tmp_path / "wh")).store_path() == tmp_path / "wh" / "isbre.lmdb"
+
+
+def test_a_warehouse_named_like_the_prefix_or_not_a_path_segment_is_refused(tmp_path: Path) -> None:
+    for name in ("isbre", "a/b", "with space"):
+        config = tmp_path / "isbre.toml"
+        config.write_text(f'[warehouses."{name}"]\nroot = "/srv/x"\n')
+        with pytest.raises(ValidationError, match="warehouse name"):
+            load_settings(config)

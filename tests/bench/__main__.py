@@ -7,7 +7,7 @@ import platform
 import tempfile
 from pathlib import Path
 
-from tests.bench import commits, events, lineage, load_table, sinks
+from tests.bench import commits, events, lineage, load_table, object_storage, sinks
 
 
 def main() -> None:
@@ -16,6 +16,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="isbre-bench-") as workdir:
         reports = [
             commits.run(Path(workdir)),
+            object_storage.run(Path(workdir)),
             load_table.run(Path(workdir)),
             *events.run(Path(workdir)),
             lineage.run(Path(workdir)),

@@ -1,0 +1,133 @@
+"""Warehouses on S3 and S3-compatible stores: the server's own access to their objects.
+
+The catalog reads metadata and manifests through PyIceberg's `PyArrowFileIO`
+(configured with the warehouse's endpoint and credentials) and writes a
+metadata file with a conditional create (`If-None-Match: *`), so that a commit
+never overwrites an object, even one another server wrote meanwhile.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+from urllib.parse import urlparse
+
+from pyiceberg.io.pyarrow import PyArrowFileIO
+
+# Spark's Hadoop schemes: other clients read them as other filesystems, so they are not accepted as
+# aliases of s3 (see docs/storage.md).
+HADOOP_SCHEMES = ("s3a", "s3n")
+
+
+@dataclass(frozen=True)
+class S3Options:
+    """How to reach a bucket; None fields come from the standard AWS environment and config chain."""
+
+    endpoint: str | None = None
+    region: str | None = None
+    path_style: bool = False
+    access_key_id: str | None = None
+    secret_access_key: str | None = None
+    session_token: str | None = None
+
+    def resolved(self) -> S3Options:
+        """The options with the endpoint and region taken from the environment where not given."""
+        endpoint = (
+            self.endpoint or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+        )
+        region = self.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+        return S3Options(
+            endpoint,
+            region or "us-east-1",
+            self.path_style,
+            self.access_key_id,
+            self.secret_access_key,
+            self.session_token,
+        )
+
+    def client_arguments(self) -> dict[str, Any]:
+        """Keyword arguments of `boto3.client` for this store (credentials only where configured)."""
+        from botocore.config import Config
+
+        arguments: dict[str, Any] = {
+            "region_name": self.region,
+            "config": Config(s3={"addressing_style": "path" if self.path_style else "auto"}),
+        }
+        if self.endpoint:
+            arguments["endpoint_url"] = self.endpoint
+        if self.access_key_id:
+            arguments["aws_access_key_id"] = self.access_key_id
+            arguments["aws_secret_access_key"] = self.secret_access_key
+            arguments["aws_session_token"] = self.session_token
+        return arguments
+
+    def client_properties(self) -> dict[str, str]:
+        """FileIO properties every client needs to reach the store, whatever its credentials."""
+        properties = {"s3.region": self.region or "us-east-1"}
+        if self.endpoint:
+            properties["s3.endpoint"] = self.endpoint
+        properties["s3.path-style-access"] = str(self.path_style).lower()
+        return properties
+
+
+def s3_object(location: str) -> tuple[str, str]:
+    """(bucket, key) of an `s3://bucket/key` location."""
+    parsed = urlparse(location)
+    if parsed.scheme != "s3" or not parsed.netloc:
+        raise ValueError(f"Not an s3://bucket/key location: {location!r}")
+    return parsed.netloc, parsed.path.lstrip("/")
+
+
+class ObjectExistsError(FileExistsError):
+    """A conditional create found the object there already."""
+
+
+class ObjectStorageIO(PyArrowFileIO):
+    """PyIceberg's Arrow FileIO for reads and deletes, plus a create that never overwrites."""
+
+    def __init__(self, options: S3Options) -> None:
+        self.options = options.resolved()
+        properties = self.options.client_properties()
+        if self.options.access_key_id:
+            properties["s3.access-key-id"] = self.options.access_key_id
+            properties["s3.secret-access-key"] = self.options.secret_access_key or ""
+            if self.options.session_token:
+                properties["s3.session-token"] = self.options.session_token
+        if self.options.path_style:
+            properties["s3.force-virtual-addressing"] = "false"
+        super().__init__(properties)
+
+    @cached_property
+    def client(self) -> Any:
+        import boto3
+
+        return boto3.session.Session().client("s3", **self.options.client_arguments())
+
+    def create_exclusively(self, location: str, data: bytes) -> None:
+        """Write a new object; ObjectExistsError if there is one (the store's PUT is durable when
+        it answers)."""
+        from botocore.exceptions import ClientError
+
+        bucket, key = s3_object(location)
+        try:
+            self.client.put_object(Bucket=bucket, Key=key, Body=data, IfNoneMatch="*")
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in (
+                "PreconditionFailed",
+                "ConditionalRequestConflict",
+            ):
+                raise ObjectExistsError(f"{location} exists already") from exc
+            raise
+
+    def remove_empty_markers(self, location: str) -> None:
+        """Delete the zero-byte "directory" objects (keys ending in /) some writers leave under
+        `location`, each only if no other object lies under it: like removing empty directories."""
+        bucket, root = s3_object(location.rstrip("/"))
+        pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=root + "/")
+        keys = [item["Key"] for page in pages for item in page.get("Contents", [])]
+        objects = [key for key in keys if not key.endswith("/")]
+        for marker in (key for key in keys if key.endswith("/")):
+            if not any(key.startswith(marker) for key in objects):
+                self.client.delete_object(Bucket=bucket, Key=marker)

@@ -1,0 +1,89 @@
+"""The warehouses a server serves: each a storage root (a local directory or `s3://bucket/prefix`)
+whose namespaces, tables and views live in one shared store, under one commit log."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from pyiceberg.table.metadata import TableMetadata
+
+from catalog.limits import Limits
+from catalog.lmdb_store import LmdbStore
+from catalog.metadata_files import local_path
+from catalog.object_storage import ObjectStorageIO, S3Options
+from catalog.service import CatalogService
+
+STORE_NAME = "isbre.lmdb"
+
+
+@dataclass(frozen=True)
+class Warehouse:
+    name: str
+    root: str  # a directory path, a file: URI, or s3://bucket/prefix
+    s3: S3Options | None = None
+
+    @property
+    def on_object_storage(self) -> bool:
+        return self.root.startswith("s3://")
+
+    def local_root(self) -> Path | None:
+        if self.on_object_storage:
+            return None
+        return (local_path(self.root) or Path(self.root)).resolve()
+
+
+def default_store(first: Warehouse) -> Path:
+    """`isbre.lmdb` inside a local warehouse, `./isbre.lmdb` when the warehouse is on object storage."""
+    root = first.local_root()
+    return (root / STORE_NAME) if root is not None else Path(STORE_NAME).resolve()
+
+
+def open_warehouses(
+    store: Path | None,
+    warehouses: Sequence[Warehouse],
+    map_size: int = 256 << 20,
+    max_batch: int = 512,
+    max_queue: int = 10_000,
+    allowed_locations: tuple[str, ...] = (),
+    limits: Limits | None = None,
+    on_fatal: Callable[[BaseException], None] | None = None,
+) -> list[CatalogService]:
+    """One service per warehouse, in order, sharing the store at `store` (default: see
+    `default_store`) and its writer. The first warehouse owns the store's unnamed scope."""
+    if not warehouses:
+        raise ValueError("no warehouse to serve")
+    names = [w.name for w in warehouses]
+    if len(set(names)) != len(names):
+        raise ValueError(f"warehouse names repeat: {names}")
+    path = (store or default_store(warehouses[0])).resolve()
+    lmdb = LmdbStore(path, map_size=map_size, warehouses=tuple(names[1:]))
+    services: list[CatalogService] = []
+    for position, warehouse in enumerate(warehouses):
+        root = warehouse.local_root()
+        if root is not None:
+            root.mkdir(parents=True, exist_ok=True)
+        services.append(
+            CatalogService(
+                lmdb,
+                root.as_uri() if root is not None else warehouse.root,
+                io=None if root is not None else ObjectStorageIO(warehouse.s3 or S3Options()),
+                max_batch=max_batch,
+                max_queue=max_queue,
+                allowed_locations=allowed_locations,
+                limits=limits,
+                protected=(path.as_uri(),),
+                on_fatal=on_fatal,
+                name=warehouse.name,
+                scope="" if position == 0 else warehouse.name,
+                writer=services[0].writer if services else None,
+            )
+        )
+    return services
+
+
+def read_metadata(services: Sequence[CatalogService], location: str) -> TableMetadata | None:
+    """Table metadata at `location`, read through the warehouse it lies in (the first by default)."""
+    holder = next((s for s in services if location.startswith(s.warehouse + "/")), services[0])
+    return holder.table_metadata_or_none(location)

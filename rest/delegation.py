@@ -1,0 +1,232 @@
+"""Access delegation (X-Iceberg-Access-Delegation): what an engine gets to reach a table's objects.
+
+`vended-credentials`: temporary STS credentials, a session of the configured
+role whose inline policy reaches only the table's prefix (reads only, for a
+caller that may only read). `remote-signing`: the table's config points the
+engine at this server's signer, which signs a request only for an object
+inside that table, and only a read for a reader. Both are decided on the
+table the handler loaded and the caller's role; a mode that is off, or a
+table that is not on object storage, gets no credentials, as the spec allows.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlparse
+
+from catalog import CatalogService
+from catalog.locations import inside, normalized
+from catalog.object_storage import ObjectStorageIO, S3Options, s3_object
+from rest.settings import DelegationSettings
+
+log = logging.getLogger(__name__)
+
+HEADER = "x-iceberg-access-delegation"
+VENDED, SIGNING = "vended-credentials", "remote-signing"
+READS = ("s3:GetObject", "s3:GetObjectVersion")
+WRITES = ("s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts")
+READ_METHODS = frozenset({"GET", "HEAD"})
+# Credentials are handed out again while they have at least this share of their lifetime left.
+REUSE_SHARE = 0.5
+MAX_CACHED = 4096
+
+
+class SigningRefusedError(Exception):
+    """The signer will not sign this request for this caller (403)."""
+
+
+def wanted(header: str | None) -> set[str]:
+    return {mode.strip().lower() for mode in (header or "").split(",") if mode.strip()}
+
+
+def session_policy(location: str, write: bool) -> dict[str, Any]:
+    """An IAM policy reaching only the objects under `location` (an s3:// table location)."""
+    bucket, key = s3_object(location.rstrip("/"))
+    objects = f"arn:aws:s3:::{bucket}/{key}/*"
+    actions = [*READS, *WRITES] if write else list(READS)
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            {"Effect": "Allow", "Action": actions, "Resource": [objects]},
+            {
+                "Effect": "Allow",
+                "Action": "s3:ListBucket",
+                "Resource": f"arn:aws:s3:::{bucket}",
+                "Condition": {"StringLike": {"s3:prefix": [f"{key}/*"]}},
+            },
+            {"Effect": "Allow", "Action": "s3:GetBucketLocation", "Resource": f"arn:aws:s3:::{bucket}"},
+        ],
+    }
+
+
+@dataclass
+class Delegation:
+    """One warehouse's delegation modes and the clients they need."""
+
+    options: S3Options | None  # None: the warehouse is not on object storage
+    settings: DelegationSettings
+    _vended: dict[tuple[str, bool], tuple[float, dict[str, str]]] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _own: Any = None
+
+    @classmethod
+    def of(cls, service: CatalogService, settings: DelegationSettings) -> Delegation:
+        options = service.io.options if isinstance(service.io, ObjectStorageIO) else None
+        delegation = cls(options, settings)
+        if options is not None and settings.vended_credentials and not settings.role_arn:
+            log.warning(
+                "warehouse %r: vended credentials are off, no delegation.role_arn is set", service.name
+            )
+        return delegation
+
+    @property
+    def vends(self) -> bool:
+        return self.options is not None and self.settings.vended_credentials and bool(self.settings.role_arn)
+
+    @property
+    def signs(self) -> bool:
+        return self.options is not None and self.settings.remote_signing
+
+    def table_config(
+        self, modes: set[str], location: str, write: bool, signer: tuple[str, str] | None
+    ) -> tuple[dict[str, str], list[dict[str, Any]]]:
+        """(config, storage-credentials) for a table at `location`; `signer`: (server URL, the
+        table's signer path) for remote signing."""
+        if self.options is None or not location.startswith("s3://"):
+            return {}, []
+        config = self.options.client_properties()
+        if VENDED in modes and self.vends:
+            credentials = {**config, **self.credentials(location, write)}
+            return credentials, [{"prefix": location, "config": credentials}]
+        if SIGNING in modes and self.signs and signer is not None:
+            config |= {
+                "s3.remote-signing-enabled": "true",
+                "s3.signer": "S3V4RestSigner",
+                "s3.signer.uri": signer[0],
+                "s3.signer.endpoint": signer[1],
+                # PyIceberg signs through its fsspec FileIO only.
+                "py-io-impl": "pyiceberg.io.fsspec.FsspecFileIO",
+            }
+            return config, []
+        return {}, []
+
+    def credentials(self, location: str, write: bool) -> dict[str, str]:
+        """Temporary credentials for the table at `location`, reused while fresh enough."""
+        key = (normalized(location), write)
+        now = time.time()
+        with self._lock:
+            cached = self._vended.get(key)
+        lifetime = self.settings.credential_seconds
+        if cached is not None and cached[0] - now > lifetime * REUSE_SHARE:
+            return cached[1]
+        answer = self._sts().assume_role(
+            RoleArn=self.settings.role_arn,
+            RoleSessionName="isbre-" + ("write" if write else "read"),
+            Policy=json.dumps(session_policy(location, write)),
+            DurationSeconds=lifetime,
+        )["Credentials"]
+        expires = answer["Expiration"].timestamp()
+        found = {
+            "s3.access-key-id": answer["AccessKeyId"],
+            "s3.secret-access-key": answer["SecretAccessKey"],
+            "s3.session-token": answer["SessionToken"],
+            "s3.session-token-expires-at-ms": str(int(expires * 1000)),
+        }
+        with self._lock:
+            if len(self._vended) >= MAX_CACHED:
+                self._vended.clear()
+            self._vended[key] = (expires, found)
+        return found
+
+    def _sts(self) -> Any:
+        import boto3
+
+        assert self.options is not None
+        arguments = self.options.client_arguments()
+        arguments.pop("config")
+        endpoint = self.settings.sts_endpoint or self.options.endpoint
+        if endpoint:
+            arguments["endpoint_url"] = endpoint
+        return boto3.session.Session().client("sts", **arguments)
+
+    def sign(self, location: str, write_allowed: bool, request: dict[str, Any]) -> dict[str, Any]:
+        """Sign an S3 request (the REST signer protocol's body) if it stays inside `location`."""
+        if not self.signs or not location.startswith("s3://"):
+            raise ValueError(
+                "Remote signing is off for this table: it is not on object storage, "
+                "or its warehouse does not sign"
+            )
+        method = str(request.get("method", "")).upper()
+        uri = str(request.get("uri", ""))
+        if method not in READ_METHODS and not write_allowed:
+            raise SigningRefusedError(f"A reader may not sign a {method} request")
+        target = self._object_of(uri)
+        table = normalized(location)
+        if target is None or not (inside(target, table) or _lists_inside(uri, target, table)):
+            raise SigningRefusedError(f"{method} {uri} is outside the table's location")
+        return self._signed(method, uri, request.get("headers") or {})
+
+    def _object_of(self, uri: str) -> str | None:
+        """The s3:// location a request URI names, for this warehouse's addressing style."""
+        assert self.options is not None
+        parsed = urlparse(uri)
+        path = unquote(parsed.path)
+        endpoint_host = urlparse(self.options.endpoint or "").hostname
+        if self.options.path_style or parsed.hostname == endpoint_host:
+            bucket, _, key = path.lstrip("/").partition("/")
+        else:  # virtual-hosted: bucket.s3.<region>.amazonaws.com
+            bucket, key = (parsed.hostname or "").split(".", 1)[0], path.lstrip("/")
+        if not bucket or ".." in key.split("/"):
+            return None
+        return f"s3://{bucket}/{key}".rstrip("/")
+
+    def _credentials(self) -> Any:
+        """The server's own credentials, found once (botocore sessions are not safe to create on
+        many threads at once); refreshing ones (an instance role) stay current."""
+        import boto3
+
+        assert self.options is not None
+        with self._lock:
+            if self._own is None:
+                session = boto3.session.Session(
+                    aws_access_key_id=self.options.access_key_id,
+                    aws_secret_access_key=self.options.secret_access_key,
+                    aws_session_token=self.options.session_token,
+                )
+                self._own = session.get_credentials()
+            if self._own is None:
+                raise RuntimeError("The server has no S3 credentials to sign with")
+            return self._own.get_frozen_credentials()
+
+    def _signed(self, method: str, uri: str, headers: dict[str, Any]) -> dict[str, Any]:
+        from botocore.auth import S3SigV4Auth
+        from botocore.awsrequest import AWSRequest
+        from botocore.config import Config
+
+        assert self.options is not None
+        kept = {
+            name: ", ".join(value) if isinstance(value, list) else str(value)
+            for name, value in headers.items()
+            if name.lower()
+            not in ("authorization", "x-amz-date", "x-amz-security-token", "x-amz-content-sha256")
+        }
+        request = AWSRequest(method=method, url=uri, headers=kept)
+        # The body never reaches the signer: sign the request with an unsigned payload.
+        request.context["client_config"] = Config(s3={"payload_signing_enabled": False})
+        S3SigV4Auth(self._credentials(), "s3", self.options.region).add_auth(request)
+        return {"uri": uri, "headers": {name: [value] for name, value in request.headers.items()}}
+
+
+def _lists_inside(uri: str, target: str, table: str) -> bool:
+    """A listing of the table's bucket (ListObjectsV2) whose `prefix` lies inside the table."""
+    bucket = s3_object(table)[0]
+    prefixes = parse_qs(urlparse(uri).query).get("prefix")
+    if target != f"s3://{bucket}" or not prefixes:
+        return False
+    listed = f"s3://{bucket}/{prefixes[0]}".rstrip("/")
+    return ".." not in prefixes[0].split("/") and (listed == table or inside(listed, table))
