@@ -121,6 +121,16 @@ class ObjectStorageIO(PyArrowFileIO):
                 raise ObjectExistsError(f"{location} exists already") from exc
             raise
 
+    def delete(self, location: str | Any) -> None:
+        """Delete an object. Arrow's S3 filesystem recreates the parent "directory" marker after a
+        delete, which would leave an object behind every removed file: S3 objects go through boto3."""
+        path = location if isinstance(location, str) else location.location
+        if not path.startswith("s3://"):
+            super().delete(location)
+            return
+        bucket, key = s3_object(path)
+        self.client.delete_object(Bucket=bucket, Key=key)
+
     def remove_empty_markers(self, location: str) -> None:
         """Delete the zero-byte "directory" objects (keys ending in /) some writers leave under
         `location`, each only if no other object lies under it: like removing empty directories."""

@@ -522,6 +522,8 @@ class CatalogService:
                 for entry in staged:
                     now = batch.view.pointer(TABLE, entry.ident)
                     if now != entry.base:
+                        if entry.base is None:  # a concurrent create of the same table won
+                            raise TableAlreadyExistsError(f"Table already exists: {entry.ident}")
                         raise _Stale
                     if entry.base is None:
                         _require_namespace(batch.view, entry.ident.namespace)

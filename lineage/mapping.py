@@ -108,7 +108,7 @@ class LineageNames:
     def of(self, warehouse: str | None) -> LineageNames:
         """The names of `warehouse`'s datasets (the default warehouse's for None or an unknown one)."""
         if warehouse in self.warehouses:
-            return LineageNames(self.warehouses[warehouse], self.warehouses)
+            return LineageNames(self.warehouses[warehouse])  # one warehouse's names: nothing to resolve
         return self
 
     def dataset_name(self, namespace: list[str], name: str) -> str:

@@ -1,12 +1,15 @@
 """The Parquet raw lane: plain Parquet files with the metadata columns, no catalog.
 
 One `finish()` is one file, named after its span, so replaying a span with the
-same boundaries finds the file already there and writes nothing. A file is
-written under a temporary name, synced and renamed: it is whole or absent.
+same boundaries finds the file already there and writes nothing. On local disk
+a file is written under a temporary name, synced and renamed: it is whole or
+absent. Under `s3://bucket/prefix` it is one conditional PUT (`If-None-Match`),
+which is whole or absent too, and never replaces a file a replay finds there.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from pathlib import Path
 
@@ -15,6 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from catalog.metadata_files import make_dirs_durably, publish_durably
+from catalog.object_storage import ObjectExistsError, ObjectStorageIO, S3Options
 from sinks.columns import DEFAULT_PREFIX, MetadataColumns, now
 from sinks.contract import CommitInfo, OffsetSpan, OneStreamSink, SourceFields, row_offsets
 
@@ -29,9 +33,17 @@ class ParquetSink(OneStreamSink):
     """`BatchSink` writing one Parquet file per `finish()` into `directory`."""
 
     def __init__(
-        self, directory: str | Path, *, prefix: str = DEFAULT_PREFIX, compression: str = "zstd"
+        self,
+        directory: str | Path,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        compression: str = "zstd",
+        s3: S3Options | None = None,
     ) -> None:
-        self.directory = Path(directory)
+        """`directory`: a local directory, or `s3://bucket/prefix` reached with `s3` (default: the
+        AWS environment and config chain)."""
+        self.objects = ObjectStorageIO(s3 or S3Options()) if str(directory).startswith("s3://") else None
+        self.directory = str(directory).rstrip("/") if self.objects else Path(directory)
         self.columns = MetadataColumns(prefix)
         self.compression = compression
         self._batches: list[pa.RecordBatch] = []
@@ -48,13 +60,25 @@ class ParquetSink(OneStreamSink):
 
     def _commit(self, span: OffsetSpan) -> CommitInfo:
         batches, self._batches = self._batches, []
+        emitted = now()
+        table = pa.Table.from_batches([self.columns.with_emit_ts(b, emitted) for b in batches])
+        if self.objects is not None:
+            return self._put(table, f"{self.directory}/{span_file_name(span)}")
+        assert isinstance(self.directory, Path)
         final = self.directory / span_file_name(span)
         if final.exists():  # this span was written before: replaying it adds nothing
             return CommitInfo(str(final), None)
         make_dirs_durably(self.directory)
-        emitted = now()
-        table = pa.Table.from_batches([self.columns.with_emit_ts(b, emitted) for b in batches])
         temporary = final.with_name(final.name + ".tmp")
         pq.write_table(table, temporary, compression=self.compression)
         publish_durably(temporary, final)
         return CommitInfo(str(final), None)
+
+    def _put(self, table: pa.Table, location: str) -> CommitInfo:
+        assert self.objects is not None
+        buffer = pa.BufferOutputStream()
+        pq.write_table(table, buffer, compression=self.compression)
+        # A span written before is there already: replaying it adds nothing.
+        with contextlib.suppress(ObjectExistsError):
+            self.objects.create_exclusively(location, buffer.getvalue().to_pybytes())
+        return CommitInfo(location, None)

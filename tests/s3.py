@@ -19,6 +19,7 @@ from typing import Any
 
 import httpx
 
+from catalog.object_storage import S3Options
 from tests.server import free_port
 
 ACCOUNT = "123456789012"
@@ -109,6 +110,10 @@ class MotoS3:
         return boto3.session.Session().client(
             service, endpoint_url=self.endpoint, region_name=REGION, **credentials
         )
+
+    def options(self) -> S3Options:
+        """The server's credentials as storage options, path-style."""
+        return S3Options(self.endpoint, REGION, True, self.access_key_id, self.secret_access_key)
 
     def server_env(self) -> dict[str, str]:
         """The environment of an isbre server using these as its own credentials (the AWS chain)."""

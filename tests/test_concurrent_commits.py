@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import threading
 
+import httpx
 import pyarrow as pa
 import pytest
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.exceptions import CommitFailedException
 
-from tests.server import IsbreServer
+from tests.server import ID_SCHEMA, IsbreServer
 
 SCHEMA = pa.schema([pa.field("writer", pa.int64()), pa.field("seq", pa.int64())])
 
@@ -107,3 +108,21 @@ def test_concurrent_property_commits_rebase_on_the_server(server: IsbreServer, n
         thread.join()
     properties = RestCatalog("check", uri=server.url).load_table(name).properties
     assert {f"w{w}-{i}" for w in range(8) for i in range(10)} <= set(properties)
+
+
+def test_racing_creates_of_one_table_give_one_table_and_409s(server: IsbreServer, namespace: str) -> None:
+    url = f"{server.url}/v1/isbre/namespaces/{namespace}/tables"
+    answers: list[int] = []
+
+    def create() -> None:
+        answers.append(httpx.post(url, json={"name": "t", "schema": ID_SCHEMA}, timeout=30).status_code)
+
+    racers = [threading.Thread(target=create) for _ in range(8)]
+    for racer in racers:
+        racer.start()
+    for racer in racers:
+        racer.join()
+    assert sorted(answers) == [200] + [409] * 7
+    winner = httpx.get(f"{url}/t").json()["metadata-location"]
+    # The losers removed the metadata files they wrote.
+    assert [p.as_uri() for p in server.warehouse.joinpath(namespace).rglob("*.metadata.json")] == [winner]

@@ -68,3 +68,24 @@ def test_an_overwrite_is_an_overwrite_lifecycle_change(catalog: LmdbCatalog) -> 
     assert lifecycles[0] == (None, "CREATE")
     assert ("append", None) in lifecycles
     assert ("overwrite", "OVERWRITE") in lifecycles
+
+
+def test_a_table_of_another_warehouse_has_that_warehouses_namespace(catalog: LmdbCatalog) -> None:
+    catalog.create_namespace("db")
+    catalog.create_table("db.t", schema=pa.schema([pa.field("a", pa.int64())]))
+    service = catalog.service
+    names = LineageNames("isbre://test/isbre", {"scratch": "isbre://test/scratch"})
+    mapper = LineageMapper(names, service.table_metadata_or_none)
+    (run,) = group_runs(list(service.records()))
+    assert run[0].warehouse == "isbre"  # the embedded catalog's one warehouse
+    seen = {}
+    for warehouse in ("isbre", "scratch", None):
+        run[0].warehouse = warehouse
+        complete = json.loads(Serde.to_json(mapper.run_events(run)[1]))
+        validate(complete)
+        seen[warehouse] = (complete["job"]["namespace"], complete["outputs"][0]["namespace"])
+    assert seen == {
+        "isbre": ("isbre://test/isbre", "isbre://test/isbre"),
+        "scratch": ("isbre://test/scratch", "isbre://test/scratch"),
+        None: ("isbre://test/isbre", "isbre://test/isbre"),  # a record from before warehouses had names
+    }

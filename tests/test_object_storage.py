@@ -7,6 +7,8 @@ import hashlib
 import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,10 +21,12 @@ import pytest
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.utils.concurrent import ExecutorFactory
 
+from catalog.object_storage import ObjectStorageIO
+from sinks.parquet import ParquetSink
 from tests import duck
 from tests.s3 import REGION, MotoS3
 from tests.server import ID_SCHEMA, IsbreServer
-from tests.sink_helpers import crash_and_replay
+from tests.sink_helpers import crash_and_replay, rows, span
 
 READER, WRITER = "reader-token", "writer-token"
 PRINCIPALS = [
@@ -283,22 +287,27 @@ def test_a_local_and_an_s3_warehouse_side_by_side(on_s3: IsbreServer) -> None:
 def test_metadata_is_never_overwritten_and_a_failed_commit_leaves_nothing(
     on_s3: IsbreServer, moto: MotoS3
 ) -> None:
-    lake = catalog(on_s3, WRITER)
-    lake.create_namespace("conditional")
-    table = lake.create_table("conditional.t", schema=SCHEMA)
-    prefix = table.metadata.location.removeprefix("s3://lake/")
-    before = set(moto.keys("lake", prefix))
-    stale = {
-        "requirements": [{"type": "assert-table-uuid", "uuid": "00000000-0000-0000-0000-000000000000"}],
-        "updates": [{"action": "set-properties", "updates": {"k": "v"}}],
-    }
-    response = httpx.post(
-        f"{on_s3.url}/v1/isbre/namespaces/conditional/tables/t",
-        json=stale,
-        headers={"Authorization": f"Bearer {WRITER}"},
-    )
-    assert response.status_code == 409
-    assert set(moto.keys("lake", prefix)) == before
+    auth = {"Authorization": f"Bearer {WRITER}"}
+    httpx.post(f"{on_s3.url}/v1/isbre/namespaces", json={"namespace": ["racing"]}, headers=auth)
+    answers: list[int] = []
+
+    def create() -> None:
+        body = {"name": "t", "schema": ID_SCHEMA}
+        url = f"{on_s3.url}/v1/isbre/namespaces/racing/tables"
+        answers.append(httpx.post(url, json=body, headers=auth, timeout=30).status_code)
+
+    # Each create writes its own metadata file before the pointer commits; one wins.
+    racers = [threading.Thread(target=create) for _ in range(8)]
+    for racer in racers:
+        racer.start()
+    for racer in racers:
+        racer.join()
+    assert sorted(answers) == [200] + [409] * 7
+    winner = httpx.get(f"{on_s3.url}/v1/isbre/namespaces/racing/tables/t", headers=auth).json()
+    # The losers removed what they wrote: the winner's file is the only object left.
+    assert moto.keys("lake", "wh/racing/") == [winner["metadata-location"].removeprefix("s3://lake/")]
+    with pytest.raises(FileExistsError):
+        ObjectStorageIO(moto.options()).create_exclusively(winner["metadata-location"], b"{}")
 
 
 def commit_until_killed(
@@ -369,6 +378,33 @@ def test_the_sink_is_exactly_once_on_s3(on_s3: IsbreServer, moto: MotoS3, tmp_pa
         open_server.stop()
 
 
+def test_ingest_and_the_raw_lane_write_to_s3_once(moto: MotoS3, tmp_path: Path) -> None:
+    open_server = s3_server(moto, tmp_path / "open")
+    try:
+        landing = tmp_path / "landing.csv"
+        landing.write_text("n,label\n1,a\n2,b\n3,c\n")
+        command = [sys.executable, "-m", "rest.cli", "ingest", str(landing), "--table", "ingested.rows"]
+        command += ["--uri", open_server.url]
+        for _ in range(2):  # the second run finds the file's rows covered
+            done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+            assert done.returncode == 0, done.stderr
+        table = RestCatalog("isbre", uri=open_server.url).load_table("ingested.rows")
+        assert sorted(table.scan().to_arrow()["n"].to_pylist()) == [1, 2, 3]
+        assert table.metadata.location.startswith("s3://lake/wh/ingested/")
+    finally:
+        open_server.stop()
+
+    raw = "s3://lake/raw/orders"
+    for _ in range(2):  # a replay of the same span writes nothing
+        sink = ParquetSink(raw, s3=moto.options())
+        sink.push(rows(0, 100), span(0, 100))
+        written = sink.finish()[0].table
+    (key,) = moto.keys("lake", "raw/orders/")
+    assert written == f"s3://lake/{key}"
+    head = moto.client("s3").head_object(Bucket="lake", Key=key)
+    assert head["ContentLength"] > 0
+
+
 def test_vending_can_be_switched_off_per_warehouse(moto: MotoS3, tmp_path: Path) -> None:
     env: dict[str, Any] = moto.server_env() | {
         "ISBRE_DELEGATION__VENDED_CREDENTIALS": "false",
@@ -420,6 +456,9 @@ def test_purge_deletes_the_tables_own_objects_only(on_s3: IsbreServer, moto: Mot
         lake.create_table(f"purging.{name}", schema=SCHEMA).append(pa.table({"id": [1]}, schema=SCHEMA))
     kept = set(moto.keys("lake", "wh/purging/kept-"))
     gone_too = set(moto.keys("lake", "wh/purging/gone_too-"))
+    # Hadoop-style writers leave zero-byte "directory" objects; an empty one goes with the table.
+    root = lake.load_table("purging.gone").metadata.location.removeprefix("s3://lake/")
+    moto.client("s3").put_object(Bucket="lake", Key=f"{root}/data/", Body=b"")
     lake.purge_table("purging.gone")
     assert moto.keys("lake", "wh/purging/gone-") == []
     assert set(moto.keys("lake", "wh/purging/kept-")) == kept
