@@ -240,14 +240,17 @@ class CatalogService:
         hook = _after_mutation.get()
         if hook is None:
             return self._run(mutation)
-        _after_mutation.set(None)  # the hook belongs to the operation's first mutation only
 
         def hooked(batch: Batch) -> T:
             result = mutation(batch)
             hook(batch, result)
             return result
 
-        return self._run(hooked)
+        result = self._run(hooked)
+        # The hook belongs to the operation's first mutation that commits: an attempt that lost a
+        # race and is staged again keeps it (a rolled-back attempt stored nothing).
+        _after_mutation.set(None)
+        return result
 
     # -- idempotent responses
 

@@ -48,9 +48,12 @@ def status_path(store: Path) -> Path:
     return store.parent / STATUS_FILE
 
 
-def read_status(store: Path) -> OutboxStatus | None:
+def read_status(store: Path) -> tuple[OutboxStatus, int | None] | None:
+    """The worker's last status and its process id."""
     try:
-        return OutboxStatus(**json.loads(status_path(store).read_text()))
+        found = json.loads(status_path(store).read_text())
+        pid = found.pop("pid", None)
+        return OutboxStatus(**found), pid
     except (OSError, ValueError, TypeError):
         return None
 
@@ -58,7 +61,7 @@ def read_status(store: Path) -> OutboxStatus | None:
 def _write_status(store: Path, status: OutboxStatus) -> None:
     path = status_path(store)
     temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(json.dumps(asdict(status)))
+    temporary.write_text(json.dumps({"pid": os.getpid(), **asdict(status)}))
     os.replace(temporary, path)
 
 
@@ -179,10 +182,47 @@ class LineageWorker:
 
     @property
     def status(self) -> OutboxStatus:
-        delivered = self._service.consumer_cursor(CURSOR) or 0
-        status = read_status(self._store) or OutboxStatus()
-        status.delivered_seq = max(status.delivered_seq, delivered)
-        return status
+        return observed_status(self._service, self._store)
 
     def backlog(self) -> int:
-        return self._service.commit_seq() - (self._service.consumer_cursor(CURSOR) or 0)
+        return backlog(self._service)
+
+
+def observed_status(service: CatalogService, store: Path) -> OutboxStatus:
+    delivered = service.consumer_cursor(CURSOR) or 0
+    found = read_status(store)
+    status = found[0] if found else OutboxStatus()
+    status.delivered_seq = max(status.delivered_seq, delivered)
+    return status
+
+
+def backlog(service: CatalogService) -> int:
+    return service.commit_seq() - (service.consumer_cursor(CURSOR) or 0)
+
+
+class LineageObserver:
+    """The lineage worker as a server's worker process sees it: the supervisor runs it; its status
+    file and the store's cursor say how it does."""
+
+    def __init__(self, service: CatalogService, store: Path) -> None:
+        self._service = service
+        self._store = store
+
+    @property
+    def pid(self) -> int | None:
+        found = read_status(self._store)
+        pid = found[1] if found else None
+        if pid is None:
+            return None
+        try:
+            os.kill(pid, 0)
+        except OSError:
+            return None
+        return pid
+
+    @property
+    def status(self) -> OutboxStatus:
+        return observed_status(self._service, self._store)
+
+    def backlog(self) -> int:
+        return backlog(self._service)

@@ -25,15 +25,16 @@ from events.fanout import FanoutOptions, FanoutProcess
 from events.retention import trim_periodically
 from lineage.config import openlineage_configured
 from lineage.mapping import LineageNames
-from lineage.worker import LineageWorker
+from lineage.worker import LineageObserver, LineageWorker
 from rest import errors, health, metrics, namespaces, tables, views
 from rest.access import PUBLIC, READER, check_every_route_has_a_rule
 from rest.auth import Authenticator, AuthMiddleware, FailureLimit, token_response
 from rest.delegation import Delegation
 from rest.guard import LOOPBACK_NAMES, RequestGuard
-from rest.metrics import RequestMetrics, RouteCapture, RouteTemplates
+from rest.metrics import RequestMetrics, RouteCapture, RouteTemplates, own_counts
 from rest.prefix import PrefixAliases
 from rest.settings import Settings, warehouses
+from rest.shared_counters import SharedCounters
 from rest.wire import json_response
 
 log = logging.getLogger(__name__)
@@ -60,7 +61,8 @@ def lineage_names(settings: Settings) -> LineageNames:
     return LineageNames(default, {name: f"{base}/{name}" for name in settings.warehouses})
 
 
-def _start_lineage(settings: Settings, services: list[CatalogService]) -> LineageWorker | None:
+def lineage_delivery(settings: Settings) -> dict[str, str] | None:
+    """Where the lineage worker delivers; None when lineage is off."""
     # Passed in the environment, never on the command line: a transport and a key are secrets.
     delivery: dict[str, str] = {}
     if settings.lineage_transport:
@@ -70,6 +72,13 @@ def _start_lineage(settings: Settings, services: list[CatalogService]) -> Lineag
         if settings.lineage_api_key:
             delivery["api_key"] = settings.lineage_api_key
     elif not openlineage_configured():
+        return None
+    return delivery
+
+
+def start_lineage(settings: Settings, services: list[CatalogService]) -> LineageWorker | None:
+    delivery = lineage_delivery(settings)
+    if delivery is None:
         log.info("lineage is off: no OpenLineage transport is configured")
         return None
     served = [
@@ -114,7 +123,10 @@ def _start_fanout(settings: Settings, service: CatalogService) -> FanoutProcess 
     return fanout
 
 
-def create_app(settings: Settings) -> FastAPI:
+def create_app(settings: Settings, worker: bool = False) -> FastAPI:
+    """The app; `worker`: one of several server processes, whose supervisor runs the lineage
+    worker (each worker process runs its own events fan-out process)."""
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         services = open_warehouses(
@@ -147,7 +159,12 @@ def create_app(settings: Settings) -> FastAPI:
                 keep_keys_us=2 * settings.idempotency_key_lifetime_minutes * 60 * 10**6,
             )
         )
-        app.state.outbox = _start_lineage(settings, services)
+        if not worker:
+            app.state.outbox = start_lineage(settings, services)
+        elif lineage_delivery(settings) is not None:  # the supervisor runs the lineage worker
+            app.state.outbox = LineageObserver(service, settings.store_path())
+        else:
+            app.state.outbox = None
         app.state.fanout = _start_fanout(settings, service)
         # Commits another process makes on this store (an embedded catalog, a tool) reach the
         # streams too; the lineage worker polls the log on its own.
@@ -156,6 +173,11 @@ def create_app(settings: Settings) -> FastAPI:
         if app.state.fanout is not None:
             feed.follow(app.state.fanout.wake)
         feed.start()
+        if worker:
+            app.state.shared_counters = SharedCounters(settings.store_path())
+            publishing = asyncio.create_task(
+                app.state.shared_counters.publish_periodically(lambda: own_counts(app.state))
+            )
         for each in services:
             log.info("isbre warehouse %r at %s", each.name, each.warehouse)
         try:
@@ -163,6 +185,9 @@ def create_app(settings: Settings) -> FastAPI:
         finally:
             feed.close()
             trimming.cancel()
+            if worker:
+                publishing.cancel()
+                app.state.shared_counters.close()
             if app.state.fanout is not None:
                 app.state.fanout.stop()
             if app.state.outbox is not None:
@@ -183,6 +208,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.metrics_reports = Counter()
     app.state.event_streams = 0  # served in this process
     app.state.fanout = None
+    app.state.shared_counters = None
     app.state.http_requests = Counter()
     errors.install(app)
 

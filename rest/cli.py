@@ -28,9 +28,8 @@ def _serve(args: argparse.Namespace) -> int:
     from rest.serve import serve
     from rest.settings import load_settings
 
-    serve(
-        load_settings(args.config, host=args.host, port=args.port, warehouse=args.warehouse, store=args.store)
-    )
+    flags = {"host": args.host, "port": args.port, "warehouse": args.warehouse, "store": args.store}
+    serve(load_settings(args.config, workers=args.workers, **flags))
     return 0
 
 
@@ -185,6 +184,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--warehouse", help="the default warehouse: a directory or s3://bucket/prefix (default ./warehouse)"
     )
     serve.add_argument("--store", type=Path, help=STORE_HELP)
+    serve.add_argument(
+        "--workers", type=int, help="server processes on the port (default: the cores, at most max_workers)"
+    )
     serve.add_argument("--config", type=Path, help="TOML settings file")
     serve.set_defaults(prog=serve.prog, handler=_serve)
 

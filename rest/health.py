@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request, Response
@@ -78,6 +79,7 @@ def health(request: Request) -> Response:
     events = events_health(request.app.state)
     body = {
         "status": "degraded" if degraded or events["status"] != "ok" else "ok",
+        "process": os.getpid(),  # with several workers, the one that answered
         "components": {
             "store": {"status": "ok", "commit_seq": high, "oldest_commit_seq": floor},
             "writer": {

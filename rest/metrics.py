@@ -6,12 +6,14 @@ from collections import Counter
 from collections.abc import Iterable
 
 from fastapi import APIRouter, Depends, Request, Response
+from starlette.datastructures import State
 from starlette.routing import compile_path
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from catalog.writer import WriterStats
 from events.sse import open_streams
 from rest.access import PUBLIC
+from rest.shared_counters import Counts
 
 router = APIRouter(dependencies=[Depends(PUBLIC)])
 
@@ -96,11 +98,19 @@ class RouteCapture:
                 holder.append(getattr(route, "path", "?"))
 
 
+def own_counts(state: State) -> Counts:
+    return Counts(state.service.writer.stats, state.http_requests, state.metrics_reports, open_streams(state))
+
+
 @router.get("/metrics")
 def metrics(request: Request) -> Response:
-    service = request.app.state.service
-    stats = service.writer.stats
-    reports = request.app.state.metrics_reports
+    """This process's counters, or with several workers the sum of every worker's."""
+    state = request.app.state
+    service = state.service
+    counts = own_counts(state)
+    if state.shared_counters is not None:
+        counts = state.shared_counters.total(counts)
+    stats, reports = counts.writer, counts.reports
     blocks = [
         _line(
             "isbre_commit_batches_total",
@@ -117,9 +127,7 @@ def metrics(request: Request) -> Response:
         _line(
             "isbre_commit_seq", "gauge", "Highest commit_seq in the commit log.", [("", service.commit_seq())]
         ),
-        _line(
-            "isbre_event_streams", "gauge", "Open SSE event streams.", [("", open_streams(request.app.state))]
-        ),
+        _line("isbre_event_streams", "gauge", "Open SSE event streams.", [("", counts.streams)]),
         _line(
             "isbre_store_capacity_bytes",
             "gauge",
@@ -144,7 +152,7 @@ def metrics(request: Request) -> Response:
     blocks.append(
         _histogram("isbre_commit_latency_seconds", "Submission to durable answer, per mutation.", stats)
     )
-    requests = request.app.state.http_requests
+    requests = counts.requests
     blocks.append(
         _line(
             "isbre_http_requests_total",

@@ -11,10 +11,12 @@ from pathlib import Path
 
 import uvicorn
 
-from rest.app import create_app
+from catalog.warehouses import open_warehouses
+from rest.app import create_app, start_lineage
 from rest.cli import RefusedError
 from rest.connections import guarded_protocol
-from rest.settings import Settings
+from rest.settings import Settings, warehouses
+from rest.workers import hand_down
 
 SERVER_LOCK = "isbre-serve.lock"
 _claimed: list[int] = []  # the lock's descriptor, held open for the life of the process
@@ -45,15 +47,34 @@ def serve(settings: Settings) -> None:
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     _raise_open_files_limit()
-    uvicorn.run(
-        create_app(settings),
-        host=settings.host,
-        port=settings.port,
-        log_level=settings.log_level.lower(),
-        access_log=False,
-        http=guarded_protocol(settings.max_header_kb << 10, settings.header_timeout_seconds),
-        timeout_keep_alive=settings.keepalive_timeout_seconds,
-    )
+    common = {
+        "host": settings.host,
+        "port": settings.port,
+        "log_level": settings.log_level.lower(),
+        "access_log": False,
+        "timeout_keep_alive": settings.keepalive_timeout_seconds,
+    }
+    workers = settings.worker_count()
+    if workers == 1:
+        protocol = guarded_protocol(settings.max_header_kb << 10, settings.header_timeout_seconds)
+        uvicorn.run(create_app(settings), http=protocol, **common)
+        return
+    settings = hand_down(settings)
+    # The supervisor runs what there is one of per server: the lineage worker.
+    services = open_warehouses(settings.store_path(), warehouses(settings))
+    lineage = start_lineage(settings, services)
+    try:
+        uvicorn.run(
+            "rest.workers:worker_app",
+            factory=True,
+            workers=workers,
+            http="rest.workers:WorkerHttpProtocol",
+            **common,
+        )
+    finally:
+        if lineage is not None:
+            lineage.stop()
+        services[0].close()
 
 
 def _claim_store(store: Path) -> str | None:

@@ -107,6 +107,10 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="ISBRE_", env_nested_delimiter="__", extra="forbid")
 
     host: str = Field("127.0.0.1", description="Address to listen on.")
+    workers: int | None = Field(
+        None, ge=1, description="Server processes on the port (default: the cores, up to max_workers)."
+    )
+    max_workers: int = Field(8, ge=1, description="Cap on the default number of worker processes.")
     port: int = Field(8181, ge=0, le=65535, description="Port to listen on (0 picks a free one).")
     warehouse: str = Field(
         "warehouse", description="The default warehouse's root: a directory, or s3://bucket/prefix."
@@ -208,6 +212,11 @@ class Settings(BaseSettings):
                     f"warehouse name {name!r} must be letters, digits, '-' or '_', and not the prefix"
                 )
         return self
+
+    def worker_count(self) -> int:
+        import os
+
+        return self.workers or max(1, min(os.cpu_count() or 1, self.max_workers))
 
     def served(self) -> list[tuple[str, WarehouseSettings]]:
         """Every warehouse, the default (named `prefix`) first."""

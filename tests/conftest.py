@@ -21,10 +21,22 @@ def no_server_outlives_its_test() -> Iterator[None]:
     del IsbreServer.started[before:]
 
 
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A module with `SERVER_WORKERS = (1, 2)` runs its tests against a server of each size."""
+    sizes = getattr(metafunc.module, "SERVER_WORKERS", None)
+    if sizes and "workers" in metafunc.fixturenames:
+        metafunc.parametrize("workers", sizes, ids=[f"{n}-worker" for n in sizes], scope="module")
+
+
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IsbreServer]:
-    """One isbre server per test module; tests keep apart by namespace."""
-    running = IsbreServer(tmp_path_factory.mktemp("isbre") / "warehouse").start()
+def workers() -> int:
+    return 1
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, workers: int) -> Iterator[IsbreServer]:
+    """One isbre server per test module (per worker count); tests keep apart by namespace."""
+    running = IsbreServer(tmp_path_factory.mktemp("isbre") / "warehouse", workers=workers).start()
     yield running
     running.stop()
 

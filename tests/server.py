@@ -37,11 +37,13 @@ class IsbreServer:
         port: int | None = None,
         env: dict[str, str] | None = None,
         store: Path | None = None,
+        workers: int = 1,
     ) -> None:
         """`warehouse`: a directory, or an s3:// root (then `store` is the LMDB directory, and the
         log goes beside it)."""
         self.warehouse = warehouse
         self.store = store
+        self.workers = workers
         self.port = port or free_port()
         self.env = env or {}
         self.process: subprocess.Popen[bytes] | None = None
@@ -55,7 +57,7 @@ class IsbreServer:
 
     def start(self, timeout: float = 30.0) -> IsbreServer:
         command = [sys.executable, "-m", "rest.cli", "serve", "--port", str(self.port)]
-        command += ["--warehouse", str(self.warehouse)]
+        command += ["--warehouse", str(self.warehouse), "--workers", str(self.workers)]
         if self.store is not None:
             command += ["--store", str(self.store)]
         log = self.log_path.open("ab")

@@ -9,11 +9,13 @@ import uuid
 from pathlib import Path
 
 import httpx
+import pytest
 
 from catalog import CatalogService
 from catalog.lmdb_store import LmdbStore
 from catalog.records import now_us
-from catalog.service import TRIM_CHUNK
+from catalog.service import TRIM_CHUNK, _Stale, after_mutation
+from catalog.writer import Batch
 from tests.server import ID_SCHEMA as SCHEMA
 from tests.server import IsbreServer
 
@@ -176,3 +178,23 @@ def test_trimming_100000_keys_holds_the_writer_under_10_ms_at_a_time(tmp_path: P
     with store.read() as view:
         assert view.idempotent_response("fresh") is not None
     store.close()
+
+
+def test_the_hook_stays_with_an_operation_whose_first_attempt_lost_a_race(service: CatalogService) -> None:
+    """A commit staged again after another process moved the table keeps its Idempotency-Key
+    hook: the attempt that commits stores the key (else a second worker could commit it twice)."""
+    attempts: list[int] = []
+    hooked: list[int] = []
+
+    def mutation(batch: Batch) -> int:
+        attempts.append(len(attempts))
+        if len(attempts) == 1:
+            raise _Stale  # lost the pointer swap: rolled back, staged again
+        return attempts[-1]
+
+    with after_mutation(lambda batch, result: hooked.append(result)):
+        with pytest.raises(_Stale):
+            service._mutate(mutation)
+        assert service._mutate(mutation) == 1
+        service._mutate(lambda batch: None)  # a later mutation of the same operation: no hook
+    assert hooked == [1]

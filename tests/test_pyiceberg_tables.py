@@ -14,6 +14,9 @@ from pyiceberg.types import DoubleType, LongType, StringType
 
 from catalog.metadata_files import local_path
 
+# The REST suite runs against one server process and against two workers on one store.
+SERVER_WORKERS = (1, 2)
+
 ORDERS = pa.schema(
     [
         pa.field("id", pa.int32(), nullable=False),

@@ -13,6 +13,9 @@ from pyiceberg.types import LongType, NestedField
 from catalog import CatalogService, Identifier, TableChange
 from tests.server import IsbreServer
 
+# The REST suite runs against one server process and against two workers on one store.
+SERVER_WORKERS = (1, 2)
+
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=True))
 
 

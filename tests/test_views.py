@@ -12,6 +12,9 @@ from pyiceberg.view.metadata import SQLViewRepresentation, ViewRepresentation, V
 
 from tests.server import IsbreServer
 
+# The REST suite runs against one server process and against two workers on one store.
+SERVER_WORKERS = (1, 2)
+
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=True), NestedField(2, "name", StringType()))
 
 

@@ -1,0 +1,101 @@
+"""Counters of every worker process of one server, summed for one /metrics scrape.
+
+A scrape reaches one worker. Each worker keeps its counters in a small file
+named by its process id in a folder beside the store, rewritten four times a
+second and at each scrape; a scrape sums the files of the workers still
+running, so the other workers' counts it reports are at most a quarter second
+old. A
+worker's counts go with it when it dies, as a process restart resets
+Prometheus counters anyway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from catalog.writer import WriterStats
+
+FOLDER = "isbre-workers"
+
+
+@dataclass
+class Counts:
+    """What one process counted: the writer's batches and latencies, requests, reports, streams."""
+
+    writer: WriterStats = field(default_factory=WriterStats)
+    requests: Counter[tuple[str, str, int]] = field(default_factory=Counter)
+    reports: Counter[str] = field(default_factory=Counter)
+    streams: int = 0
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "writer": asdict(self.writer),
+                "requests": [[*key, count] for key, count in self.requests.items()],
+                "reports": dict(self.reports),
+                "streams": self.streams,
+            }
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> Counts:
+        raw: dict[str, Any] = json.loads(text)
+        writer = WriterStats(**{**raw["writer"], "latency_bounds": tuple(raw["writer"]["latency_bounds"])})
+        requests = Counter({(m, r, int(s)): c for m, r, s, c in raw["requests"]})
+        return cls(writer, requests, Counter(raw["reports"]), raw["streams"])
+
+    def add(self, other: Counts) -> None:
+        self.writer.batches += other.writer.batches
+        self.writer.mutations += other.writer.mutations
+        self.writer.latency_sum += other.writer.latency_sum
+        self.writer.latency_counts = [
+            a + b for a, b in zip(self.writer.latency_counts, other.writer.latency_counts, strict=True)
+        ]
+        self.requests.update(other.requests)
+        self.reports.update(other.reports)
+        self.streams += other.streams
+
+
+class SharedCounters:
+    """This worker's file, and the sum over every running worker's."""
+
+    def __init__(self, store: Path) -> None:
+        self.folder = store.parent / FOLDER
+        self.folder.mkdir(exist_ok=True)
+        self.path = self.folder / f"{os.getpid()}.json"
+
+    def publish(self, counts: Counts) -> None:
+        temporary = self.path.with_suffix(".tmp")
+        temporary.write_text(counts.to_json())
+        os.replace(temporary, self.path)
+
+    def total(self, own: Counts) -> Counts:
+        self.publish(own)
+        total = Counts()
+        for path in self.folder.glob("*.json"):
+            try:
+                os.kill(int(path.stem), 0)
+            except (ValueError, OSError):
+                with contextlib.suppress(OSError):
+                    path.unlink()  # a worker that is gone
+                continue
+            with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+                total.add(Counts.from_json(path.read_text()))  # files are replaced whole
+        return total
+
+    async def publish_periodically(self, counts: Callable[[], Counts], interval: float = 0.25) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            self.publish(counts())
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.path.unlink()

@@ -1,0 +1,243 @@
+"""`isbre serve --workers 2`: several server processes on one port and one store."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.server import ID_SCHEMA, IsbreServer
+
+
+@pytest.fixture(scope="module")
+def two(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IsbreServer]:
+    running = IsbreServer(tmp_path_factory.mktemp("workers") / "warehouse", workers=2).start()
+    httpx.post(f"{running.url}/v1/isbre/namespaces", json={"namespace": ["w"]}).raise_for_status()
+    yield running
+    running.stop()
+
+
+def create(server: IsbreServer, namespace: str, name: str) -> None:
+    url = f"{server.url}/v1/isbre/namespaces/{namespace}/tables"
+    httpx.post(url, json={"name": name, "schema": ID_SCHEMA}).raise_for_status()
+
+
+def answering_processes(server: IsbreServer, connections: int = 40) -> set[int]:
+    """The worker processes that answer fresh connections."""
+    found = set()
+    for _ in range(connections):
+        with httpx.Client() as client:  # a new connection each time: the kernel spreads them
+            found.add(client.get(f"{server.url}/health").json()["process"])
+    return found
+
+
+def commit_many(
+    server: IsbreServer,
+    tables: list[str],
+    writers: int,
+    commits: int,
+    acknowledged: list[tuple[str, str, int]],
+) -> None:
+    """`writers` threads, half on connections to each worker, each setting its own key of its table
+    to 0..commits-1 until the server goes away."""
+    clients = connections_to_each_worker(server, each=(writers + 1) // 2)
+
+    def work(w: int) -> None:
+        table, key, client = tables[w % len(tables)], f"k{w}", clients[w]
+        for value in range(commits):
+            body = {"updates": [{"action": "set-properties", "updates": {key: str(value)}}]}
+            try:
+                response = client.post(f"{server.url}/v1/isbre/namespaces/w/tables/{table}", json=body)
+            except httpx.TransportError:
+                return
+            if response.status_code == 200:
+                acknowledged.append((table, key, value))
+
+    threads = [threading.Thread(target=work, args=(w,)) for w in range(writers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for client in clients:
+        client.close()
+
+
+def assert_present(server: IsbreServer, acknowledged: list[tuple[str, str, int]]) -> None:
+    newest: dict[tuple[str, str], int] = {}
+    for table, key, value in acknowledged:
+        newest[(table, key)] = max(value, newest.get((table, key), -1))
+    for (table, key), value in newest.items():
+        properties = httpx.get(f"{server.url}/v1/isbre/namespaces/w/tables/{table}").json()["metadata"]
+        assert int(properties["properties"][key]) >= value, (table, key)
+
+
+def commit_seqs(server: IsbreServer, after: int) -> list[int]:
+    """Every commit_seq after `after`, from the log (the pull endpoint pages through it)."""
+    seqs, body = [], {"page-size": 1000}
+    while True:
+        page = httpx.post(f"{server.url}/v1/isbre/events", json=body).json()
+        seqs += [int(e["event-id"]) for e in page["events"]]
+        if not page["events"]:
+            return [s for s in seqs if s > after]
+        body = {"page-size": 1000, "continuation-token": page["continuation-token"]}
+
+
+def commits_answered(server: IsbreServer) -> float:
+    """Table commits answered 200, as one /metrics scrape counts them."""
+    wanted = (
+        'isbre_http_requests_total{method="POST",route="/namespaces/{namespace}/tables/{table}",status="200"}'
+    )
+    lines = httpx.get(f"{server.url}/metrics").text.splitlines()
+    return sum(float(line.split()[-1]) for line in lines if line.startswith(wanted))
+
+
+def test_commits_through_both_workers_to_one_and_many_tables_are_gapless(two: IsbreServer) -> None:
+    tables = [f"t{uuid.uuid4().hex[:6]}_{i}" for i in range(4)]
+    for table in tables:
+        create(two, "w", table)
+    before, answered_before = two.high_water(), commits_answered(two)
+    acknowledged: list[tuple[str, str, int]] = []
+    commit_many(two, tables[:1], writers=6, commits=20, acknowledged=acknowledged)  # one table
+    commit_many(two, tables, writers=8, commits=20, acknowledged=acknowledged)  # many tables
+    assert len(acknowledged) == 6 * 20 + 8 * 20
+    assert_present(two, acknowledged)
+    assert commit_seqs(two, before) == list(range(before + 1, before + 1 + len(acknowledged)))
+    # One scrape counts the commits every worker answered (other workers' shares: a quarter second old).
+    deadline = time.monotonic() + 5
+    while commits_answered(two) - answered_before != len(acknowledged) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert commits_answered(two) - answered_before == len(acknowledged)
+
+
+def connections_to_each_worker(server: IsbreServer, each: int = 4) -> list[httpx.Client]:
+    """Kept-alive connections, `each` to every worker (a connection stays with the worker that
+    accepted it)."""
+    by_process: dict[int, list[httpx.Client]] = {}
+    for _ in range(200):
+        client = httpx.Client(timeout=30)
+        process = client.get(f"{server.url}/health").json()["process"]
+        if len(by_process.setdefault(process, [])) < each:
+            by_process[process].append(client)
+        else:
+            client.close()
+        if len(by_process) == 2 and all(len(c) == each for c in by_process.values()):
+            return [client for clients in by_process.values() for client in clients]
+    raise AssertionError(f"could not reach both workers: {sorted(by_process)}")
+
+
+def test_one_idempotency_key_sent_to_both_workers_commits_once(two: IsbreServer) -> None:
+    table = f"idem_{uuid.uuid4().hex[:6]}"
+    create(two, "w", table)
+    before = two.high_water()
+    key = str(uuid.uuid4())
+    body = {"updates": [{"action": "set-properties", "updates": {"once": "yes"}}]}
+    url = f"{two.url}/v1/isbre/namespaces/w/tables/{table}"
+    clients = connections_to_each_worker(two)
+    answers: list[httpx.Response] = []
+    go = threading.Barrier(len(clients))
+
+    def send(client: httpx.Client) -> None:
+        go.wait()
+        answers.append(client.post(url, json=body, headers={"Idempotency-Key": key}))
+
+    senders = [threading.Thread(target=send, args=(client,)) for client in clients]
+    for sender in senders:
+        sender.start()
+    for sender in senders:
+        sender.join()
+    for client in clients:
+        client.close()
+    assert {a.status_code for a in answers} == {200}
+    assert len({a.json()["metadata-location"] for a in answers}) == 1
+    assert two.high_water() == before + 1
+
+
+def test_a_subscriber_sees_every_workers_commits_in_order(two: IsbreServer) -> None:
+    table = f"sse_{uuid.uuid4().hex[:6]}"
+    create(two, "w", table)
+    start = two.high_water()
+    seen: list[int] = []
+    ready = threading.Event()
+
+    def follow() -> None:
+        with httpx.stream("GET", f"{two.url}/v1/events", params={"after": start}, timeout=60) as stream:
+            ready.set()
+            for line in stream.iter_lines():
+                if line.startswith("data:"):
+                    seen.append(json.loads(line[5:])["commit_seq"])
+                    if len(seen) == 80:
+                        return
+
+    follower = threading.Thread(target=follow)
+    follower.start()
+    ready.wait(10)
+    commit_many(two, [table], writers=4, commits=20, acknowledged=[])
+    follower.join(60)
+    assert seen == list(range(start + 1, start + 81))
+
+
+def descendants(pid: int) -> list[int]:
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            found += [int(child), *descendants(int(child))]
+    return found
+
+
+def test_kill_9_of_one_worker_under_load(tmp_path: Path) -> None:
+    server = IsbreServer(tmp_path / "warehouse", workers=2).start()
+    try:
+        httpx.post(f"{server.url}/v1/isbre/namespaces", json={"namespace": ["w"]}).raise_for_status()
+        tables = [f"t{i}" for i in range(4)]
+        for table in tables:
+            create(server, "w", table)
+        victim = httpx.get(f"{server.url}/health").json()["process"]
+        acknowledged: list[tuple[str, str, int]] = []
+        load = threading.Thread(target=commit_many, args=(server, tables, 8, 60, acknowledged))
+        load.start()
+        while len(acknowledged) < 50:
+            time.sleep(0.01)
+        os.kill(victim, signal.SIGKILL)
+        load.join()
+        deadline = time.monotonic() + 30
+        while ((processes := answering_processes(server, 20)) and victim in processes) or len(processes) < 2:
+            assert time.monotonic() < deadline, "the dead worker was not replaced"
+            time.sleep(0.5)
+        assert victim not in processes
+        assert_present(server, acknowledged)
+        seqs = commit_seqs(server, 0)
+        assert seqs == list(range(1, len(seqs) + 1))
+    finally:
+        server.stop()
+
+
+def test_kill_9_of_the_whole_server_under_load(tmp_path: Path) -> None:
+    server = IsbreServer(tmp_path / "warehouse", workers=2).start()
+    httpx.post(f"{server.url}/v1/isbre/namespaces", json={"namespace": ["w"]}).raise_for_status()
+    tables = [f"t{i}" for i in range(4)]
+    for table in tables:
+        create(server, "w", table)
+    acknowledged: list[tuple[str, str, int]] = []
+    load = threading.Thread(target=commit_many, args=(server, tables, 8, 1000, acknowledged))
+    load.start()
+    while len(acknowledged) < 80:
+        time.sleep(0.01)
+    assert server.process is not None
+    everyone = [server.process.pid, *descendants(server.process.pid)]
+    for pid in everyone:
+        os.kill(pid, signal.SIGKILL)
+    server.process.wait()
+    load.join()
+    restarted = IsbreServer(server.warehouse, workers=2).start()
+    try:
+        assert_present(restarted, acknowledged)
+    finally:
+        restarted.stop()
