@@ -7,7 +7,7 @@ import platform
 import tempfile
 from pathlib import Path
 
-from tests.bench import commits, events, lineage, load_table, object_storage, sinks
+from tests.bench import commits, events, lineage, load_table, object_storage, sinks, workers
 
 
 def main() -> None:
@@ -18,6 +18,7 @@ def main() -> None:
             commits.run(Path(workdir)),
             object_storage.run(Path(workdir)),
             load_table.run(Path(workdir)),
+            *workers.run(Path(workdir)),
             *events.run(Path(workdir)),
             lineage.run(Path(workdir)),
             *sinks.run(Path(workdir)),

@@ -1,0 +1,169 @@
+"""Commits and loadTable with the clients spread over processes: isbre with one server process and
+with N workers, beside PyIceberg's SqlCatalog with its writers in as many processes.
+
+Threads in one client interpreter would measure the client's own interpreter
+lock; here every client process runs a few writer threads at most, and all of
+them start together on a barrier.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from functools import partial
+from multiprocessing.synchronize import Barrier
+from pathlib import Path
+
+import httpx
+from pyiceberg.catalog.sql import SqlCatalog
+
+from tests.bench.commits import SCHEMA, SCHEMA_JSON
+from tests.bench.harness import RUNS, Report, median_of
+from tests.server import IsbreServer
+
+WRITER_COUNTS = (1, 4, 16, 64)
+COMMITS_TOTAL = 640
+
+
+def client_processes(clients: int) -> int:
+    return min(clients, max(4, os.cpu_count() or 1))
+
+
+def _isbre_writers(url: str, commits: int, tables: list[str], start: Barrier) -> None:
+    def work(table: str) -> None:
+        with httpx.Client(timeout=120) as client:
+            for i in range(commits):
+                body = {"updates": [{"action": "set-properties", "updates": {f"k{i}": str(i)}}]}
+                client.post(f"{url}/v1/isbre/namespaces/bench/tables/{table}", json=body).raise_for_status()
+
+    _threads(work, tables, start)
+
+
+def _sql_writers(uri: str, warehouse: str, commits: int, tables: list[str], start: Barrier) -> None:
+    catalog = SqlCatalog("bench", uri=uri, warehouse=warehouse)
+    loaded = {table: catalog.load_table(("bench", table)) for table in tables}
+
+    def work(table: str) -> None:
+        for i in range(commits):
+            with loaded[table].transaction() as transaction:
+                transaction.set_properties({f"k{i}": str(i)})
+
+    _threads(work, tables, start)
+
+
+def _loaders(url: str, requests: int, clients: list[str], start: Barrier) -> None:
+    def work(_: str) -> None:
+        with httpx.Client(timeout=60) as client:
+            for _ in range(requests):
+                client.get(f"{url}/v1/isbre/namespaces/bench/tables/loaded").raise_for_status()
+
+    _threads(work, clients, start)
+
+
+def _threads(work: Callable[[str], None], items: list[str], start: Barrier) -> None:
+    threads = [threading.Thread(target=work, args=(item,)) for item in items]
+    start.wait()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
+def in_processes(target: Callable[..., None], groups: list[list[str]], *leading: object) -> float:
+    """Seconds from the moment every client process is ready until the last one is done; each
+    process runs `target(*leading, group, barrier)`."""
+    context = multiprocessing.get_context("spawn")
+    ready = context.Barrier(len(groups) + 1)
+    processes = [context.Process(target=target, args=(*leading, group, ready)) for group in groups]
+    for process in processes:
+        process.start()
+    ready.wait()
+    begun = time.perf_counter()
+    for process in processes:
+        process.join()
+        if process.exitcode != 0:
+            raise RuntimeError(f"a client process failed ({process.exitcode})")
+    return time.perf_counter() - begun
+
+
+def _split(items: list[str], parts: int) -> list[list[str]]:
+    return [items[i::parts] for i in range(parts) if items[i::parts]]
+
+
+def isbre_rate(server: IsbreServer, writers: int, commits: int) -> float:
+    run = uuid.uuid4().hex[:8]
+    tables = [f"i{run}_{w}" for w in range(writers)]
+    for table in tables:
+        body = {"name": table, "schema": SCHEMA_JSON}
+        httpx.post(f"{server.url}/v1/isbre/namespaces/bench/tables", json=body).raise_for_status()
+    groups = _split(tables, client_processes(writers))
+    seconds = in_processes(_isbre_writers, groups, server.url, commits)
+    return writers * commits / seconds
+
+
+def sql_rate(uri: str, warehouse: str, writers: int, commits: int) -> float:
+    catalog = SqlCatalog("bench", uri=uri, warehouse=warehouse)
+    run = uuid.uuid4().hex[:8]
+    tables = [f"s{run}_{w}" for w in range(writers)]
+    for table in tables:
+        catalog.create_table(("bench", table), schema=SCHEMA)
+    catalog.close()
+    groups = _split(tables, client_processes(writers))
+    seconds = in_processes(_sql_writers, groups, uri, warehouse, commits)
+    return writers * commits / seconds
+
+
+def load_rate(server: IsbreServer, clients: int, requests: int) -> float:
+    groups = _split([str(c) for c in range(clients)], client_processes(clients))
+    seconds = in_processes(_loaders, groups, server.url, requests)
+    return clients * requests / seconds
+
+
+def run(workdir: Path) -> list[Report]:
+    many = min(os.cpu_count() or 1, 8)
+    commits = Report(
+        f"Commits with clients in processes (set-properties, each writer its own table), commits per "
+        f"second, median of {RUNS} runs of {COMMITS_TOTAL} commits; {many} workers = the cores, up to 8",
+        [
+            "writers",
+            "isbre 1 worker",
+            f"isbre {many} workers",
+            "SqlCatalog (SQLite)",
+            "N workers / SqlCatalog",
+        ],
+    )
+    loads = Report(
+        f"loadTable with clients in processes, requests per second, median of {RUNS} runs",
+        ["clients", "isbre 1 worker", f"isbre {many} workers", "ratio"],
+    )
+    servers = [
+        IsbreServer(workdir / "one-worker", workers=1),
+        IsbreServer(workdir / "many-workers", workers=many),
+    ]
+    sql_dir = workdir / "sql-processes"
+    sql_dir.mkdir()
+    uri, warehouse = f"sqlite:///{sql_dir / 'catalog.db'}", sql_dir.as_uri()
+    SqlCatalog("bench", uri=uri, warehouse=warehouse).create_namespace("bench")
+    try:
+        for server in servers:
+            server.start()
+            httpx.post(f"{server.url}/v1/isbre/namespaces", json={"namespace": ["bench"]}).raise_for_status()
+            body = {"name": "loaded", "schema": SCHEMA_JSON}
+            httpx.post(f"{server.url}/v1/isbre/namespaces/bench/tables", json=body).raise_for_status()
+        for writers in WRITER_COUNTS:
+            per_writer = max(1, COMMITS_TOTAL // writers)
+            one, n = (median_of(RUNS, partial(isbre_rate, s, writers, per_writer)) for s in servers)
+            sql = median_of(RUNS, partial(sql_rate, uri, warehouse, writers, per_writer))
+            commits.add(str(writers), one, n, sql, f"{n / sql:.1f}x")
+        for clients in (4, 16, 64):
+            requests = max(20, 4000 // clients)
+            one, n = (median_of(RUNS, partial(load_rate, s, clients, requests)) for s in servers)
+            loads.add(str(clients), one, n, f"{n / one:.1f}x")
+    finally:
+        for server in servers:
+            server.stop()
+    return [commits, loads]
