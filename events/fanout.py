@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Protocol
 
 from catalog import CatalogService
+from catalog.processes import SupervisedProcess
 from catalog.records import CommitRecord
 from events.filters import EventFilter
 
@@ -37,6 +39,8 @@ DETACHABLE = "isbre.detachable"
 # apart; one that ran for a minute counts as healthy again.
 RESTART_DELAY_S = 1.0
 MAX_RESTART_DELAY_S = 60.0
+# How soon a worker tries again to reach the shared fan-out process.
+RECONNECT_S = 0.2
 
 
 def until_expiry(expires_at: float | None) -> float | None:
@@ -226,3 +230,96 @@ class FanoutProcess:
                 process.kill()
                 process.wait()
         self._close_channel()
+
+
+def shared_socket(store: Path) -> Path | None:
+    """Where the shared fan-out process of a server with several workers listens: beside the
+    store, if the path fits a Unix socket address (else streams are served by each worker)."""
+    path = store.parent / "isbre-events.sock"
+    return path if len(os.fsencode(path)) < 104 else None
+
+
+class SharedFanout(SupervisedProcess):
+    """The supervisor's handle on the one fan-out process of a server with several workers."""
+
+    def __init__(self, store: Path, path: Path, options: FanoutOptions) -> None:
+        command = [sys.executable, "-m", "events.fanout_process", f"--store={store}", f"--listen={path}"]
+        super().__init__("event fan-out process", command + options.arguments())
+
+
+class FanoutChannel:
+    """A worker's channel to the shared fan-out process: it hands connections over and hears how
+    many of its streams are open. While the process is (re)starting, streams are served here."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._channel: socket.socket | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping = False
+        self.pid: int | None = None
+        self.streams = 0
+
+    def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._connect()
+
+    @property
+    def alive(self) -> bool:
+        return self._channel is not None
+
+    def _connect(self) -> None:
+        if self._stopping:
+            return
+        channel = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            channel.connect(str(self._path))
+        except OSError:
+            channel.close()
+            assert self._loop is not None
+            self._loop.call_later(RECONNECT_S, self._connect)  # not listening yet, or restarting
+            return
+        credentials = channel.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        self.pid = struct.unpack("3i", credentials)[0]
+        channel.setblocking(False)
+        self._channel = channel
+        assert self._loop is not None
+        self._loop.add_reader(channel, self._on_message)
+
+    def hand_over(self, fd: int, request: StreamRequest) -> bool:
+        try:
+            if self._channel is None:
+                return False
+            socket.send_fds(self._channel, [request.encode()], [fd])
+            return True
+        except OSError as exc:
+            log.warning("could not hand a stream to the fan-out process (%s); serving it here", exc)
+            return False
+        finally:
+            os.close(fd)
+
+    def _on_message(self) -> None:
+        assert self._channel is not None and self._loop is not None
+        try:
+            message = self._channel.recv(64)
+        except BlockingIOError:
+            return
+        except OSError:
+            message = b""
+        if message:
+            self.streams = int(message)
+            return
+        self._close()
+        log.warning("the event fan-out process has gone; streams are served here until it is back")
+        self._loop.call_later(RECONNECT_S, self._connect)
+
+    def _close(self) -> None:
+        channel, self._channel = self._channel, None
+        if channel is not None:
+            if self._loop is not None:
+                self._loop.remove_reader(channel)
+            channel.close()
+        self.pid, self.streams = None, 0
+
+    def stop(self) -> None:
+        self._stopping = True
+        self._close()

@@ -6,6 +6,11 @@ LMDB file when the server's pipe says something was committed, and writes
 each stream as a chunked `text/event-stream` response. It reports its number
 of open streams back over the same socket, and exits when the server closes
 it: the process never outlives the server.
+
+With several workers (`--listen PATH`), one such process serves them all: each
+worker connects its own channel to the socket at PATH, the process follows the
+store's high-water itself (every worker's commits), and it exits when the
+supervisor that started it has gone.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from catalog import CatalogService
+from catalog.feed import CommitFeed
 from events.broadcast import Broadcaster
 from events.fanout import StreamRequest, until_expiry
 from events.frames import PING_FRAME, STREAM_HEADERS, expired_frame, retry_frame, token_expired_frame
@@ -48,25 +54,62 @@ class FanoutServer:
         self.retry_ms = args.retry_ms
         self.keepalive = args.keepalive_seconds
         self.wake_fd = args.wake_fd
-        self.channel = socket.socket(fileno=args.channel_fd)
+        self.channel_fd = args.channel_fd
+        self.listen: Path | None = args.listen
+        self.channels: set[socket.socket] = set()
         self.shutdown = asyncio.Event()
-        self.streams: dict[asyncio.Task[None], asyncio.Event] = {}
+        self.streams: dict[asyncio.Task[None], tuple[asyncio.Event, socket.socket]] = {}
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
-        os.set_blocking(self.wake_fd, False)
-        self.channel.setblocking(False)
-        loop.add_reader(self.wake_fd, self._on_wake)
-        loop.add_reader(self.channel, self._on_connection)
         loop.add_signal_handler(signal.SIGTERM, self.shutdown.set)
-        await self.shutdown.wait()
-        loop.remove_reader(self.channel)
-        for ended in self.streams.values():
+        if self.listen is None:
+            os.set_blocking(self.wake_fd, False)
+            loop.add_reader(self.wake_fd, self._on_wake)
+            self._add_channel(socket.socket(fileno=self.channel_fd))
+            await self.shutdown.wait()
+        else:
+            await self._serve_workers(loop)
+        for channel in list(self.channels):
+            loop.remove_reader(channel)
+        for ended, _ in self.streams.values():
             ended.set()
         if self.streams:
             _, late = await asyncio.wait(self.streams, timeout=SHUTDOWN_GRACE_S)
             for task in late:
                 task.cancel()
+
+    async def _serve_workers(self, loop: asyncio.AbstractEventLoop) -> None:
+        assert self.listen is not None
+        with contextlib.suppress(FileNotFoundError):
+            self.listen.unlink()  # left by a process that died
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        listener.bind(str(self.listen))
+        os.chmod(self.listen, 0o600)  # only this user's processes may hand streams over
+        listener.listen()
+        listener.setblocking(False)
+        loop.add_reader(listener, lambda: self._add_channel(listener.accept()[0]))
+        feed = CommitFeed(self.service)
+        feed.follow(lambda: loop.call_soon_threadsafe(self._on_commit))
+        feed.start()
+        supervisor = os.getppid()
+        try:
+            while not self.shutdown.is_set() and os.getppid() == supervisor:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.shutdown.wait(), 0.5)
+        finally:
+            feed.close()
+            loop.remove_reader(listener)
+            listener.close()
+
+    def _add_channel(self, channel: socket.socket) -> None:
+        channel.setblocking(False)
+        self.channels.add(channel)
+        asyncio.get_running_loop().add_reader(channel, self._on_connection, channel)
+
+    def _on_commit(self) -> None:
+        if self.streams:  # with none, reading the log is left to the next stream's start
+            self.broadcaster.publish_from_log()
 
     def _on_wake(self) -> None:
         with contextlib.suppress(BlockingIOError):  # raised once the pipe is empty
@@ -75,18 +118,21 @@ class FanoutServer:
                     asyncio.get_running_loop().remove_reader(self.wake_fd)
                     self.shutdown.set()
                     return
-        if self.streams:  # with none, reading the log is left to the next stream's start
-            self.broadcaster.publish_from_log()
+        self._on_commit()
 
-    def _on_connection(self) -> None:
+    def _on_connection(self, channel: socket.socket) -> None:
         try:
-            message, fds, _, _ = socket.recv_fds(self.channel, 1 << 16, 1)
+            message, fds, _, _ = socket.recv_fds(channel, 1 << 16, 1)
         except BlockingIOError:
             return
         except OSError:
             message, fds = b"", []
-        if not message:
-            self.shutdown.set()  # the server has gone
+        if not message:  # the server (or with several workers, one worker) has gone
+            asyncio.get_running_loop().remove_reader(channel)
+            self.channels.discard(channel)
+            channel.close()
+            if self.listen is None:
+                self.shutdown.set()
             return
         if not fds:  # the kernel could not give this process another descriptor
             log.error("out of file descriptors: a subscriber was disconnected (raise `ulimit -n`)")
@@ -97,17 +143,20 @@ class FanoutServer:
         task = asyncio.get_running_loop().create_task(
             self._stream(connection, StreamRequest.decode(message), ended)
         )
-        self.streams[task] = ended
+        self.streams[task] = (ended, channel)
         task.add_done_callback(self._forget)
-        self._report()
+        self._report(channel)
 
     def _forget(self, task: asyncio.Task[None]) -> None:
-        self.streams.pop(task, None)
-        self._report()
+        _, channel = self.streams.pop(task, (None, None))
+        if channel is not None:
+            self._report(channel)
 
-    def _report(self) -> None:
+    def _report(self, channel: socket.socket) -> None:
+        """The number of open streams `channel`'s server handed over."""
+        count = sum(1 for _, owner in self.streams.values() if owner is channel)
         with contextlib.suppress(OSError):  # full or closed: the next report corrects the count
-            self.channel.send(b"%d" % len(self.streams))
+            channel.send(b"%d" % count)
 
     async def _stream(self, connection: socket.socket, request: StreamRequest, ended: asyncio.Event) -> None:
         reader, writer = await asyncio.open_connection(sock=connection)
@@ -157,8 +206,9 @@ class FanoutServer:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="events.fanout_process")
     parser.add_argument("--store", type=Path, required=True)
-    parser.add_argument("--wake-fd", type=int, required=True)
-    parser.add_argument("--channel-fd", type=int, required=True)
+    parser.add_argument("--wake-fd", type=int)
+    parser.add_argument("--channel-fd", type=int)
+    parser.add_argument("--listen", type=Path, help="serve the channels of several workers on this socket")
     parser.add_argument("--retry-ms", type=int, required=True)
     parser.add_argument("--keepalive-seconds", type=float, required=True)
     parser.add_argument("--ring-size", type=int, required=True)

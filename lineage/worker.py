@@ -18,10 +18,8 @@ import json
 import logging
 import os
 import signal
-import subprocess
 import sys
 import threading
-import time
 from dataclasses import asdict
 from functools import partial
 from pathlib import Path
@@ -29,6 +27,7 @@ from typing import Any
 
 from catalog import CatalogService
 from catalog.object_storage import S3Options
+from catalog.processes import SupervisedProcess
 from catalog.warehouses import Warehouse, open_warehouses, read_metadata
 from lineage.config import build_client
 from lineage.mapping import LineageMapper, LineageNames
@@ -38,9 +37,6 @@ log = logging.getLogger(__name__)
 STATUS_FILE = "lineage-status.json"
 # The environment variable carrying the delivery settings (JSON: url and api_key, or transport).
 DELIVERY_ENV = "ISBRE_LINEAGE_DELIVERY"
-# A worker that keeps dying is restarted ever more slowly; one that ran a minute counts as healthy.
-RESTART_DELAY_S = 1.0
-MAX_RESTART_DELAY_S = 60.0
 
 
 def status_path(store: Path) -> Path:
@@ -111,7 +107,7 @@ if __name__ == "__main__":
     raise SystemExit(main())
 
 
-class LineageWorker:
+class LineageWorker(SupervisedProcess):
     """The server's handle on the worker process: start, restart when it dies, stop, status."""
 
     def __init__(
@@ -124,61 +120,20 @@ class LineageWorker:
     ) -> None:
         self._service = service
         self._store = store
-        self._command = [sys.executable, "-m", "lineage.worker", "--store", str(store)]
         worker_settings = {
             **delivery,
             "warehouses": [asdict(w) for w in warehouses],
             "names": asdict(names),
         }
-        self._env = {**os.environ, DELIVERY_ENV: json.dumps(worker_settings)}
-        self._process: subprocess.Popen[bytes] | None = None
-        self._started_at = 0.0
-        self._lock = threading.Lock()
-        self._stopping = threading.Event()
-        self._watcher = threading.Thread(target=self._watch, name="isbre-lineage-watch", daemon=True)
+        super().__init__(
+            "lineage worker",
+            [sys.executable, "-m", "lineage.worker", "--store", str(store)],
+            {**os.environ, DELIVERY_ENV: json.dumps(worker_settings)},
+        )
 
     def start(self) -> None:
         start_from_now(self._service)  # before any request: the worker takes a moment to start
-        self._spawn()
-        self._watcher.start()
-
-    def _spawn(self) -> None:
-        with self._lock:
-            if not self._stopping.is_set():
-                self._process = subprocess.Popen(self._command, env=self._env)
-                self._started_at = time.monotonic()
-
-    def _watch(self) -> None:
-        delay = RESTART_DELAY_S
-        while self._process is not None:
-            code = self._process.wait()
-            if self._stopping.is_set():
-                return
-            if time.monotonic() - self._started_at > MAX_RESTART_DELAY_S:
-                delay = RESTART_DELAY_S
-            log.error("the lineage worker exited (%s); restarting it in %g s (nothing is lost)", code, delay)
-            if self._stopping.wait(delay):
-                return
-            self._spawn()
-            log.info("lineage worker restarted as process %s", self.pid)
-            delay = min(2 * delay, MAX_RESTART_DELAY_S)
-
-    def stop(self) -> None:
-        with self._lock:
-            self._stopping.set()
-            process = self._process
-        if process is not None and process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-
-    @property
-    def pid(self) -> int | None:
-        """The worker's process id while it runs; None while it is being restarted."""
-        process = self._process
-        return process.pid if process is not None and process.poll() is None else None
+        super().start()
 
     @property
     def status(self) -> OutboxStatus:

@@ -21,7 +21,7 @@ from catalog.limits import Limits
 from catalog.warehouses import open_warehouses
 from events import pull, sse
 from events.broadcast import Broadcaster
-from events.fanout import FanoutOptions, FanoutProcess
+from events.fanout import FanoutChannel, FanoutOptions, FanoutProcess, shared_socket
 from events.retention import trim_periodically
 from lineage.config import openlineage_configured
 from lineage.mapping import LineageNames
@@ -105,16 +105,28 @@ def _shut_down(failure: BaseException) -> None:
     os.kill(os.getpid(), signal.SIGTERM)
 
 
-def _start_fanout(settings: Settings, service: CatalogService) -> FanoutProcess | None:
-    if not settings.events_process:
-        return None
-    options = FanoutOptions(
+def fanout_options(settings: Settings) -> FanoutOptions:
+    return FanoutOptions(
         settings.events_retry_ms,
         settings.events_keepalive_seconds,
         settings.events_ring_size,
         int(settings.events_ring_mb * (1 << 20)),
     )
-    fanout = FanoutProcess(service, settings.store_path(), options)
+
+
+def _start_fanout(
+    settings: Settings, service: CatalogService, worker: bool
+) -> FanoutProcess | FanoutChannel | None:
+    if not settings.events_process:
+        return None
+    if worker:  # the supervisor runs one fan-out process for every worker
+        path = shared_socket(settings.store_path())
+        if path is None:
+            return None
+        channel = FanoutChannel(path)
+        channel.start()
+        return channel
+    fanout = FanoutProcess(service, settings.store_path(), fanout_options(settings))
     try:
         fanout.start()
     except OSError as exc:  # e.g. a platform without SOCK_SEQPACKET Unix sockets
@@ -125,7 +137,7 @@ def _start_fanout(settings: Settings, service: CatalogService) -> FanoutProcess 
 
 def create_app(settings: Settings, worker: bool = False) -> FastAPI:
     """The app; `worker`: one of several server processes, whose supervisor runs the lineage
-    worker (each worker process runs its own events fan-out process)."""
+    worker and the events fan-out process."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -165,12 +177,12 @@ def create_app(settings: Settings, worker: bool = False) -> FastAPI:
             app.state.outbox = LineageObserver(service, settings.store_path())
         else:
             app.state.outbox = None
-        app.state.fanout = _start_fanout(settings, service)
+        app.state.fanout = _start_fanout(settings, service, worker)
         # Commits another process makes on this store (an embedded catalog, a tool) reach the
         # streams too; the lineage worker polls the log on its own.
         feed = CommitFeed(service)
         feed.follow(app.state.broadcaster.publish_from_log)
-        if app.state.fanout is not None:
+        if isinstance(app.state.fanout, FanoutProcess):  # the shared one follows the store itself
             feed.follow(app.state.fanout.wake)
         feed.start()
         if worker:

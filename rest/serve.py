@@ -12,7 +12,8 @@ from pathlib import Path
 import uvicorn
 
 from catalog.warehouses import open_warehouses
-from rest.app import create_app, start_lineage
+from events.fanout import SharedFanout, shared_socket
+from rest.app import create_app, fanout_options, start_lineage
 from rest.cli import RefusedError
 from rest.connections import guarded_protocol
 from rest.settings import Settings, warehouses
@@ -20,6 +21,7 @@ from rest.workers import hand_down
 
 SERVER_LOCK = "isbre-serve.lock"
 _claimed: list[int] = []  # the lock's descriptor, held open for the life of the process
+log = logging.getLogger("isbre")
 
 
 def _is_loopback(host: str) -> bool:
@@ -60,9 +62,15 @@ def serve(settings: Settings) -> None:
         uvicorn.run(create_app(settings), http=protocol, **common)
         return
     settings = hand_down(settings)
-    # The supervisor runs what there is one of per server: the lineage worker.
+    # The supervisor runs what there is one of per server: the lineage worker, the fan-out process.
     services = open_warehouses(settings.store_path(), warehouses(settings))
     lineage = start_lineage(settings, services)
+    path = shared_socket(settings.store_path()) if settings.events_process else None
+    fanout = SharedFanout(settings.store_path(), path, fanout_options(settings)) if path else None
+    if fanout is not None:
+        fanout.start()
+    elif settings.events_process:
+        log.warning("the store's path is too long for a Unix socket: each worker serves its own streams")
     try:
         uvicorn.run(
             "rest.workers:worker_app",
@@ -72,6 +80,8 @@ def serve(settings: Settings) -> None:
             **common,
         )
     finally:
+        if fanout is not None:
+            fanout.stop()
         if lineage is not None:
             lineage.stop()
         services[0].close()
@@ -102,4 +112,4 @@ def _raise_open_files_limit() -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft != hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    logging.getLogger("isbre").info("open files limit: %s (was %s)", hard, soft)
+    log.info("open files limit: %s (was %s)", hard, soft)

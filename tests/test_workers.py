@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.lineage_receiver import Receiver
 from tests.server import ID_SCHEMA, IsbreServer
 
 
@@ -184,6 +185,21 @@ def test_a_subscriber_sees_every_workers_commits_in_order(two: IsbreServer) -> N
     assert seen == list(range(start + 1, start + 81))
 
 
+def test_one_fan_out_process_serves_the_streams_of_every_worker(two: IsbreServer) -> None:
+    clients = connections_to_each_worker(two, each=1)
+    deadline = time.monotonic() + 10
+    while True:
+        health = [client.get(f"{two.url}/health").json() for client in clients]
+        fanouts = {h["components"]["events"]["process"] for h in health}
+        if (len(fanouts) == 1 and None not in fanouts) or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    workers = {h["process"] for h in health}
+    assert len(fanouts) == 1 and None not in fanouts and not fanouts & workers, (fanouts, workers)
+    for client in clients:
+        client.close()
+
+
 def descendants(pid: int) -> list[int]:
     found = []
     for task in Path(f"/proc/{pid}/task").iterdir():
@@ -235,6 +251,54 @@ def test_kill_9_of_the_whole_server_under_load(tmp_path: Path) -> None:
     for pid in everyone:
         os.kill(pid, signal.SIGKILL)
     server.process.wait()
+    load.join()
+    restarted = IsbreServer(server.warehouse, workers=2).start()
+    try:
+        assert_present(restarted, acknowledged)
+    finally:
+        restarted.stop()
+
+
+def test_one_lineage_worker_delivers_the_runs_of_every_worker(tmp_path: Path) -> None:
+    receiver = Receiver().start()
+    server = IsbreServer(tmp_path / "warehouse", workers=2, env={"ISBRE_LINEAGE_URL": receiver.url}).start()
+    try:
+        httpx.post(f"{server.url}/v1/isbre/namespaces", json={"namespace": ["w"]}).raise_for_status()
+        for table in ("a", "b"):
+            create(server, "w", table)
+        acknowledged: list[tuple[str, str, int]] = []
+        commit_many(server, ["a", "b"], writers=4, commits=5, acknowledged=acknowledged)
+        runs = 2 + len(acknowledged)  # the creates and the commits, START and COMPLETE each
+        deadline = time.monotonic() + 60
+        while len(receiver.snapshot()) < 2 * runs and time.monotonic() < deadline:
+            time.sleep(0.1)
+        events = receiver.snapshot()
+        assert len(events) == 2 * runs  # once each: one lineage worker, not one per worker process
+        assert len({e["run"]["runId"] for e in events}) == runs
+        statuses = {
+            client.get(f"{server.url}/v1/lineage/status").json()["process"]
+            for client in connections_to_each_worker(server, each=1)
+        }
+        assert len(statuses) == 1 and None not in statuses  # both workers report the same worker
+    finally:
+        server.stop()
+        receiver.stop()
+
+
+def test_sigterm_drains_every_worker_and_loses_nothing(tmp_path: Path) -> None:
+    server = IsbreServer(tmp_path / "warehouse", workers=2).start()
+    httpx.post(f"{server.url}/v1/isbre/namespaces", json={"namespace": ["w"]}).raise_for_status()
+    tables = [f"t{i}" for i in range(4)]
+    for table in tables:
+        create(server, "w", table)
+    acknowledged: list[tuple[str, str, int]] = []
+    load = threading.Thread(target=commit_many, args=(server, tables, 8, 1000, acknowledged))
+    load.start()
+    while len(acknowledged) < 80:
+        time.sleep(0.01)
+    assert server.process is not None
+    server.process.send_signal(signal.SIGTERM)
+    assert server.process.wait(timeout=30) in (0, -signal.SIGTERM)
     load.join()
     restarted = IsbreServer(server.warehouse, workers=2).start()
     try:

@@ -1,0 +1,69 @@
+"""A helper process the server keeps running: started, restarted when it dies, stopped."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import threading
+import time
+
+log = logging.getLogger(__name__)
+
+# A process that keeps dying is restarted ever more slowly; one that ran a minute counts as healthy.
+RESTART_DELAY_S = 1.0
+MAX_RESTART_DELAY_S = 60.0
+
+
+class SupervisedProcess:
+    def __init__(self, name: str, command: list[str], env: dict[str, str] | None = None) -> None:
+        self._name = name
+        self._command = command
+        self._env = env
+        self._process: subprocess.Popen[bytes] | None = None
+        self._started_at = 0.0
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._watcher = threading.Thread(target=self._watch, name=f"isbre-{name}-watch", daemon=True)
+
+    def start(self) -> None:
+        self._spawn()
+        self._watcher.start()
+
+    def _spawn(self) -> None:
+        with self._lock:
+            if not self._stopping.is_set():
+                self._process = subprocess.Popen(self._command, env=self._env)
+                self._started_at = time.monotonic()
+
+    def _watch(self) -> None:
+        delay = RESTART_DELAY_S
+        while self._process is not None:
+            code = self._process.wait()
+            if self._stopping.is_set():
+                return
+            if time.monotonic() - self._started_at > MAX_RESTART_DELAY_S:
+                delay = RESTART_DELAY_S
+            log.error("the %s exited (%s); restarting it in %g s (nothing is lost)", self._name, code, delay)
+            if self._stopping.wait(delay):
+                return
+            self._spawn()
+            log.info("%s restarted as process %s", self._name, self.pid)
+            delay = min(2 * delay, MAX_RESTART_DELAY_S)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        with self._lock:
+            self._stopping.set()
+            process = self._process
+        if process is not None and process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+    @property
+    def pid(self) -> int | None:
+        """The process id while it runs; None while it is being restarted."""
+        process = self._process
+        return process.pid if process is not None and process.poll() is None else None
