@@ -14,6 +14,17 @@ RESTART_DELAY_S = 1.0
 MAX_RESTART_DELAY_S = 60.0
 
 
+def terminate(process: subprocess.Popen[bytes] | None, timeout: float) -> None:
+    """SIGTERM, and SIGKILL if the process has not ended within `timeout` seconds."""
+    if process is not None and process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
 class SupervisedProcess:
     def __init__(self, name: str, command: list[str], env: dict[str, str] | None = None) -> None:
         self._name = name
@@ -54,13 +65,7 @@ class SupervisedProcess:
         with self._lock:
             self._stopping.set()
             process = self._process
-        if process is not None and process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        terminate(process, timeout)
 
     @property
     def pid(self) -> int | None:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Protocol
 
 from catalog import CatalogService
-from catalog.processes import SupervisedProcess
+from catalog.processes import SupervisedProcess, terminate
 from catalog.records import CommitRecord
 from events.filters import EventFilter
 
@@ -98,7 +98,43 @@ class FanoutOptions:
         ]
 
 
-class FanoutProcess:
+class _Handover:
+    """What a server's handle on a fan-out process does with its channel: hand connections over,
+    and read the process's reports of how many of them are open."""
+
+    _channel: socket.socket | None
+    streams: int
+
+    def hand_over(self, fd: int, request: StreamRequest) -> bool:
+        """Pass connection `fd` with its request; closes `fd`. False when the process cannot take it."""
+        try:
+            if self._channel is None:
+                return False
+            socket.send_fds(self._channel, [request.encode()], [fd])
+            return True
+        except OSError as exc:
+            log.warning("could not hand a stream to the fan-out process (%s); serving it here", exc)
+            return False
+        finally:
+            os.close(fd)
+
+    def _read_report(self) -> bool | None:
+        """True: a new stream count; False: the process has gone (or closed the channel); None:
+        nothing to read yet."""
+        assert self._channel is not None
+        try:
+            message = self._channel.recv(64)
+        except BlockingIOError:
+            return None
+        except OSError:
+            message = b""
+        if message:
+            self.streams = int(message)
+            return True
+        return False
+
+
+class FanoutProcess(_Handover):
     """Runs `python -m events.fanout_process` and restarts it if it dies; its streams then reconnect
     (clients resume from Last-Event-ID) and are served in the server's process until it is back."""
 
@@ -160,30 +196,8 @@ class FanoutProcess:
             with contextlib.suppress(BlockingIOError, BrokenPipeError):
                 os.write(self._wake_fd, b"\0")
 
-    def hand_over(self, fd: int, request: StreamRequest) -> bool:
-        """Pass connection `fd` with its request; closes `fd`. False when the process cannot take it."""
-        try:
-            if self._channel is None:
-                return False
-            socket.send_fds(self._channel, [request.encode()], [fd])
-            return True
-        except OSError as exc:
-            log.warning("could not hand a stream to the fan-out process (%s); serving it here", exc)
-            return False
-        finally:
-            os.close(fd)
-
     def _on_message(self) -> None:
-        """The process reports its open streams; an empty message means it has gone."""
-        assert self._channel is not None
-        try:
-            message = self._channel.recv(64)
-        except BlockingIOError:
-            return
-        except OSError:
-            message = b""
-        if message:
-            self.streams = int(message)
+        if self._read_report() is not False:
             return
         self._close_channel()
         if not self._stopping:
@@ -221,14 +235,7 @@ class FanoutProcess:
     def stop(self, timeout: float = 10.0) -> None:
         """Ends the process's streams cleanly (each with a complete response), then the process."""
         self._stopping = True
-        process = self._process
-        if process is not None and process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        terminate(self._process, timeout)
         self._close_channel()
 
 
@@ -247,7 +254,7 @@ class SharedFanout(SupervisedProcess):
         super().__init__("event fan-out process", command + options.arguments())
 
 
-class FanoutChannel:
+class FanoutChannel(_Handover):
     """A worker's channel to the shared fan-out process: it hands connections over and hears how
     many of its streams are open. While the process is (re)starting, streams are served here."""
 
@@ -285,29 +292,10 @@ class FanoutChannel:
         assert self._loop is not None
         self._loop.add_reader(channel, self._on_message)
 
-    def hand_over(self, fd: int, request: StreamRequest) -> bool:
-        try:
-            if self._channel is None:
-                return False
-            socket.send_fds(self._channel, [request.encode()], [fd])
-            return True
-        except OSError as exc:
-            log.warning("could not hand a stream to the fan-out process (%s); serving it here", exc)
-            return False
-        finally:
-            os.close(fd)
-
     def _on_message(self) -> None:
-        assert self._channel is not None and self._loop is not None
-        try:
-            message = self._channel.recv(64)
-        except BlockingIOError:
+        if self._read_report() is not False:
             return
-        except OSError:
-            message = b""
-        if message:
-            self.streams = int(message)
-            return
+        assert self._loop is not None
         self._close()
         log.warning("the event fan-out process has gone; streams are served here until it is back")
         self._loop.call_later(RECONNECT_S, self._connect)

@@ -8,11 +8,15 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
 import httpx
+
+T = TypeVar("T")
 
 # The smallest table schema: one required long column.
 ID_SCHEMA = {
@@ -113,3 +117,12 @@ def secured_server(warehouse: Path, principals: list[dict[str, object]], **env: 
     server = IsbreServer(warehouse, env=settings | env)
     server.ready_path = "/live"
     return server.start()
+
+
+def on_threads(work: Callable[[T], None], items: Iterable[T]) -> None:
+    """Run `work(item)` for every item, each on its own thread, and wait for them all."""
+    threads = [threading.Thread(target=work, args=(item,)) for item in items]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()

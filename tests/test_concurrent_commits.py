@@ -10,7 +10,7 @@ import pytest
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.exceptions import CommitFailedException
 
-from tests.server import ID_SCHEMA, IsbreServer
+from tests.server import ID_SCHEMA, IsbreServer, on_threads
 
 SCHEMA = pa.schema([pa.field("writer", pa.int64()), pa.field("seq", pa.int64())])
 
@@ -117,11 +117,7 @@ def test_racing_creates_of_one_table_give_one_table_and_409s(server: IsbreServer
     def create() -> None:
         answers.append(httpx.post(url, json={"name": "t", "schema": ID_SCHEMA}, timeout=30).status_code)
 
-    racers = [threading.Thread(target=create) for _ in range(8)]
-    for racer in racers:
-        racer.start()
-    for racer in racers:
-        racer.join()
+    on_threads(lambda _: create(), range(8))
     assert sorted(answers) == [200] + [409] * 7
     winner = httpx.get(f"{url}/t").json()["metadata-location"]
     # The losers removed the metadata files they wrote.

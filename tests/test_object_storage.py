@@ -25,7 +25,7 @@ from catalog.object_storage import ObjectStorageIO
 from sinks.parquet import ParquetSink
 from tests import duck
 from tests.s3 import REGION, MotoS3
-from tests.server import ID_SCHEMA, IsbreServer
+from tests.server import ID_SCHEMA, IsbreServer, on_threads
 from tests.sink_helpers import crash_and_replay, rows, span
 
 READER, WRITER = "reader-token", "writer-token"
@@ -297,11 +297,7 @@ def test_metadata_is_never_overwritten_and_a_failed_commit_leaves_nothing(
         answers.append(httpx.post(url, json=body, headers=auth, timeout=30).status_code)
 
     # Each create writes its own metadata file before the pointer commits; one wins.
-    racers = [threading.Thread(target=create) for _ in range(8)]
-    for racer in racers:
-        racer.start()
-    for racer in racers:
-        racer.join()
+    on_threads(lambda _: create(), range(8))
     assert sorted(answers) == [200] + [409] * 7
     winner = httpx.get(f"{on_s3.url}/v1/isbre/namespaces/racing/tables/t", headers=auth).json()
     # The losers removed what they wrote: the winner's file is the only object left.

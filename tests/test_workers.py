@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from tests.lineage_receiver import Receiver
-from tests.server import ID_SCHEMA, IsbreServer
+from tests.server import ID_SCHEMA, IsbreServer, on_threads
 
 
 @pytest.fixture(scope="module")
@@ -62,11 +62,7 @@ def commit_many(
             if response.status_code == 200:
                 acknowledged.append((table, key, value))
 
-    threads = [threading.Thread(target=work, args=(w,)) for w in range(writers)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    on_threads(work, range(writers))
     for client in clients:
         client.close()
 
@@ -149,11 +145,7 @@ def test_one_idempotency_key_sent_to_both_workers_commits_once(two: IsbreServer)
         go.wait()
         answers.append(client.post(url, json=body, headers={"Idempotency-Key": key}))
 
-    senders = [threading.Thread(target=send, args=(client,)) for client in clients]
-    for sender in senders:
-        sender.start()
-    for sender in senders:
-        sender.join()
+    on_threads(send, clients)
     for client in clients:
         client.close()
     assert {a.status_code for a in answers} == {200}
@@ -235,7 +227,8 @@ def test_kill_9_of_one_worker_under_load(tmp_path: Path) -> None:
         server.stop()
 
 
-def test_kill_9_of_the_whole_server_under_load(tmp_path: Path) -> None:
+def under_load(tmp_path: Path) -> tuple[IsbreServer, list[tuple[str, str, int]], threading.Thread]:
+    """A 2-worker server with 8 writers committing to 4 tables, 80 commits acknowledged so far."""
     server = IsbreServer(tmp_path / "warehouse", workers=2).start()
     httpx.post(f"{server.url}/v1/isbre/namespaces", json={"namespace": ["w"]}).raise_for_status()
     tables = [f"t{i}" for i in range(4)]
@@ -246,17 +239,26 @@ def test_kill_9_of_the_whole_server_under_load(tmp_path: Path) -> None:
     load.start()
     while len(acknowledged) < 80:
         time.sleep(0.01)
+    return server, acknowledged, load
+
+
+def assert_present_after_restart(server: IsbreServer, acknowledged: list[tuple[str, str, int]]) -> None:
+    restarted = IsbreServer(server.warehouse, workers=2).start()
+    try:
+        assert_present(restarted, acknowledged)
+    finally:
+        restarted.stop()
+
+
+def test_kill_9_of_the_whole_server_under_load(tmp_path: Path) -> None:
+    server, acknowledged, load = under_load(tmp_path)
     assert server.process is not None
     everyone = [server.process.pid, *descendants(server.process.pid)]
     for pid in everyone:
         os.kill(pid, signal.SIGKILL)
     server.process.wait()
     load.join()
-    restarted = IsbreServer(server.warehouse, workers=2).start()
-    try:
-        assert_present(restarted, acknowledged)
-    finally:
-        restarted.stop()
+    assert_present_after_restart(server, acknowledged)
 
 
 def test_one_lineage_worker_delivers_the_runs_of_every_worker(tmp_path: Path) -> None:
@@ -286,22 +288,9 @@ def test_one_lineage_worker_delivers_the_runs_of_every_worker(tmp_path: Path) ->
 
 
 def test_sigterm_drains_every_worker_and_loses_nothing(tmp_path: Path) -> None:
-    server = IsbreServer(tmp_path / "warehouse", workers=2).start()
-    httpx.post(f"{server.url}/v1/isbre/namespaces", json={"namespace": ["w"]}).raise_for_status()
-    tables = [f"t{i}" for i in range(4)]
-    for table in tables:
-        create(server, "w", table)
-    acknowledged: list[tuple[str, str, int]] = []
-    load = threading.Thread(target=commit_many, args=(server, tables, 8, 1000, acknowledged))
-    load.start()
-    while len(acknowledged) < 80:
-        time.sleep(0.01)
+    server, acknowledged, load = under_load(tmp_path)
     assert server.process is not None
     server.process.send_signal(signal.SIGTERM)
     assert server.process.wait(timeout=30) in (0, -signal.SIGTERM)
     load.join()
-    restarted = IsbreServer(server.warehouse, workers=2).start()
-    try:
-        assert_present(restarted, acknowledged)
-    finally:
-        restarted.stop()
+    assert_present_after_restart(server, acknowledged)
