@@ -294,3 +294,43 @@ def test_sigterm_drains_every_worker_and_loses_nothing(tmp_path: Path) -> None:
     assert server.process.wait(timeout=30) in (0, -signal.SIGTERM)
     load.join()
     assert_present_after_restart(server, acknowledged)
+
+
+def test_a_worker_never_answers_from_a_stale_pointer(two: IsbreServer) -> None:
+    table = f"fresh_{uuid.uuid4().hex[:6]}"
+    create(two, "w", table)
+    first, second = connections_to_each_worker(two, each=1)
+    url = f"{two.url}/v1/isbre/namespaces/w/tables/{table}"
+    for value in range(20):  # commit on one worker, load on the other, and back
+        writer, reader = (first, second) if value % 2 else (second, first)
+        body = {"updates": [{"action": "set-properties", "updates": {"v": str(value)}}]}
+        committed = writer.post(url, json=body).json()["metadata-location"]
+        loaded = reader.get(url).json()
+        assert loaded["metadata-location"] == committed
+        assert loaded["metadata"]["properties"]["v"] == str(value)
+    first.close()
+    second.close()
+
+
+def test_one_worker_growing_the_map_does_not_break_the_other(tmp_path: Path) -> None:
+    server = IsbreServer(tmp_path / "warehouse", workers=2, env={"ISBRE_MAP_SIZE_MB": "1"}).start()
+    try:
+        httpx.post(f"{server.url}/v1/isbre/namespaces", json={"namespace": ["w"]}).raise_for_status()
+        tables = [f"t{i}" for i in range(4)]
+        for table in tables:
+            create(server, "w", table)
+        clients = connections_to_each_worker(server, each=2)
+
+        def fill(w: int) -> None:  # 4 x 40 namespaces with 20 KB of properties: several MiB
+            for i in range(40):
+                body = {"namespace": [f"n{w}_{i}"], "properties": {"pad": "x" * 20_000}}
+                clients[w].post(f"{server.url}/v1/isbre/namespaces", json=body).raise_for_status()
+
+        on_threads(fill, range(4))
+        for client in clients:
+            client.close()
+        assert "growing it" in server.log()
+        listed = httpx.get(f"{server.url}/v1/isbre/namespaces").json()["namespaces"]
+        assert len(listed) == 1 + 160
+    finally:
+        server.stop()
