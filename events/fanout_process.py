@@ -84,8 +84,12 @@ class FanoutServer:
         with contextlib.suppress(FileNotFoundError):
             self.listen.unlink()  # left by a process that died
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        listener.bind(str(self.listen))
-        os.chmod(self.listen, 0o600)  # only this user's processes may hand streams over
+        # Created 0600 from the start: only this user's processes may hand streams over.
+        umask = os.umask(0o177)
+        try:
+            listener.bind(str(self.listen))
+        finally:
+            os.umask(umask)
         listener.listen()
         listener.setblocking(False)
         loop.add_reader(listener, lambda: self._add_channel(listener.accept()[0]))

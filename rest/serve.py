@@ -17,6 +17,7 @@ from rest.app import create_app, fanout_options, start_lineage
 from rest.cli import RefusedError
 from rest.connections import guarded_protocol
 from rest.settings import Settings, warehouses
+from rest.shared_counters import forget_workers
 from rest.workers import hand_down
 
 SERVER_LOCK = "isbre-serve.lock"
@@ -62,6 +63,7 @@ def serve(settings: Settings) -> None:
         uvicorn.run(create_app(settings), http=protocol, **common)
         return
     settings = hand_down(settings)
+    forget_workers(settings.store_path())
     # The supervisor runs what there is one of per server: the lineage worker, the fan-out process.
     services = open_warehouses(settings.store_path(), warehouses(settings))
     lineage = start_lineage(settings, services)

@@ -64,6 +64,13 @@ class Counts:
         self.streams += other.streams
 
 
+def forget_workers(store: Path) -> None:
+    """Remove the files of a previous server's workers (their pids may belong to others now)."""
+    for path in (store.parent / FOLDER).glob("*"):
+        with contextlib.suppress(OSError):
+            path.unlink()
+
+
 class SharedCounters:
     """This worker's file, and the sum over every running worker's."""
 
