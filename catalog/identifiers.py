@@ -7,6 +7,7 @@ caller.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 # Names are limited in encoded bytes, not characters: a table's directory is `<name>-<32 hex digits>`,
@@ -105,3 +106,17 @@ def children_prefix(namespace: tuple[str, ...]) -> bytes:
 
 def depth(key: bytes) -> int:
     return key.count(_LEVEL) + 1
+
+
+def direct_children(
+    keys: Iterable[bytes], parent: tuple[str, ...], limit: int | None
+) -> list[tuple[str, ...]]:
+    """The namespaces of `keys` (all under `parent`, in key order) one level below `parent`, at most
+    `limit` of them."""
+    found: list[tuple[str, ...]] = []
+    for key in keys:
+        if depth(key) == len(parent) + 1:
+            found.append(namespace_from_key(key))
+            if limit is not None and len(found) >= limit:
+                break
+    return found

@@ -17,8 +17,7 @@ from catalog.coverage import Coverage, Range, Span, SpanKey, merge
 from catalog.identifiers import (
     Identifier,
     children_prefix,
-    depth,
-    namespace_from_key,
+    direct_children,
     namespace_key,
     objects_prefix,
 )
@@ -113,17 +112,10 @@ class _LmdbView(WriteView):
     def namespaces(
         self, parent: tuple[str, ...], after: tuple[str, ...] | None, limit: int | None
     ) -> list[tuple[str, ...]]:
-        want = len(parent) + 1
         prefix = children_prefix(parent)
         after_key = namespace_key(after)[len(prefix) :] if after else None
-        found: list[tuple[str, ...]] = []
         with self._txn.cursor(db=self._db("namespaces")) as cursor:
-            for key, _ in _after(cursor, prefix, after_key):
-                if depth(key) == want:
-                    found.append(namespace_from_key(key))
-                    if limit is not None and len(found) >= limit:
-                        break
-        return found
+            return direct_children((key for key, _ in _after(cursor, prefix, after_key)), parent, limit)
 
     def is_empty(self, namespace: tuple[str, ...]) -> bool:
         for db, prefix in (

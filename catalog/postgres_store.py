@@ -1,0 +1,431 @@
+"""The catalog's state in PostgreSQL (SQLAlchemy Core over psycopg 3), for servers on several hosts.
+
+Same semantics as the LMDB store. Every write transaction first takes one
+transaction-scoped advisory lock, so write transactions run one at a time, as
+LMDB's single writer does: `commit_seq` is assigned inside the lock and becomes
+visible when the lock is released at commit, so a reader that has seen N never
+later finds N-1 appear. Reads run in REPEATABLE READ snapshots. Keys of
+namespaces and objects are the same bytes the LMDB store uses (`bytea`, which
+PostgreSQL orders bytewise), and locations use the C collation, so listings and
+prefix scans order exactly as in LMDB.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Connection,
+    Index,
+    LargeBinary,
+    MetaData,
+    Table,
+    Text,
+    and_,
+    create_engine,
+    delete,
+    func,
+    select,
+    text,
+    update,
+)
+from sqlalchemy.dialects.postgresql import insert
+
+from catalog.coverage import Coverage, Range, Span, SpanKey, merge
+from catalog.identifiers import (
+    Identifier,
+    children_prefix,
+    direct_children,
+    namespace_key,
+    objects_prefix,
+)
+from catalog.records import CommitRecord
+from catalog.store import Pointer, ReadView, Store, WriteView
+
+# pg_advisory_xact_lock key of the one writer at a time ("isbre" in ASCII).
+WRITER_LOCK = 0x6973627265
+SCHEMA_VERSION = 1
+# No byte of UTF-8 is 0xFF: `prefix <= key < prefix + END` is "key starts with prefix".
+END = b"\xff"
+
+schema = MetaData()
+meta = Table(
+    "isbre_meta", schema, Column("key", Text, primary_key=True), Column("value", Text, nullable=False)
+)
+namespaces = Table(
+    "isbre_namespaces",
+    schema,
+    Column("warehouse", Text, primary_key=True),
+    Column("key", LargeBinary, primary_key=True),
+    Column("properties", Text, nullable=False),
+)
+pointers = Table(
+    "isbre_pointers",
+    schema,
+    Column("warehouse", Text, primary_key=True),
+    Column("kind", Text, primary_key=True),
+    Column("key", LargeBinary, primary_key=True),
+    Column("pointer", Text, nullable=False),
+)
+log_table = Table(
+    "isbre_log",
+    schema,
+    Column("commit_seq", BigInteger, primary_key=True, autoincrement=False),
+    Column("ts", BigInteger, nullable=False),
+    Column("record", LargeBinary, nullable=False),
+)
+cursors_table = Table(
+    "isbre_cursors",
+    schema,
+    Column("name", Text, primary_key=True),
+    Column("commit_seq", BigInteger, nullable=False),
+)
+idempotency = Table(
+    "isbre_idempotency",
+    schema,
+    Column("key", Text, primary_key=True),
+    Column("response", Text, nullable=False),
+    Column("ts", BigInteger, nullable=False),
+    Index("isbre_idempotency_by_time", "ts"),
+)
+locations = Table(
+    "isbre_locations",
+    schema,
+    Column("location", Text(collation="C"), primary_key=True),
+    Column("owner", Text, nullable=False, unique=True),
+)
+ranges = Table(
+    "isbre_coverage",
+    schema,
+    Column("table_uuid", Text, primary_key=True),
+    Column("source_id", Text, primary_key=True),
+    Column("topic", Text, primary_key=True),
+    Column("partition", BigInteger, primary_key=True),
+    Column("start_offset", BigInteger, primary_key=True),
+    Column("end_offset", BigInteger, nullable=False),
+)
+coverage_commits = Table(
+    "isbre_coverage_commits",
+    schema,
+    Column("table_uuid", Text, primary_key=True),
+    Column("snapshot_id", BigInteger, primary_key=True),
+    Column("commit_seq", BigInteger, nullable=False),
+)
+
+
+def _starts_with(column: Any, prefix: bytes) -> Any:
+    return and_(column >= prefix, column < prefix + END)
+
+
+class _PostgresView(WriteView):
+    def __init__(self, connection: Connection, scope: str = "") -> None:
+        self._db = connection
+        self._scope = scope
+
+    def scoped(self, warehouse: str) -> _PostgresView:
+        return _PostgresView(self._db, warehouse)
+
+    # -- reads
+
+    def namespace(self, namespace: tuple[str, ...]) -> dict[str, str] | None:
+        raw = self._db.scalar(
+            select(namespaces.c.properties).where(
+                namespaces.c.warehouse == self._scope, namespaces.c.key == namespace_key(namespace)
+            )
+        )
+        return None if raw is None else json.loads(raw)
+
+    def namespaces(
+        self, parent: tuple[str, ...], after: tuple[str, ...] | None, limit: int | None
+    ) -> list[tuple[str, ...]]:
+        prefix = children_prefix(parent)
+        query = select(namespaces.c.key).where(
+            namespaces.c.warehouse == self._scope, _starts_with(namespaces.c.key, prefix)
+        )
+        if after:
+            query = query.where(namespaces.c.key > namespace_key(after))
+        keys = (key for (key,) in self._db.execute(query.order_by(namespaces.c.key)))
+        return direct_children(keys, parent, limit)
+
+    def is_empty(self, namespace: tuple[str, ...]) -> bool:
+        objects = select(pointers.c.key).where(
+            pointers.c.warehouse == self._scope, _starts_with(pointers.c.key, objects_prefix(namespace))
+        )
+        children = select(namespaces.c.key).where(
+            namespaces.c.warehouse == self._scope,
+            _starts_with(namespaces.c.key, children_prefix(namespace)),
+        )
+        return self._db.scalar(objects.limit(1)) is None and self._db.scalar(children.limit(1)) is None
+
+    def _pointer_row(self, kind: str, ident: Identifier) -> Any:
+        return and_(pointers.c.warehouse == self._scope, pointers.c.kind == kind, pointers.c.key == ident.key)
+
+    def pointer(self, kind: str, ident: Identifier) -> Pointer | None:
+        raw = self._db.scalar(select(pointers.c.pointer).where(self._pointer_row(kind, ident)))
+        return None if raw is None else Pointer.from_json(raw.encode())
+
+    def identifiers(
+        self, kind: str, namespace: tuple[str, ...], after: str | None, limit: int | None
+    ) -> list[Identifier]:
+        prefix = objects_prefix(namespace)
+        query = select(pointers.c.key).where(
+            pointers.c.warehouse == self._scope, pointers.c.kind == kind, _starts_with(pointers.c.key, prefix)
+        )
+        if after is not None:
+            query = query.where(pointers.c.key > prefix + after.encode())
+        query = query.order_by(pointers.c.key)
+        if limit is not None:
+            query = query.limit(limit)
+        return [Identifier.from_key(key) for (key,) in self._db.execute(query)]
+
+    def commit_seq(self) -> int:
+        raw = self._db.scalar(select(meta.c.value).where(meta.c.key == "commit_seq"))
+        return 0 if raw is None else int(raw)
+
+    def records(self, after: int, limit: int) -> list[CommitRecord]:
+        query = (
+            select(log_table.c.record)
+            .where(log_table.c.commit_seq > after)
+            .order_by(log_table.c.commit_seq)
+            .limit(limit)
+        )
+        return [CommitRecord.from_json(raw) for (raw,) in self._db.execute(query)]
+
+    def cursors(self) -> dict[str, int]:
+        rows = self._db.execute(select(cursors_table.c.name, cursors_table.c.commit_seq))
+        return {name: commit_seq for name, commit_seq in rows}
+
+    def idempotent_response(self, key: str) -> dict[str, Any] | None:
+        raw = self._db.scalar(select(idempotency.c.response).where(idempotency.c.key == key))
+        return None if raw is None else json.loads(raw)
+
+    def overlapping(self, location: str) -> list[tuple[str, str]]:
+        above = [location[:end] for end, ch in enumerate(location) if ch == "/"]
+        exact = select(locations.c.location, locations.c.owner).where(
+            locations.c.location.in_([*above, location])
+        )
+        found = sorted(((loc, owner) for loc, owner in self._db.execute(exact)), key=lambda row: len(row[0]))
+        # "/" is 0x2F and "0" 0x30: in the C collation, the locations under `location/` sort between.
+        under = (
+            select(locations.c.location, locations.c.owner)
+            .where(locations.c.location > location + "/", locations.c.location < location + "0")
+            .order_by(locations.c.location)
+            .limit(16)
+        )
+        return found + [(loc, owner) for loc, owner in self._db.execute(under)]
+
+    def marker(self, name: str) -> bool:
+        return self._db.scalar(select(meta.c.key).where(meta.c.key == f"marker:{name}")) is not None
+
+    def log_floor(self) -> int:
+        lowest = self._db.scalar(select(func.min(log_table.c.commit_seq)))
+        return self.commit_seq() + 1 if lowest is None else int(lowest)
+
+    def coverage(self, table_uuid: str) -> Coverage:
+        found: dict[SpanKey, list[Range]] = {}
+        query = select(
+            ranges.c.source_id, ranges.c.topic, ranges.c.partition, ranges.c.start_offset, ranges.c.end_offset
+        ).where(ranges.c.table_uuid == table_uuid)
+        for source_id, topic, partition, start, end in self._db.execute(query):
+            found.setdefault(SpanKey(source_id, topic, partition), []).append((start, end))
+        return Coverage(found)
+
+    def coverage_commit(self, table_uuid: str, snapshot_id: int) -> int | None:
+        return self._db.scalar(
+            select(coverage_commits.c.commit_seq).where(
+                coverage_commits.c.table_uuid == table_uuid, coverage_commits.c.snapshot_id == snapshot_id
+            )
+        )
+
+    # -- writes
+
+    def _upsert(self, table: Table, keys: list[str], **values: Any) -> None:
+        statement = insert(table).values(**values)
+        changed = {name: value for name, value in values.items() if name not in keys}
+        self._db.execute(statement.on_conflict_do_update(index_elements=keys, set_=changed))
+
+    def put_namespace(self, namespace: tuple[str, ...], properties: dict[str, str]) -> None:
+        self._upsert(
+            namespaces,
+            ["warehouse", "key"],
+            warehouse=self._scope,
+            key=namespace_key(namespace),
+            properties=json.dumps(properties),
+        )
+
+    def delete_namespace(self, namespace: tuple[str, ...]) -> None:
+        self._db.execute(
+            delete(namespaces).where(
+                namespaces.c.warehouse == self._scope, namespaces.c.key == namespace_key(namespace)
+            )
+        )
+
+    def put_pointer(self, kind: str, ident: Identifier, pointer: Pointer) -> None:
+        self._upsert(
+            pointers,
+            ["warehouse", "kind", "key"],
+            warehouse=self._scope,
+            kind=kind,
+            key=ident.key,
+            pointer=pointer.to_json().decode(),
+        )
+
+    def delete_pointer(self, kind: str, ident: Identifier) -> None:
+        self._db.execute(delete(pointers).where(self._pointer_row(kind, ident)))
+
+    def append(self, record: CommitRecord) -> None:
+        if record.commit_seq != self.commit_seq() + 1:
+            raise AssertionError(f"commit_seq {record.commit_seq} does not follow {self.commit_seq()}")
+        self._db.execute(
+            log_table.insert().values(commit_seq=record.commit_seq, ts=record.ts, record=record.to_json())
+        )
+        self._upsert(meta, ["key"], key="commit_seq", value=str(record.commit_seq))
+
+    def put_cursor(self, name: str, commit_seq: int) -> None:
+        self._upsert(cursors_table, ["name"], name=name, commit_seq=commit_seq)
+
+    def add_coverage(
+        self, table_uuid: str, spans: list[Span], snapshot_id: int | None, commit_seq: int
+    ) -> None:
+        if snapshot_id is not None:
+            self._upsert(
+                coverage_commits,
+                ["table_uuid", "snapshot_id"],
+                table_uuid=table_uuid,
+                snapshot_id=snapshot_id,
+                commit_seq=commit_seq,
+            )
+        by_stream: dict[SpanKey, list[Range]] = {}
+        for span in spans:
+            by_stream.setdefault(span.key, []).append((span.start, span.end))
+        for key, added in by_stream.items():
+            stream = and_(
+                ranges.c.table_uuid == table_uuid,
+                ranges.c.source_id == key.source_id,
+                ranges.c.topic == key.topic,
+                ranges.c.partition == key.partition,
+            )
+            existing = list(
+                self._db.execute(select(ranges.c.start_offset, ranges.c.end_offset).where(stream))
+            )
+            merged = merge([*(tuple(r) for r in existing), *added])
+            self._db.execute(delete(ranges).where(stream))
+            self._db.execute(
+                ranges.insert(),
+                [
+                    {
+                        "table_uuid": table_uuid,
+                        "source_id": key.source_id,
+                        "topic": key.topic,
+                        "partition": key.partition,
+                        "start_offset": start,
+                        "end_offset": end,
+                    }
+                    for start, end in merged
+                ],
+            )
+
+    def drop_coverage(self, table_uuid: str) -> None:
+        self._db.execute(delete(ranges).where(ranges.c.table_uuid == table_uuid))
+        self._db.execute(delete(coverage_commits).where(coverage_commits.c.table_uuid == table_uuid))
+
+    def put_idempotent_response(self, key: str, response: dict[str, Any]) -> None:
+        self._upsert(idempotency, ["key"], key=key, response=json.dumps(response), ts=response["ts"])
+
+    def trim_idempotency(self, older_than_us: int, limit: int) -> int:
+        oldest = (
+            select(idempotency.c.key)
+            .where(idempotency.c.ts < older_than_us)
+            .order_by(idempotency.c.ts)
+            .limit(limit)
+            .scalar_subquery()
+        )
+        return self._db.execute(delete(idempotency).where(idempotency.c.key.in_(oldest))).rowcount
+
+    def place(self, owner: str, location: str) -> None:
+        self.unplace(owner)
+        self._upsert(locations, ["location"], location=location, owner=owner)
+
+    def unplace(self, owner: str) -> None:
+        self._db.execute(delete(locations).where(locations.c.owner == owner))
+
+    def set_marker(self, name: str) -> None:
+        self._upsert(meta, ["key"], key=f"marker:{name}", value="")
+
+    def trim_log(self, keep_after: int, older_than_us: int, ceiling: int, limit: int) -> int:
+        oldest = self._db.execute(
+            select(log_table.c.commit_seq, log_table.c.ts)
+            .where(log_table.c.commit_seq <= ceiling)
+            .order_by(log_table.c.commit_seq)
+            .limit(limit)
+        ).all()
+        last = None
+        for seq, ts in oldest:
+            if seq > keep_after and ts >= older_than_us:
+                break
+            last = seq
+        if last is None:
+            return 0
+        return self._db.execute(delete(log_table).where(log_table.c.commit_seq <= last)).rowcount
+
+    @contextmanager
+    def savepoint(self) -> Iterator[WriteView]:
+        with self._db.begin_nested():
+            yield _PostgresView(self._db, self._scope)
+
+
+class PostgresStore(Store):
+    def __init__(self, url: str, pool_size: int = 10) -> None:
+        """`url`: postgresql://user@host/db (psycopg 3 is the driver)."""
+        if url.startswith("postgresql://"):
+            url = "postgresql+psycopg://" + url.removeprefix("postgresql://")
+        self.engine = create_engine(url, pool_size=pool_size, pool_pre_ping=True)
+        self.migrate()
+
+    def migrate(self) -> int:
+        """Bring the schema to SCHEMA_VERSION (one migrator at a time); returns the version."""
+        with self.engine.begin() as connection:
+            connection.execute(select(func.pg_advisory_xact_lock(WRITER_LOCK)))
+            schema.create_all(connection)  # version 1: the tables, where missing
+            found = connection.scalar(select(meta.c.value).where(meta.c.key == "schema_version"))
+            if found is None:
+                connection.execute(meta.insert().values(key="schema_version", value=str(SCHEMA_VERSION)))
+                # A new store indexes every location it is given: nothing to index later.
+                connection.execute(meta.insert().values(key="marker:locations", value=""))
+            elif int(found) > SCHEMA_VERSION:
+                raise RuntimeError(f"the store has schema {found}; this isbre knows up to {SCHEMA_VERSION}")
+            else:
+                connection.execute(
+                    update(meta).where(meta.c.key == "schema_version").values(value=str(SCHEMA_VERSION))
+                )
+        return SCHEMA_VERSION
+
+    @contextmanager
+    def read(self, warehouse: str = "") -> Iterator[ReadView]:
+        with self.engine.connect() as connection:
+            connection.execute(text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"))
+            try:
+                yield _PostgresView(connection, warehouse)
+            finally:
+                connection.rollback()
+
+    @contextmanager
+    def write(self) -> Iterator[WriteView]:
+        with self.engine.begin() as connection:
+            connection.execute(select(func.pg_advisory_xact_lock(WRITER_LOCK)))
+            yield _PostgresView(connection)
+
+    def grow(self) -> None:
+        """Nothing to grow: a PostgreSQL store never raises StoreFullError."""
+
+    def capacity(self) -> int:
+        with self.engine.connect() as connection:
+            return int(connection.scalar(select(func.pg_database_size(func.current_database()))) or 0)
+
+    def close(self) -> None:
+        self.engine.dispose()

@@ -1,0 +1,196 @@
+"""The `Store` contract, run against every store: the embedded LMDB one and PostgreSQL (a real
+server started for these tests)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from catalog.coverage import Span, SpanKey
+from catalog.identifiers import Identifier
+from catalog.lmdb_store import LmdbStore
+from catalog.postgres_store import PostgresStore
+from catalog.records import CommitRecord
+from catalog.store import Pointer, Store
+from tests.postgres import PostgresServer, binaries
+
+_databases = iter(range(10_000))
+
+
+@pytest.fixture(scope="module")
+def postgres() -> Iterator[PostgresServer]:
+    if (why := binaries()) is not None:
+        pytest.skip(why)
+    server = PostgresServer.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["lmdb", "postgresql"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    if request.param == "lmdb":
+        opened: Store = LmdbStore(tmp_path / "isbre.lmdb", warehouses=("second",))
+    else:
+        server: PostgresServer = request.getfixturevalue("postgres")
+        name = f"contract_{next(_databases)}"
+        admin = PostgresStore(server.url)
+        with admin.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
+            connection.exec_driver_sql(f"CREATE DATABASE {name}")
+        admin.close()
+        opened = PostgresStore(server.url.rsplit("/", 1)[0] + f"/{name}")
+    yield opened
+    opened.close()
+
+
+def record(seq: int, ts: int = 1, namespace: str = "n") -> CommitRecord:
+    stamped = CommitRecord("namespace.create", [namespace])
+    stamped.stamp(seq, ts)
+    return stamped
+
+
+def test_namespaces_list_children_in_key_order_with_pages(store: Store) -> None:
+    with store.write() as view:
+        for namespace in [("b",), ("a",), ("a", "x"), ("a", "y"), ("a", "x", "deep"), ("c",)]:
+            view.put_namespace(namespace, {"name": ".".join(namespace)})
+    with store.read() as view:
+        assert view.namespaces((), None, None) == [("a",), ("b",), ("c",)]
+        assert view.namespaces((), ("a",), 1) == [("b",)]
+        assert view.namespaces(("a",), None, None) == [("a", "x"), ("a", "y")]
+        assert view.namespace(("a", "x")) == {"name": "a.x"}
+        assert view.namespace(("z",)) is None
+        assert not view.is_empty(("a",)) and view.is_empty(("b",))
+    with store.write() as view:
+        view.delete_namespace(("c",))
+    with store.read() as view:
+        assert view.namespaces((), None, None) == [("a",), ("b",)]
+
+
+def test_pointers_and_identifiers(store: Store) -> None:
+    with store.write() as view:
+        view.put_namespace(("n",), {})
+        for name in ("t2", "t1", "t3"):
+            view.put_pointer("table", Identifier.of(("n",), name), Pointer(f"file:///{name}", name))
+        view.put_pointer("view", Identifier.of(("n",), "v"), Pointer("file:///v", "v"))
+    with store.read() as view:
+        names = [i.name for i in view.identifiers("table", ("n",), None, None)]
+        assert names == ["t1", "t2", "t3"]
+        assert [i.name for i in view.identifiers("table", ("n",), "t1", 1)] == ["t2"]
+        assert view.pointer("table", Identifier.of(("n",), "t2")) == Pointer("file:///t2", "t2")
+        assert view.pointer("table", Identifier.of(("n",), "v")) is None
+        assert not view.is_empty(("n",))
+    with store.write() as view:
+        view.delete_pointer("table", Identifier.of(("n",), "t2"))
+    with store.read() as view:
+        assert [i.name for i in view.identifiers("table", ("n",), None, None)] == ["t1", "t3"]
+
+
+def test_the_log_is_gapless_trims_oldest_first_and_keeps_its_high_water(store: Store) -> None:
+    with store.read() as view:
+        assert (view.commit_seq(), view.log_floor()) == (0, 1)
+    with store.write() as view:
+        for seq in range(1, 6):
+            view.append(record(seq, ts=seq * 10))
+        with pytest.raises(AssertionError):
+            view.append(record(9))
+    with store.read() as view:
+        assert [r.commit_seq for r in view.records(2, 2)] == [3, 4]
+        assert view.commit_seq() == 5
+    with store.write() as view:
+        # Records up to 2 may go by count; older than ts 40 by age; none above the ceiling 3.
+        assert view.trim_log(keep_after=2, older_than_us=40, ceiling=3, limit=10) == 3
+    with store.read() as view:
+        assert (view.log_floor(), view.commit_seq()) == (4, 5)
+    with store.write() as view:
+        assert view.trim_log(keep_after=10, older_than_us=0, ceiling=10, limit=10) == 2
+    with store.read() as view:
+        assert (view.log_floor(), view.commit_seq(), view.records(0, 10)) == (6, 5, [])
+
+
+def test_cursors_markers_and_idempotent_responses(store: Store) -> None:
+    with store.write() as view:
+        view.put_cursor("lineage", 3)
+        view.put_cursor("lineage", 4)
+        view.set_marker("locations")
+        for key, ts in (("k-old", 1), ("k-mid", 2), ("k-new", 3)):
+            view.put_idempotent_response(key, {"ts": ts, "outcome": key})
+    with store.read() as view:
+        assert view.cursors() == {"lineage": 4}
+        assert view.marker("locations") and not view.marker("other")
+        assert view.idempotent_response("k-mid") == {"ts": 2, "outcome": "k-mid"}
+    with store.write() as view:
+        assert view.trim_idempotency(older_than_us=3, limit=1) == 1  # the oldest first
+    with store.read() as view:
+        assert view.idempotent_response("k-old") is None and view.idempotent_response("k-mid") is not None
+
+
+def test_locations_overlap_above_at_and_below(store: Store) -> None:
+    with store.write() as view:
+        view.place("a", "file:///w/ns/a")
+        view.place("b", "file:///w/ns/b")
+    with store.read() as view:
+        assert view.overlapping("file:///w/ns/a/data") == [("file:///w/ns/a", "a")]
+        assert view.overlapping("file:///w/ns") == [("file:///w/ns/a", "a"), ("file:///w/ns/b", "b")]
+        assert view.overlapping("file:///w/ns/a") == [("file:///w/ns/a", "a")]
+        assert view.overlapping("file:///w/ns/ab") == []  # a sibling that starts alike
+    with store.write() as view:
+        view.place("a", "file:///w/ns/moved")  # a move replaces the old place
+        view.unplace("b")
+    with store.read() as view:
+        assert view.overlapping("file:///w/ns") == [("file:///w/ns/moved", "a")]
+
+
+def test_coverage_merges_and_is_dropped_with_the_table(store: Store) -> None:
+    key = SpanKey("kafka-1", "orders", 0)
+    with store.write() as view:
+        view.add_coverage("t", [Span(key, 0, 10), Span(key, 20, 30)], 7, 1)
+        view.add_coverage("t", [Span(key, 10, 20), Span(SpanKey("kafka-1", "orders", 1), 5, 6)], None, 2)
+    with store.read() as view:
+        assert view.coverage("t").ranges == {key: [(0, 30)], SpanKey("kafka-1", "orders", 1): [(5, 6)]}
+        assert view.coverage_commit("t", 7) == 1 and view.coverage_commit("t", 8) is None
+    with store.write() as view:
+        view.drop_coverage("t")
+    with store.read() as view:
+        assert view.coverage("t").ranges == {} and view.coverage_commit("t", 7) is None
+
+
+def test_a_failed_transaction_and_a_failed_savepoint_leave_nothing(store: Store) -> None:
+    with pytest.raises(RuntimeError), store.write() as view:
+        view.put_namespace(("gone",), {})
+        raise RuntimeError
+    with store.write() as view:
+        view.put_namespace(("kept",), {})
+        with pytest.raises(RuntimeError), view.savepoint() as inner:
+            inner.put_namespace(("undone",), {})
+            raise RuntimeError
+    with store.read() as view:
+        assert view.namespaces((), None, None) == [("kept",)]
+
+
+def test_warehouses_see_their_own_namespaces_and_objects_only(store: Store) -> None:
+    with store.write() as view:
+        view.put_namespace(("n",), {"in": "first"})
+        second = view.scoped("second")
+        second.put_namespace(("n",), {"in": "second"})
+        second.put_pointer("table", Identifier.of(("n",), "t"), Pointer("file:///t", "t"))
+    with store.read() as first, store.read("second") as second:
+        assert first.namespace(("n",)) == {"in": "first"} and second.namespace(("n",)) == {"in": "second"}
+        assert first.identifiers("table", ("n",), None, None) == []
+        assert [i.name for i in second.identifiers("table", ("n",), None, None)] == ["t"]
+
+
+def test_concurrent_writers_append_one_gapless_log(store: Store) -> None:
+    def append(count: int) -> None:
+        for _ in range(count):
+            with store.write() as view:
+                view.append(record(view.commit_seq() + 1))
+
+    threads = [threading.Thread(target=append, args=(25,)) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    with store.read() as view:
+        assert [r.commit_seq for r in view.records(0, 1000)] == list(range(1, 101))
