@@ -73,6 +73,7 @@ class Delegation:
     _vended: dict[tuple[str, bool], tuple[float, dict[str, str]]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _own: Any = None
+    _sts_client: Any = None
 
     @classmethod
     def of(cls, service: CatalogService, settings: DelegationSettings) -> Delegation:
@@ -144,15 +145,20 @@ class Delegation:
         return found
 
     def _sts(self) -> Any:
+        """One STS client, made once (clients are safe to share across threads; making sessions
+        on many threads at once is not)."""
         import boto3
 
         assert self.options is not None
-        arguments = self.options.client_arguments()
-        arguments.pop("config")
-        endpoint = self.settings.sts_endpoint or self.options.endpoint
-        if endpoint:
-            arguments["endpoint_url"] = endpoint
-        return boto3.session.Session().client("sts", **arguments)
+        with self._lock:
+            if self._sts_client is None:
+                arguments = self.options.client_arguments()
+                arguments.pop("config")
+                endpoint = self.settings.sts_endpoint or self.options.endpoint
+                if endpoint:
+                    arguments["endpoint_url"] = endpoint
+                self._sts_client = boto3.session.Session().client("sts", **arguments)
+            return self._sts_client
 
     def sign(self, location: str, write_allowed: bool, request: dict[str, Any]) -> dict[str, Any]:
         """Sign an S3 request (the REST signer protocol's body) if it stays inside `location`."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -204,8 +206,6 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _warehouse_names(self) -> Settings:
-        import re
-
         for name in self.warehouses:
             if not re.match(NAME, name) or name == self.prefix:
                 raise ValueError(
@@ -214,8 +214,6 @@ class Settings(BaseSettings):
         return self
 
     def worker_count(self) -> int:
-        import os
-
         return self.workers or max(1, min(os.cpu_count() or 1, self.max_workers))
 
     def served(self) -> list[tuple[str, WarehouseSettings]]:

@@ -47,6 +47,11 @@ def _etag(metadata_location: str, snapshots: str) -> str:
     return '"' + hashlib.sha256(f"{metadata_location}|{snapshots}".encode()).hexdigest()[:32] + '"'
 
 
+def _delegation(request: Request) -> Delegation:
+    """The access delegation of the route's warehouse."""
+    return request.app.state.delegation[service(request).name]
+
+
 def _delegated(
     request: Request, target: InNamespace, table: str, location: str
 ) -> tuple[dict[str, str], list[dict[str, Any]]]:
@@ -60,8 +65,7 @@ def _delegated(
         str(request.base_url).rstrip("/"),
         f"v1/{catalog.name}/namespaces/{namespace}/tables/{quote(table, safe='')}/sign",
     )
-    delegation: Delegation = request.app.state.delegation[catalog.name]
-    return delegation.table_config(modes, location, target.access.may("writer"), signer)
+    return _delegation(request).table_config(modes, location, target.access.may("writer"), signer)
 
 
 def _table_result(
@@ -130,8 +134,7 @@ async def load_table(
 def load_credentials(request: Request, target: ReadsNamespace, table: str) -> Response:
     """Fresh vended credentials for the table (none where vending is off or the table is local)."""
     state = service(request).load_table(target.ident(table))
-    delegation: Delegation = request.app.state.delegation[service(request).name]
-    _, credentials = delegation.table_config(
+    _, credentials = _delegation(request).table_config(
         {VENDED}, state.metadata.location, target.access.may("writer"), None
     )
     return JSONResponse({"storage-credentials": credentials})
@@ -145,8 +148,9 @@ def sign_request(
     sign reads, a writer writes too; nothing outside the table's location is signed."""
     body = parse(SignRequest, raw)
     state = service(request).load_table(target.ident(table))
-    delegation: Delegation = request.app.state.delegation[service(request).name]
-    signed = delegation.sign(state.metadata.location, target.access.may("writer"), body.model_dump())
+    signed = _delegation(request).sign(
+        state.metadata.location, target.access.may("writer"), body.model_dump()
+    )
     return JSONResponse(signed, headers={"Cache-Control": "no-store"})
 
 
