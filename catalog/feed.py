@@ -1,11 +1,12 @@
 """Commits made by other processes on the same store: noticed within milliseconds.
 
 The writer tells its own process's followers about each batch it commits. A
-commit made by another process on the store (an embedded catalog, a tool)
-reaches no listener of this one, so a thread here reads the store's
-high-water mark every few milliseconds (one key in a read transaction) and,
-when it moved past everything this process has seen, calls the followers that
-read the log themselves.
+commit made by another process on the store (an embedded catalog, a tool,
+another server on a shared database) reaches no listener of this one, so a
+thread here reads the store's high-water mark and, when it moved past
+everything this process has seen, calls the followers that read the log
+themselves. It reads when the store says something was committed (PostgreSQL's
+NOTIFY), and every few milliseconds where the store cannot say (LMDB).
 """
 
 from __future__ import annotations
@@ -19,8 +20,10 @@ from catalog.service import CatalogService
 
 log = logging.getLogger(__name__)
 
-# Followers hear of another process's commit within this many seconds.
+# Followers hear of another process's commit within this many seconds where the store cannot tell.
 POLL_S = 0.01
+# Where it can, the high-water is read this often too, in case a notification was lost.
+NOTIFIED_POLL_S = 1.0
 
 
 class CommitFeed:
@@ -30,8 +33,11 @@ class CommitFeed:
         self._seen = service.commit_seq()
         self._followers: list[Callable[[], None]] = []
         self._stop = threading.Event()
+        self._woken = threading.Event()
         self._thread = threading.Thread(target=self._run, name="isbre-commit-feed", daemon=True)
         service.writer.add_listener(self._committed_here)
+        if service.store.on_commit(self._woken.set):
+            self._interval = max(interval, NOTIFIED_POLL_S)
 
     def follow(self, follower: Callable[[], None]) -> None:
         """Call `follower()` (on the feed's thread) when another process has committed."""
@@ -42,6 +48,7 @@ class CommitFeed:
 
     def close(self) -> None:
         self._stop.set()
+        self._woken.set()
         self._service.writer.remove_listener(self._committed_here)
         if self._thread.is_alive():
             self._thread.join()
@@ -50,7 +57,11 @@ class CommitFeed:
         self._seen = max(self._seen, records[-1].commit_seq)
 
     def _run(self) -> None:
-        while not self._stop.wait(self._interval):
+        while not self._stop.is_set():
+            self._woken.wait(self._interval)
+            self._woken.clear()
+            if self._stop.is_set():
+                return
             try:
                 high = self._service.commit_seq()
             except Exception:

@@ -455,5 +455,8 @@ class LmdbStore(Store):
     def capacity(self) -> int:
         return self.env.info()["map_size"]
 
+    def describe(self) -> dict[str, Any]:
+        return {"kind": "lmdb", "path": str(self.path)}
+
     def close(self) -> None:
         self.env.close()

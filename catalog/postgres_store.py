@@ -8,15 +8,24 @@ later finds N-1 appear. Reads run in REPEATABLE READ snapshots. Keys of
 namespaces and objects are the same bytes the LMDB store uses (`bytea`, which
 PostgreSQL orders bytewise), and locations use the C collation, so listings and
 prefix scans order exactly as in LMDB.
+
+A write transaction that appended to the log sends a NOTIFY on commit; servers
+LISTEN on one connection each and read the log when woken (see `on_commit`).
+A connection that fails raises `StoreUnavailableError`: the caller answers 503,
+and the pool's pre-ping replaces dead connections once the database is back.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import logging
+import threading
+import zlib
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import psycopg
 from sqlalchemy import (
     BigInteger,
     Column,
@@ -29,7 +38,9 @@ from sqlalchemy import (
     and_,
     create_engine,
     delete,
+    exc,
     func,
+    make_url,
     select,
     text,
     update,
@@ -45,11 +56,25 @@ from catalog.identifiers import (
     objects_prefix,
 )
 from catalog.records import CommitRecord
-from catalog.store import Pointer, ReadView, Store, WriteView
+from catalog.store import Lease, Pointer, ReadView, Store, StoreUnavailableError, WriteView
+
+log = logging.getLogger(__name__)
 
 # pg_advisory_xact_lock key of the one writer at a time ("isbre" in ASCII).
 WRITER_LOCK = 0x6973627265
 SCHEMA_VERSION = 1
+# Leases are advisory locks (LEASES, crc32 of the name): a key space apart from WRITER_LOCK's.
+LEASES = 0x69736272
+CHANNEL = "isbre_commits"  # NOTIFY channel of committed log appends
+# A connection that cannot be made, or a peer that stops answering, fails within seconds (an answer
+# then is a 503, not a request hanging on a dead database).
+CONNECT_ARGS = {
+    "connect_timeout": 5,
+    "keepalives": 1,
+    "keepalives_idle": 5,
+    "keepalives_interval": 2,
+    "keepalives_count": 2,
+}
 # No byte of UTF-8 is 0xFF: `prefix <= key < prefix + END` is "key starts with prefix".
 END = b"\xff"
 
@@ -123,12 +148,14 @@ def _starts_with(column: Any, prefix: bytes) -> Any:
 
 
 class _PostgresView(WriteView):
-    def __init__(self, connection: Connection, scope: str = "") -> None:
+    def __init__(self, connection: Connection, scope: str = "", appended: list[int] | None = None) -> None:
         self._db = connection
         self._scope = scope
+        # commit_seqs appended by the transaction, shared by its scoped views and savepoints
+        self.appended = [] if appended is None else appended
 
     def scoped(self, warehouse: str) -> _PostgresView:
-        return _PostgresView(self._db, warehouse)
+        return _PostgresView(self._db, warehouse, self.appended)
 
     # -- reads
 
@@ -285,6 +312,7 @@ class _PostgresView(WriteView):
             log_table.insert().values(commit_seq=record.commit_seq, ts=record.ts, record=record.to_json())
         )
         self._upsert(meta, ["key"], key="commit_seq", value=str(record.commit_seq))
+        self.appended.append(record.commit_seq)
 
     def put_cursor(self, name: str, commit_seq: int) -> None:
         self._upsert(cursors_table, ["name"], name=name, commit_seq=commit_seq)
@@ -375,17 +403,128 @@ class _PostgresView(WriteView):
 
     @contextmanager
     def savepoint(self) -> Iterator[WriteView]:
-        with self._db.begin_nested():
-            yield _PostgresView(self._db, self._scope)
+        appended = len(self.appended)
+        try:
+            with self._db.begin_nested():
+                yield _PostgresView(self._db, self._scope, self.appended)
+        except BaseException:
+            del self.appended[appended:]  # rolled back with the savepoint
+            raise
+
+
+@contextmanager
+def _reachable() -> Iterator[None]:
+    """Connection failures as StoreUnavailableError; anything else as it is."""
+    try:
+        yield
+    except (exc.OperationalError, exc.InterfaceError, exc.TimeoutError) as error:
+        raise StoreUnavailableError(f"the catalog database is unavailable: {_first_line(error)}") from error
+    except exc.DBAPIError as error:
+        if not error.connection_invalidated:
+            raise
+        raise StoreUnavailableError(f"lost the catalog database: {_first_line(error)}") from error
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(getattr(error, "orig", None) or error)
+    return text.strip().splitlines()[0] if text.strip() else type(error).__name__
+
+
+class _Listener:
+    """One LISTEN connection per store, calling back on each commit notification. After losing its
+    connection it calls back once it is listening again: notifications sent meanwhile are gone."""
+
+    def __init__(self, conninfo: str) -> None:
+        self._conninfo = conninfo
+        self._callbacks: list[Callable[[], None]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="isbre-store-listener", daemon=True)
+        self._thread.start()
+
+    def add(self, callback: Callable[[], None]) -> None:
+        self._callbacks.append(callback)
+
+    def _fire(self) -> None:
+        for callback in list(self._callbacks):
+            try:
+                callback()
+            except Exception:
+                log.exception("commit callback %r failed", callback)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                with psycopg.connect(self._conninfo, autocommit=True, **CONNECT_ARGS) as connection:
+                    connection.execute(f"LISTEN {CHANNEL}")
+                    self._fire()
+                    while not self._stop.is_set():
+                        for _ in connection.notifies(timeout=0.5, stop_after=1):
+                            self._fire()
+            except psycopg.Error as error:
+                if not self._stop.is_set():
+                    log.warning("commit notifications interrupted (%s); listening again", _first_line(error))
+                    self._stop.wait(0.5)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+class _SessionLease(Lease):
+    """A session-level advisory lock on a connection of its own: PostgreSQL releases it when the
+    connection ends, so a holder that dies (or loses the database) frees it within seconds."""
+
+    def __init__(self, connection: psycopg.Connection[Any]) -> None:
+        self._connection = connection
+
+    def held(self) -> bool:
+        try:
+            self._connection.execute("SELECT 1")
+            return True
+        except psycopg.Error:
+            return False
+
+    def release(self) -> None:
+        self._connection.close()
 
 
 class PostgresStore(Store):
-    def __init__(self, url: str, pool_size: int = 10) -> None:
-        """`url`: postgresql://user@host/db (psycopg 3 is the driver)."""
-        if url.startswith("postgresql://"):
-            url = "postgresql+psycopg://" + url.removeprefix("postgresql://")
-        self.engine = create_engine(url, pool_size=pool_size, pool_pre_ping=True)
-        self.migrate()
+    def __init__(self, url: str, pool_size: int = 10, migrate: bool = True) -> None:
+        """`url`: postgresql://user:password@host:port/db (psycopg 3 is the driver); `migrate`: bring
+        the schema up to date (else refuse a store whose schema is not this isbre's)."""
+        address = make_url(url.replace("postgres://", "postgresql://", 1)).set(
+            drivername="postgresql+psycopg"
+        )
+        self.url = address.render_as_string(hide_password=True)
+        self._conninfo = address.set(drivername="postgresql").render_as_string(hide_password=False)
+        self.engine = create_engine(
+            address,
+            pool_size=pool_size,
+            max_overflow=pool_size,
+            pool_pre_ping=True,
+            connect_args=CONNECT_ARGS,
+        )
+        self._listener: _Listener | None = None
+        self._listener_lock = threading.Lock()
+        with _reachable():
+            if migrate:
+                self.migrate()
+            else:
+                self._check_schema()
+
+    def _check_schema(self) -> None:
+        with self.engine.connect() as connection:
+            found = connection.scalar(select(meta.c.value).where(meta.c.key == "schema_version"))
+        if found is None or int(found) != SCHEMA_VERSION:
+            raise RuntimeError(
+                f"{self.url} has schema {found or 'none'}; this isbre needs {SCHEMA_VERSION}: "
+                "run `isbre store migrate`"
+            )
+
+    def schema_version(self) -> int | None:
+        with _reachable(), self.engine.connect() as connection:
+            found = connection.scalar(select(meta.c.value).where(meta.c.key == "schema_version"))
+        return None if found is None else int(found)
 
     def migrate(self) -> int:
         """Bring the schema to SCHEMA_VERSION (one migrator at a time); returns the version."""
@@ -407,7 +546,7 @@ class PostgresStore(Store):
 
     @contextmanager
     def read(self, warehouse: str = "") -> Iterator[ReadView]:
-        with self.engine.connect() as connection:
+        with _reachable(), self.engine.connect() as connection:
             connection.execute(text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"))
             try:
                 yield _PostgresView(connection, warehouse)
@@ -416,9 +555,35 @@ class PostgresStore(Store):
 
     @contextmanager
     def write(self) -> Iterator[WriteView]:
-        with self.engine.begin() as connection:
+        with _reachable(), self.engine.begin() as connection:
             connection.execute(select(func.pg_advisory_xact_lock(WRITER_LOCK)))
-            yield _PostgresView(connection)
+            view = _PostgresView(connection)
+            yield view
+            if view.appended:  # delivered to listeners when, and only if, the transaction commits
+                connection.execute(select(func.pg_notify(CHANNEL, str(view.appended[-1]))))
+
+    def on_commit(self, callback: Callable[[], None]) -> bool:
+        with self._listener_lock:
+            if self._listener is None:
+                self._listener = _Listener(self._conninfo)
+        self._listener.add(callback)
+        return True
+
+    def try_lease(self, name: str) -> Lease | None:
+        try:
+            connection = psycopg.connect(self._conninfo, autocommit=True, **CONNECT_ARGS)
+        except psycopg.Error as error:
+            raise StoreUnavailableError(f"cannot take the {name} lease: {_first_line(error)}") from error
+        found = connection.execute(
+            "SELECT pg_try_advisory_lock(%s, %s)", (LEASES, zlib.crc32(name.encode()) & 0x7FFFFFFF)
+        ).fetchone()
+        if found is None or not found[0]:
+            connection.close()
+            return None
+        return _SessionLease(connection)
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": "postgresql", "url": self.url, "connections": self.engine.pool.status()}
 
     def grow(self) -> None:
         """Nothing to grow: a PostgreSQL store never raises StoreFullError."""
@@ -428,4 +593,6 @@ class PostgresStore(Store):
             return int(connection.scalar(select(func.pg_database_size(func.current_database()))) or 0)
 
     def close(self) -> None:
+        if self._listener is not None:
+            self._listener.close()
         self.engine.dispose()

@@ -40,7 +40,6 @@ from pyiceberg.view.metadata import ViewMetadata, ViewVersion
 from catalog.coverage import Coverage, snapshot_spans
 from catalog.identifiers import Identifier, check_namespace
 from catalog.limits import Limits
-from catalog.lmdb_store import LmdbStore
 from catalog.locations import LocationNotAllowedError, LocationPolicy, inside, normalized
 from catalog.metadata_files import (
     Loaded,
@@ -211,10 +210,13 @@ class CatalogService:
         return service
 
     @classmethod
-    def follow_log(cls, store: Path) -> CatalogService:
-        """A service over the store at `store` for a process that only reads and follows the log
-        (the events fan-out, the lineage outbox): it serves no warehouse's tables."""
-        return cls(LmdbStore(store), store.as_uri(), protected=(store.as_uri(),))
+    def follow_log(cls, location: str | Path) -> CatalogService:
+        """A service over the store at `location` (see `catalog.stores`) for a process that only
+        reads and follows the log (the events fan-out): it serves no warehouse's tables."""
+        from catalog.stores import open_store, store_files
+
+        store = open_store(location)
+        return cls(store, "file:///nonexistent", protected=store_files(store))
 
     def close(self) -> None:
         """Stop the writer and close the store (the service that made the writer does it)."""

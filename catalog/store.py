@@ -1,8 +1,8 @@
 """The catalog's durable state behind a small interface.
 
 `Store` is what the writer and the readers need; `LmdbStore` (in lmdb_store.py)
-is the embedded implementation. A second backend (PostgreSQL, for replicas
-sharing one catalog) implements the same three classes.
+is the embedded implementation, `PostgresStore` (in postgres_store.py) the one
+that several servers share. `open_store` (in stores.py) picks one by location.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import errno
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +42,11 @@ class StoreFullError(Exception):
 
 class InsufficientStorageError(Exception):
     """The disk is (nearly) full: nothing was written; the same request can succeed once there is room."""
+
+
+class StoreUnavailableError(Exception):
+    """The store cannot be reached (its database is down or unreachable): nothing was done, or, for
+    a commit, its outcome is unknown; the same request can be tried again shortly."""
 
 
 def is_disk_full(exc: BaseException) -> bool:
@@ -182,6 +187,18 @@ class WriteView(ReadView):
         """A nested transaction: undone on its own if the block raises."""
 
 
+class Lease:
+    """The right to be the one process doing something for a store (delivering lineage). This one
+    is always held: on one host the server's lock already makes its holder the only one."""
+
+    def held(self) -> bool:
+        """Still held; once False, the holder must stop: another process may take it."""
+        return True
+
+    def release(self) -> None:
+        pass
+
+
 class Store(ABC):
     @abstractmethod
     def read(self, warehouse: str = "") -> AbstractContextManager[ReadView]: ...
@@ -200,6 +217,19 @@ class Store(ABC):
 
     @abstractmethod
     def close(self) -> None: ...
+
+    def on_commit(self, callback: Callable[[], None]) -> bool:
+        """Have `callback()` called (on some thread) soon after any process commits to this store;
+        False when the store cannot tell, and its readers must poll."""
+        return False
+
+    def try_lease(self, name: str) -> Lease | None:
+        """Take the lease `name`, held until released or the process ends; None when another holds it."""
+        return Lease()
+
+    @abstractmethod
+    def describe(self) -> dict[str, Any]:
+        """What /health says about the store besides its log (asking it nothing)."""
 
     def scan_log(self, after: int, batch: int = 1000) -> Iterator[CommitRecord]:
         while True:

@@ -10,10 +10,10 @@ from pathlib import Path
 from pyiceberg.table.metadata import TableMetadata
 
 from catalog.limits import Limits
-from catalog.lmdb_store import LmdbStore
 from catalog.metadata_files import local_path
 from catalog.object_storage import ObjectStorageIO, S3Options
 from catalog.service import CatalogService
+from catalog.stores import open_store, store_files
 
 STORE_NAME = "isbre.lmdb"
 
@@ -41,7 +41,7 @@ def default_store(first: Warehouse) -> Path:
 
 
 def open_warehouses(
-    store: Path | None,
+    store: str | Path | None,
     warehouses: Sequence[Warehouse],
     map_size: int = 256 << 20,
     max_batch: int = 512,
@@ -50,15 +50,15 @@ def open_warehouses(
     limits: Limits | None = None,
     on_fatal: Callable[[BaseException], None] | None = None,
 ) -> list[CatalogService]:
-    """One service per warehouse, in order, sharing the store at `store` (default: see
-    `default_store`) and its writer. The first warehouse owns the store's unnamed scope."""
+    """One service per warehouse, in order, sharing the store at `store` (an LMDB directory or a
+    postgresql:// URL; default: see `default_store`) and its writer. The first warehouse owns the
+    store's unnamed scope."""
     if not warehouses:
         raise ValueError("no warehouse to serve")
     names = [w.name for w in warehouses]
     if len(set(names)) != len(names):
         raise ValueError(f"warehouse names repeat: {names}")
-    path = (store or default_store(warehouses[0])).resolve()
-    lmdb = LmdbStore(path, map_size=map_size, warehouses=tuple(names[1:]))
+    opened = open_store(store or default_store(warehouses[0]), map_size=map_size, warehouses=tuple(names[1:]))
     services: list[CatalogService] = []
     for position, warehouse in enumerate(warehouses):
         root = warehouse.local_root()
@@ -66,14 +66,14 @@ def open_warehouses(
             root.mkdir(parents=True, exist_ok=True)
         services.append(
             CatalogService(
-                lmdb,
+                opened,
                 root.as_uri() if root is not None else warehouse.root,
                 io=None if root is not None else ObjectStorageIO(warehouse.s3 or S3Options()),
                 max_batch=max_batch,
                 max_queue=max_queue,
                 allowed_locations=allowed_locations,
                 limits=limits,
-                protected=(path.as_uri(),),
+                protected=store_files(opened),
                 on_fatal=on_fatal,
                 name=warehouse.name,
                 scope="" if position == 0 else warehouse.name,

@@ -29,6 +29,7 @@ from typing import Protocol
 from catalog import CatalogService
 from catalog.processes import SupervisedProcess, terminate
 from catalog.records import CommitRecord
+from catalog.stores import helper_environment
 from events.filters import EventFilter
 
 log = logging.getLogger(__name__)
@@ -138,7 +139,7 @@ class FanoutProcess(_Handover):
     """Runs `python -m events.fanout_process` and restarts it if it dies; its streams then reconnect
     (clients resume from Last-Event-ID) and are served in the server's process until it is back."""
 
-    def __init__(self, service: CatalogService, store: Path, options: FanoutOptions) -> None:
+    def __init__(self, service: CatalogService, store: str, options: FanoutOptions) -> None:
         self._service = service
         self._store = store
         self._options = options
@@ -157,10 +158,12 @@ class FanoutProcess(_Handover):
         wake_read, wake_write = os.pipe()
         os.set_blocking(wake_write, False)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        command = [sys.executable, "-m", "events.fanout_process", f"--store={self._store}"]
-        command += [f"--wake-fd={wake_read}", f"--channel-fd={theirs.fileno()}", *self._options.arguments()]
+        command = [sys.executable, "-m", "events.fanout_process", f"--wake-fd={wake_read}"]
+        command += [f"--channel-fd={theirs.fileno()}", *self._options.arguments()]
         try:
-            self._process = subprocess.Popen(command, pass_fds=(wake_read, theirs.fileno()))
+            self._process = subprocess.Popen(
+                command, pass_fds=(wake_read, theirs.fileno()), env=helper_environment(self._store)
+            )
         except OSError:
             os.close(wake_write)
             ours.close()
@@ -239,19 +242,19 @@ class FanoutProcess(_Handover):
         self._close_channel()
 
 
-def shared_socket(store: Path) -> Path | None:
-    """Where the shared fan-out process of a server with several workers listens: beside the
-    store, if the path fits a Unix socket address (else streams are served by each worker)."""
-    path = store.parent / "isbre-events.sock"
+def shared_socket(state: Path) -> Path | None:
+    """Where the shared fan-out process of a server with several workers listens: in the server's
+    state directory, if the path fits a Unix socket address (else streams are served by each worker)."""
+    path = state / "isbre-events.sock"
     return path if len(os.fsencode(path)) < 104 else None
 
 
 class SharedFanout(SupervisedProcess):
     """The supervisor's handle on the one fan-out process of a server with several workers."""
 
-    def __init__(self, store: Path, path: Path, options: FanoutOptions) -> None:
-        command = [sys.executable, "-m", "events.fanout_process", f"--store={store}", f"--listen={path}"]
-        super().__init__("event fan-out process", command + options.arguments())
+    def __init__(self, store: str, path: Path, options: FanoutOptions) -> None:
+        command = [sys.executable, "-m", "events.fanout_process", f"--listen={path}"]
+        super().__init__("event fan-out process", command + options.arguments(), helper_environment(store))
 
 
 class FanoutChannel(_Handover):

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from catalog import CatalogService
 from catalog.feed import CommitFeed
+from catalog.stores import helper_store
 from events.broadcast import Broadcaster
 from events.fanout import StreamRequest, until_expiry
 from events.frames import PING_FRAME, STREAM_HEADERS, expired_frame, retry_frame, token_expired_frame
@@ -209,7 +210,6 @@ class FanoutServer:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="events.fanout_process")
-    parser.add_argument("--store", type=Path, required=True)
     parser.add_argument("--wake-fd", type=int)
     parser.add_argument("--channel-fd", type=int)
     parser.add_argument("--listen", type=Path, help="serve the channels of several workers on this socket")
@@ -224,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     # One descriptor per subscriber: take all the system allows, not the usual soft limit of 1024.
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    service = CatalogService.follow_log(args.store)
+    service = CatalogService.follow_log(helper_store())
     try:
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
             runner.run(FanoutServer(service, args).run())

@@ -21,6 +21,8 @@ from openlineage.client.event_v2 import RunEvent
 
 from catalog import CatalogService
 from catalog.records import CommitRecord
+from catalog.store import StoreUnavailableError
+from catalog.writer import WriterOverloadedError
 from lineage.mapping import LineageMapper, group_runs
 
 log = logging.getLogger(__name__)
@@ -94,10 +96,19 @@ class LineageOutbox:
     def backlog(self) -> int:
         return self._service.commit_seq() - self.status.delivered_seq
 
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
     def _run(self) -> None:
         try:
             while not self._stopping.is_set():
-                records = self._next_chunk(self.status.delivered_seq)
+                try:
+                    records = self._next_chunk(self.status.delivered_seq)
+                except StoreUnavailableError as exc:  # the database is down: wait for it
+                    self.status.failed(exc)
+                    self._stopping.wait(1.0)
+                    continue
                 if not records:
                     self._wake.wait(self._idle_wait)
                     self._wake.clear()
@@ -105,7 +116,7 @@ class LineageOutbox:
                 for run in group_runs(records):
                     for event in self._events(run):
                         self._deliver(event)
-                self._service.set_consumer_cursor(CURSOR, records[-1].commit_seq)
+                self._advance(records[-1].commit_seq)
                 self.status.delivered_seq = records[-1].commit_seq
         except _Stopping:
             return
@@ -113,6 +124,19 @@ class LineageOutbox:
             log.exception(
                 "the lineage outbox stopped; events after %s wait for a restart", self.status.delivered_seq
             )
+
+    def _advance(self, commit_seq: int) -> None:
+        """Move the cursor past delivered runs; while the store is down, they are only delayed."""
+        delay = 0.5
+        while True:
+            try:
+                self._service.set_consumer_cursor(CURSOR, commit_seq)
+                return
+            except (StoreUnavailableError, WriterOverloadedError) as exc:
+                self.status.failed(exc)
+                if self._stopping.wait(delay):
+                    raise _Stopping from exc
+                delay = min(self._max_backoff, delay * 2)
 
     def _next_chunk(self, cursor: int) -> list[CommitRecord]:
         records = self._service.commits_since(cursor, self._chunk)

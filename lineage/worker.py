@@ -20,6 +20,8 @@ import os
 import signal
 import sys
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import asdict
 from functools import partial
 from pathlib import Path
@@ -28,6 +30,8 @@ from typing import Any
 from catalog import CatalogService
 from catalog.object_storage import S3Options
 from catalog.processes import SupervisedProcess
+from catalog.store import Lease, StoreUnavailableError
+from catalog.stores import helper_environment, helper_store
 from catalog.warehouses import Warehouse, open_warehouses, read_metadata
 from lineage.config import build_client
 from lineage.mapping import LineageMapper, LineageNames
@@ -39,31 +43,53 @@ STATUS_FILE = "lineage-status.json"
 DELIVERY_ENV = "ISBRE_LINEAGE_DELIVERY"
 
 
-def status_path(store: Path) -> Path:
-    """Beside the store: the status of the worker following that store's log."""
-    return store.parent / STATUS_FILE
+LEASE = "lineage"
+# How often a waiting worker asks for the lease.
+LEASE_RETRY_S = 1.0
 
 
-def read_status(store: Path) -> tuple[OutboxStatus, int | None] | None:
-    """The worker's last status and its process id."""
+def status_path(state: Path) -> Path:
+    """In the server's state directory: the status of its lineage worker."""
+    return state / STATUS_FILE
+
+
+def read_status(state: Path) -> tuple[OutboxStatus, int | None, bool] | None:
+    """The worker's last status, its process id, and whether it holds the lineage lease."""
     try:
-        found = json.loads(status_path(store).read_text())
+        found = json.loads(status_path(state).read_text())
         pid = found.pop("pid", None)
-        return OutboxStatus(**found), pid
+        delivering = found.pop("delivering", True)
+        return OutboxStatus(**found), pid, delivering
     except (OSError, ValueError, TypeError):
         return None
 
 
-def _write_status(store: Path, status: OutboxStatus) -> None:
-    path = status_path(store)
+def _write_status(state: Path, status: OutboxStatus, delivering: bool) -> None:
+    path = status_path(state)
     temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(json.dumps({"pid": os.getpid(), **asdict(status)}))
+    temporary.write_text(json.dumps({"pid": os.getpid(), "delivering": delivering, **asdict(status)}))
     os.replace(temporary, path)
+
+
+def _take_lease(service: CatalogService, state: Path, keep_waiting: Callable[[], bool]) -> Lease | None:
+    """Wait for the store's lineage lease; None when told to stop first."""
+    waiting = OutboxStatus(delivered_seq=0)
+    while keep_waiting():
+        try:
+            lease = service.store.try_lease(LEASE)
+        except StoreUnavailableError as exc:
+            waiting.failed(exc)
+            lease = None
+        if lease is not None:
+            return lease
+        _write_status(state, waiting, delivering=False)
+        time.sleep(LEASE_RETRY_S)
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="lineage.worker")
-    parser.add_argument("--store", type=Path, required=True)
+    parser.add_argument("--state", type=Path, required=True, help="the server's state directory")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     os.nice(19)
@@ -82,8 +108,16 @@ def main(argv: list[str] | None = None) -> int:
     warehouses = [
         Warehouse(w["name"], w["root"], S3Options(**(w["s3"] or {}))) for w in delivery["warehouses"]
     ]
-    services = open_warehouses(args.store, warehouses)
+    services = open_warehouses(helper_store(), warehouses)
     service = services[0]
+
+    def serving() -> bool:
+        return not stopping.is_set() and os.getppid() == parent
+
+    lease = _take_lease(service, args.state, serving)
+    if lease is None:
+        service.close()
+        return 0
     outbox = LineageOutbox(
         service,
         client,
@@ -91,81 +125,54 @@ def main(argv: list[str] | None = None) -> int:
         idle_wait=0.05,
     )
     outbox.start()
+    code = 0
     try:
         # Commits happen in the server's process: nothing here wakes the outbox but its own polling.
-        while not stopping.is_set() and os.getppid() == parent:
-            _write_status(args.store, outbox.status)
+        while serving():
+            _write_status(args.state, outbox.status, delivering=True)
+            if not lease.held() or not outbox.alive:
+                # Another worker may hold the lease now: stop at once; the server starts this again.
+                log.error("the lineage lease is lost or the outbox stopped: exiting to start again")
+                code = 3
+                break
             stopping.wait(0.25)
     finally:
         outbox.stop()
-        _write_status(args.store, outbox.status)
+        _write_status(args.state, outbox.status, delivering=False)
+        lease.release()
         service.close()
-    return 0
+    return code
 
 
 if __name__ == "__main__":
     raise SystemExit(main())
 
 
-class LineageWorker(SupervisedProcess):
-    """The server's handle on the worker process: start, restart when it dies, stop, status."""
+class LineageObserver:
+    """The lineage worker as the server's processes see it: its status file in the server's state
+    directory and the store's cursor say how it does."""
 
-    def __init__(
-        self,
-        service: CatalogService,
-        store: Path,
-        warehouses: list[Warehouse],
-        names: LineageNames,
-        delivery: dict[str, str],
-    ) -> None:
+    def __init__(self, service: CatalogService, state: Path) -> None:
         self._service = service
-        self._store = store
-        worker_settings = {
-            **delivery,
-            "warehouses": [asdict(w) for w in warehouses],
-            "names": asdict(names),
-        }
-        super().__init__(
-            "lineage worker",
-            [sys.executable, "-m", "lineage.worker", "--store", str(store)],
-            {**os.environ, DELIVERY_ENV: json.dumps(worker_settings)},
-        )
-
-    def start(self) -> None:
-        start_from_now(self._service)  # before any request: the worker takes a moment to start
-        super().start()
+        self._state = state
 
     @property
     def status(self) -> OutboxStatus:
-        return observed_status(self._service, self._store)
+        delivered = self._service.consumer_cursor(CURSOR) or 0
+        found = read_status(self._state)
+        status = found[0] if found else OutboxStatus()
+        status.delivered_seq = max(status.delivered_seq, delivered)
+        return status
 
-    def backlog(self) -> int:
-        return backlog(self._service)
-
-
-def observed_status(service: CatalogService, store: Path) -> OutboxStatus:
-    delivered = service.consumer_cursor(CURSOR) or 0
-    found = read_status(store)
-    status = found[0] if found else OutboxStatus()
-    status.delivered_seq = max(status.delivered_seq, delivered)
-    return status
-
-
-def backlog(service: CatalogService) -> int:
-    return service.commit_seq() - (service.consumer_cursor(CURSOR) or 0)
-
-
-class LineageObserver:
-    """The lineage worker as a server's worker process sees it: the supervisor runs it; its status
-    file and the store's cursor say how it does."""
-
-    def __init__(self, service: CatalogService, store: Path) -> None:
-        self._service = service
-        self._store = store
+    @property
+    def delivering(self) -> bool:
+        """This server's worker holds the lineage lease (another server's may, on a shared store)."""
+        found = read_status(self._state)
+        return found is not None and found[2]
 
     @property
     def pid(self) -> int | None:
-        found = read_status(self._store)
+        found = read_status(self._state)
         pid = found[1] if found else None
         if pid is None:
             return None
@@ -175,9 +182,35 @@ class LineageObserver:
             return None
         return pid
 
-    @property
-    def status(self) -> OutboxStatus:
-        return observed_status(self._service, self._store)
-
     def backlog(self) -> int:
-        return backlog(self._service)
+        return self._service.commit_seq() - (self._service.consumer_cursor(CURSOR) or 0)
+
+
+class LineageWorker(SupervisedProcess, LineageObserver):
+    """The server's handle on the worker process: start, restart when it dies, stop, status."""
+
+    def __init__(
+        self,
+        service: CatalogService,
+        store: str,
+        state: Path,
+        warehouses: list[Warehouse],
+        names: LineageNames,
+        delivery: dict[str, str],
+    ) -> None:
+        LineageObserver.__init__(self, service, state)
+        worker_settings = {
+            **delivery,
+            "warehouses": [asdict(w) for w in warehouses],
+            "names": asdict(names),
+        }
+        SupervisedProcess.__init__(
+            self,
+            "lineage worker",
+            [sys.executable, "-m", "lineage.worker", "--state", str(state)],
+            helper_environment(store, **{DELIVERY_ENV: json.dumps(worker_settings)}),
+        )
+
+    def start(self) -> None:
+        start_from_now(self._service)  # before any request: the worker takes a moment to start
+        super().start()

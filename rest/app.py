@@ -84,7 +84,14 @@ def start_lineage(settings: Settings, services: list[CatalogService]) -> Lineage
     served = [
         replace(w, root=service.warehouse) for w, service in zip(warehouses(settings), services, strict=True)
     ]
-    worker = LineageWorker(services[0], settings.store_path(), served, lineage_names(settings), delivery)
+    worker = LineageWorker(
+        services[0],
+        settings.store_location(),
+        settings.state_path(),
+        served,
+        lineage_names(settings),
+        delivery,
+    )
     worker.start()
     log.info("lineage on: the outbox runs in its own process")
     return worker
@@ -120,13 +127,13 @@ def _start_fanout(
     if not settings.events_process:
         return None
     if worker:  # the supervisor runs one fan-out process for every worker
-        path = shared_socket(settings.store_path())
+        path = shared_socket(settings.state_path())
         if path is None:
             return None
         channel = FanoutChannel(path)
         channel.start()
         return channel
-    fanout = FanoutProcess(service, settings.store_path(), fanout_options(settings))
+    fanout = FanoutProcess(service, settings.store_location(), fanout_options(settings))
     try:
         fanout.start()
     except OSError as exc:  # e.g. a platform without SOCK_SEQPACKET Unix sockets
@@ -142,7 +149,7 @@ def create_app(settings: Settings, worker: bool = False) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         services = open_warehouses(
-            settings.store_path(),
+            settings.store_location(),
             warehouses(settings),
             map_size=settings.map_size_mb << 20,
             max_batch=settings.max_batch,
@@ -174,7 +181,7 @@ def create_app(settings: Settings, worker: bool = False) -> FastAPI:
         if not worker:
             app.state.outbox = start_lineage(settings, services)
         elif lineage_delivery(settings) is not None:  # the supervisor runs the lineage worker
-            app.state.outbox = LineageObserver(service, settings.store_path())
+            app.state.outbox = LineageObserver(service, settings.state_path())
         else:
             app.state.outbox = None
         app.state.fanout = _start_fanout(settings, service, worker)
@@ -186,7 +193,7 @@ def create_app(settings: Settings, worker: bool = False) -> FastAPI:
             feed.follow(app.state.fanout.wake)
         feed.start()
         if worker:
-            app.state.shared_counters = SharedCounters(settings.store_path())
+            app.state.shared_counters = SharedCounters(settings.state_path())
             publishing = asyncio.create_task(
                 app.state.shared_counters.publish_periodically(lambda: own_counts(app.state))
             )

@@ -21,7 +21,10 @@ CREDENTIALS_HELP = (
     "other users in the process list)"
 )
 
-STORE_HELP = "the LMDB store directory (default: isbre.lmdb in a local warehouse, else ./isbre.lmdb)"
+STORE_HELP = (
+    "the store: an LMDB directory (default: isbre.lmdb in a local warehouse, else ./isbre.lmdb), or "
+    "postgresql://… shared by several servers (prefer ISBRE_STORE: options are visible to other users)"
+)
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -85,7 +88,7 @@ def _lineage_replay(args: argparse.Namespace) -> int:
     client = build_client(settings.lineage_url, settings.lineage_api_key, settings.lineage_transport)
     if client is None:
         raise RefusedError("no OpenLineage transport is configured")
-    services = open_warehouses(settings.store_path(), warehouses(settings))
+    services = open_warehouses(settings.store_location(), warehouses(settings))
     service = services[0]
     try:
         mapper = LineageMapper(lineage_names(settings), partial(read_metadata, services))
@@ -183,7 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--warehouse", help="the default warehouse: a directory or s3://bucket/prefix (default ./warehouse)"
     )
-    serve.add_argument("--store", type=Path, help=STORE_HELP)
+    serve.add_argument("--store", help=STORE_HELP)
     serve.add_argument(
         "--workers", type=int, help="server processes on the port (default: the cores, at most max_workers)"
     )
@@ -215,7 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--from", dest="from_seq", type=int, required=True, help="first commit_seq to send")
     replay.add_argument("--to", type=int, help="last commit_seq to send (default: the newest)")
     replay.add_argument("--warehouse", help="the default warehouse (default ./warehouse)")
-    replay.add_argument("--store", type=Path, help=STORE_HELP)
+    replay.add_argument("--store", help=STORE_HELP)
     replay.add_argument("--config", type=Path, help="TOML settings file (for the lineage transport)")
     replay.set_defaults(prog=replay.prog, handler=_lineage_replay)
 

@@ -14,7 +14,7 @@ from starlette.exceptions import HTTPException
 from catalog.limits import MetadataTooLargeError
 from catalog.purge import PurgeIncompleteError
 from catalog.service import ConflictingPropertiesError
-from catalog.store import InsufficientStorageError
+from catalog.store import InsufficientStorageError, StoreUnavailableError
 from catalog.writer import StoreGrowthError, WriterClosedError, WriterOverloadedError
 from events.subscription import CursorExpiredError
 from rest.access import ForbiddenError
@@ -39,6 +39,7 @@ _KNOWN: list[tuple[type[BaseException], int, str]] = [
     (CursorExpiredError, 410, "CursorExpiredException"),
     (WriterClosedError, 503, "ServiceUnavailableException"),
     (WriterOverloadedError, 503, "ServiceUnavailableException"),
+    (StoreUnavailableError, 503, "ServiceUnavailableException"),
     (BodyTooLargeError, 413, "RequestEntityTooLargeException"),
     (MetadataTooLargeError, 413, "RequestEntityTooLargeException"),
     (InsufficientStorageError, 507, "InsufficientStorageException"),
@@ -61,7 +62,8 @@ _HTTP_TYPES = {
 
 
 def error_response(code: int, error_type: str, message: str) -> JSONResponse:
-    # A 503 is temporary by definition here (overload, shutdown): say when to come back; a full disk
+    # A 503 is temporary by definition here (overload, shutdown, the database down): say when to come
+    # back; a full disk
     # takes longer to mend.
     headers = {"Retry-After": "1"} if code == 503 else {"Retry-After": "30"} if code == 507 else None
     return JSONResponse(

@@ -8,6 +8,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request, Response
 
 from catalog import CatalogService
+from catalog.store import StoreUnavailableError
 from events.sse import events_health
 from rest.access import PUBLIC, READER
 from rest.wire import json_response
@@ -24,6 +25,8 @@ def lineage_status(request: Request) -> dict[str, Any]:
     return {
         "enabled": True,
         "process": outbox.pid,
+        # False on a server whose worker waits while another server's delivers (a shared store).
+        "delivering": outbox.delivering,
         "delivered_commit_seq": status.delivered_seq,
         "backlog": outbox.backlog(),
         "events_sent": status.events_sent,
@@ -69,8 +72,16 @@ def ready(request: Request) -> Response:
 @router.get("/health", dependencies=PROBE)
 def health(request: Request) -> Response:
     service = request.app.state.service
-    floor, high = service.log_bounds()
-    lineage = lineage_status(request)
+    try:
+        floor, high = service.log_bounds()
+        store = {"status": "ok", **service.store.describe(), "commit_seq": high, "oldest_commit_seq": floor}
+        lineage = lineage_status(request)
+    except StoreUnavailableError as exc:
+        # The database is down: nothing can be served until it is back (each server reconnects).
+        store = {"status": "down", **service.store.describe(), "reason": str(exc)}
+        return json_response(
+            {"status": "down", "process": os.getpid(), "components": {"store": store}}, status_code=503
+        )
     # Lineage that is failing, or whose worker is restarting, delays events but loses none:
     # the catalog is degraded, not down.
     degraded = lineage.get("enabled") and (
@@ -81,7 +92,7 @@ def health(request: Request) -> Response:
         "status": "degraded" if degraded or events["status"] != "ok" else "ok",
         "process": os.getpid(),  # with several workers, the one that answered
         "components": {
-            "store": {"status": "ok", "commit_seq": high, "oldest_commit_seq": floor},
+            "store": store,
             "writer": {
                 "status": "ok" if service.writer.alive else "down",
                 "queue_depth": service.writer.queue_depth(),

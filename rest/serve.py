@@ -40,10 +40,15 @@ def serve(settings: Settings) -> None:
             f"refusing to serve {settings.host} with authentication off; enable [auth] "
             "or set allow_insecure_bind = true (for example behind an authenticating proxy)"
         )
-    holder = _claim_store(settings.store_path())
+    holder = _claim_state(settings.state_path())
     if holder is not None:
+        if settings.shares_store():
+            raise RefusedError(
+                f"another isbre serve (process {holder}) uses the state directory {settings.state_path()}; "
+                "give each server on this host a state_dir of its own"
+            )
         raise RefusedError(
-            f"{settings.store_path()} is already served by another isbre serve (process {holder}); "
+            f"{settings.store_location()} is already served by another isbre serve (process {holder}); "
             "point clients at that server, or use the embedded catalog beside it"
         )
     logging.basicConfig(
@@ -63,12 +68,12 @@ def serve(settings: Settings) -> None:
         uvicorn.run(create_app(settings), http=protocol, **common)
         return
     settings = hand_down(settings)
-    forget_workers(settings.store_path())
+    forget_workers(settings.state_path())
     # The supervisor runs what there is one of per server: the lineage worker, the fan-out process.
-    services = open_warehouses(settings.store_path(), warehouses(settings))
+    services = open_warehouses(settings.store_location(), warehouses(settings))
     lineage = start_lineage(settings, services)
-    path = shared_socket(settings.store_path()) if settings.events_process else None
-    fanout = SharedFanout(settings.store_path(), path, fanout_options(settings)) if path else None
+    path = shared_socket(settings.state_path()) if settings.events_process else None
+    fanout = SharedFanout(settings.store_location(), path, fanout_options(settings)) if path else None
     if fanout is not None:
         fanout.start()
     elif settings.events_process:
@@ -89,14 +94,17 @@ def serve(settings: Settings) -> None:
         services[0].close()
 
 
-def _claim_store(store: Path) -> str | None:
-    """Take the server lock beside the store; None when taken, else who holds it.
+def _claim_state(state: Path) -> str | None:
+    """Take the server lock in its state directory (beside an LMDB store); None when taken, else
+    who holds it.
 
-    Two servers on one store would each run a lineage worker over one cursor and deliver
-    runs twice; an embedded catalog beside a server is fine (it runs neither).
+    Two servers on one LMDB store would each run a lineage worker over one cursor and deliver
+    runs twice (servers sharing a database take turns through its lineage lease instead), and
+    two servers in one state directory would share its socket and files; an embedded catalog
+    beside a server is fine (it runs neither).
     """
-    store.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(store.parent / SERVER_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    state.mkdir(parents=True, exist_ok=True)
+    fd = os.open(state / SERVER_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

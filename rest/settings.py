@@ -15,6 +15,8 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from catalog.stores import is_database_url
+
 if TYPE_CHECKING:
     from catalog.warehouses import Warehouse
 
@@ -120,9 +122,16 @@ class Settings(BaseSettings):
     prefix: str = Field(
         "isbre", pattern=NAME, description="Name and catalog prefix of the default warehouse."
     )
-    store: Path | None = Field(
+    store: str | None = Field(
         None,
-        description="The LMDB store directory (default: isbre.lmdb in a local warehouse, else ./isbre.lmdb).",
+        description="Where the catalog's state lives: an LMDB directory (default: isbre.lmdb in a local "
+        "warehouse, else ./isbre.lmdb), or postgresql://user:password@host:port/db, which several "
+        "servers can share.",
+    )
+    state_dir: Path | None = Field(
+        None,
+        description="This server's own files (its lock, the events socket, worker counters, lineage status); "
+        "default: beside an LMDB store, ./isbre-state with a PostgreSQL store.",
     )
     s3: S3Settings = Field(default_factory=S3Settings)
     delegation: DelegationSettings = Field(default_factory=DelegationSettings)
@@ -221,10 +230,26 @@ class Settings(BaseSettings):
         first = WarehouseSettings(root=self.warehouse, s3=self.s3, delegation=self.delegation)
         return [(self.prefix, first), *self.warehouses.items()]
 
-    def store_path(self) -> Path:
+    def shares_store(self) -> bool:
+        """The store is a database that other servers may share."""
+        return self.store is not None and is_database_url(self.store)
+
+    def store_location(self) -> str:
+        """The store: a database URL, or the LMDB directory's absolute path."""
         from catalog.warehouses import default_store
 
-        return (self.store or default_store(_warehouse(self.prefix, self.served()[0][1]))).resolve()
+        if self.shares_store():
+            assert self.store is not None
+            return self.store
+        path = Path(self.store) if self.store else default_store(_warehouse(self.prefix, self.served()[0][1]))
+        return str(path.resolve())
+
+    def state_path(self) -> Path:
+        if self.state_dir is not None:
+            return self.state_dir.resolve()
+        if self.shares_store():
+            return Path("isbre-state").resolve()
+        return Path(self.store_location()).parent
 
     @classmethod
     def settings_customise_sources(

@@ -64,9 +64,9 @@ class Counts:
         self.streams += other.streams
 
 
-def forget_workers(store: Path) -> None:
+def forget_workers(state: Path) -> None:
     """Remove the files of a previous server's workers (their pids may belong to others now)."""
-    for path in (store.parent / FOLDER).glob("*"):
+    for path in (state / FOLDER).glob("*"):
         with contextlib.suppress(OSError):
             path.unlink()
 
@@ -74,9 +74,9 @@ def forget_workers(store: Path) -> None:
 class SharedCounters:
     """This worker's file, and the sum over every running worker's."""
 
-    def __init__(self, store: Path) -> None:
-        self.folder = store.parent / FOLDER
-        self.folder.mkdir(exist_ok=True)
+    def __init__(self, state: Path) -> None:
+        self.folder = state / FOLDER
+        self.folder.mkdir(parents=True, exist_ok=True)
         self.path = self.folder / f"{os.getpid()}.json"
 
     def publish(self, counts: Counts) -> None:

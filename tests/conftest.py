@@ -1,14 +1,17 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from pyiceberg.catalog.rest import RestCatalog
 
 from catalog import CatalogService
+from tests.postgres import PostgresServer, binaries, new_database
 from tests.server import IsbreServer
+
+_counter = itertools.count()
 
 
 @pytest.fixture(autouse=True)
@@ -22,10 +25,16 @@ def no_server_outlives_its_test() -> Iterator[None]:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """A module with `SERVER_WORKERS = (1, 2)` runs its tests against a server of each size."""
-    sizes = getattr(metafunc.module, "SERVER_WORKERS", None)
-    if sizes and "workers" in metafunc.fixturenames:
-        metafunc.parametrize("workers", sizes, ids=[f"{n}-worker" for n in sizes], scope="module")
+    """A module with `SERVER_WORKERS = (1, 2)` runs its tests against a server of each size; one
+    with `SERVER_STORES = ("lmdb", "postgresql")` also against a server on PostgreSQL (with the
+    most workers it asks for)."""
+    sizes = getattr(metafunc.module, "SERVER_WORKERS", (1,))
+    stores = getattr(metafunc.module, "SERVER_STORES", ("lmdb",))
+    if not {"workers", "store_kind"} & set(metafunc.fixturenames) or (len(sizes), len(stores)) == (1, 1):
+        return
+    variants = [(n, "lmdb") for n in sizes] + [(max(sizes), s) for s in stores if s != "lmdb"]
+    ids = [f"{store}-{n}-worker" for n, store in variants]
+    metafunc.parametrize(("workers", "store_kind"), variants, ids=ids, scope="module")
 
 
 @pytest.fixture(scope="module")
@@ -34,9 +43,36 @@ def workers() -> int:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory, workers: int) -> Iterator[IsbreServer]:
-    """One isbre server per test module (per worker count); tests keep apart by namespace."""
-    running = IsbreServer(tmp_path_factory.mktemp("isbre") / "warehouse", workers=workers).start()
+def store_kind() -> str:
+    return "lmdb"
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    """One PostgreSQL server for the session; each catalog on it gets a database of its own."""
+    if (why := binaries()) is not None:
+        pytest.skip(why)
+    running = PostgresServer.start()
+    yield running
+    running.stop()
+
+
+@pytest.fixture(scope="module")
+def new_store(store_kind: str, request: pytest.FixtureRequest) -> Callable[[], str | None]:
+    """Makes the store of a new server: None for the default (LMDB beside its warehouse), or a new
+    database's URL."""
+    if store_kind == "lmdb":
+        return lambda: None
+    return lambda: new_database(request)
+
+
+@pytest.fixture(scope="module")
+def server(
+    tmp_path_factory: pytest.TempPathFactory, workers: int, new_store: Callable[[], str | None]
+) -> Iterator[IsbreServer]:
+    """One isbre server per test module (per worker count and store); tests keep apart by namespace."""
+    warehouse = tmp_path_factory.mktemp("isbre") / "warehouse"
+    running = IsbreServer(warehouse, workers=workers, store=new_store()).start()
     yield running
     running.stop()
 
@@ -44,9 +80,6 @@ def server(tmp_path_factory: pytest.TempPathFactory, workers: int) -> Iterator[I
 @pytest.fixture
 def rest_catalog(server: IsbreServer) -> RestCatalog:
     return RestCatalog("isbre", uri=server.url)
-
-
-_counter = itertools.count()
 
 
 @pytest.fixture

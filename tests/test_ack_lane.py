@@ -14,6 +14,9 @@ from sinks.lane import PipelinedSink
 from tests.server import IsbreServer
 from tests.sink_helpers import offsets_in, rows, span
 
+# Run against a server on each store.
+SERVER_STORES = ("lmdb", "postgresql")
+
 
 def test_many_sends_become_few_commits_confirmed_in_order_after_the_commit(
     server: IsbreServer, rest_catalog: RestCatalog, namespace: str

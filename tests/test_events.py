@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from events.client import CommitEvent, EventStreamError, subscribe
+from tests.postgres import new_database
 from tests.server import ID_SCHEMA as SCHEMA
 from tests.server import IsbreServer
 
@@ -106,11 +107,13 @@ def run_writers(server: IsbreServer, namespace: str, writers: int, commits: int)
     return acknowledged
 
 
-@pytest.fixture(scope="module", params=["fan-out process", "in-process"])
+@pytest.fixture(scope="module", params=["fan-out process", "in-process", "postgresql"])
 def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[IsbreServer]:
-    """Every test here runs against both ways of serving streams."""
-    env = {} if request.param == "fan-out process" else {"ISBRE_EVENTS_PROCESS": "false"}
-    running = IsbreServer(tmp_path_factory.mktemp("isbre") / "warehouse", env=env).start()
+    """Every test here runs against both ways of serving streams, and on a PostgreSQL store (whose
+    commits reach the fan-out process through LISTEN/NOTIFY)."""
+    env = {"ISBRE_EVENTS_PROCESS": "false"} if request.param == "in-process" else {}
+    store = new_database(request) if request.param == "postgresql" else None
+    running = IsbreServer(tmp_path_factory.mktemp("isbre") / "warehouse", env=env, store=store).start()
     yield running
     running.stop()
 
@@ -459,7 +462,7 @@ def test_a_stream_on_a_kept_alive_connection(server: IsbreServer, request: pytes
         with client.stream("GET", f"{server.url}/v1/events", params={"after": start}) as response:
             port = response.extensions["network_stream"].get_extra_info("client_addr")[1]
             assert port == config.extensions["network_stream"].get_extra_info("client_addr")[1]
-            handed_over = "fan-out" in request.node.callspec.params["server"]
+            handed_over = request.node.callspec.params["server"] != "in-process"
             assert ("server" not in response.headers) == handed_over, "written by the other process"
             ids = (line for line in response.iter_lines() if line.startswith("id: "))
             assert next(ids) == f"id: {start + 1}"

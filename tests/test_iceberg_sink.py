@@ -27,6 +27,9 @@ from tests.answer_dropping_proxy import AnswerDroppingProxy
 from tests.server import IsbreServer
 from tests.sink_helpers import crash_and_replay, offsets_in, rows, span, write_once
 
+# Run against a server on each store.
+SERVER_STORES = ("lmdb", "postgresql")
+
 
 @pytest.mark.parametrize("crash", ["after-commit", "mid-push"])
 def test_replay_after_a_crash_writes_nothing_twice(

@@ -15,9 +15,13 @@ from catalog import CatalogService
 from catalog.lmdb_store import LmdbStore
 from catalog.records import now_us
 from catalog.service import TRIM_CHUNK, _Stale, after_mutation
+from catalog.stores import open_store
 from catalog.writer import Batch
 from tests.server import ID_SCHEMA as SCHEMA
 from tests.server import IsbreServer
+
+# Run against a server on each store.
+SERVER_STORES = ("lmdb", "postgresql")
 
 
 def key() -> str:
@@ -105,7 +109,7 @@ def test_a_stored_outcome_is_compact(server: IsbreServer, namespace: str) -> Non
         tables, json={"name": "big", "schema": SCHEMA, "properties": properties}, headers=headers
     )
     assert replay.content == answer.content
-    store = LmdbStore(server.warehouse / "isbre.lmdb")
+    store = open_store(server.store_location)
     try:
         with store.read() as view:
             stored = view.idempotent_response(headers["Idempotency-Key"])

@@ -15,6 +15,9 @@ from pyiceberg.catalog.rest import RestCatalog
 from rest.auth import sha256_hex
 from tests.server import IsbreServer, secured_server
 
+# Run against a server on each store.
+SERVER_STORES = ("lmdb", "postgresql")
+
 
 def _ingest(server: IsbreServer, *args: str) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-m", "rest.cli", "ingest", *args, "--uri", server.url, "--batch-size", "7"]

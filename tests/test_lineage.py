@@ -17,6 +17,7 @@ from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.types import StringType
 
 from tests.lineage_receiver import Receiver, validate
+from tests.postgres import new_database
 from tests.server import IsbreServer, free_port
 
 NAMESPACE = "isbre://lineage-test"
@@ -29,10 +30,13 @@ def receiver() -> Iterator[Receiver]:
     running.stop()
 
 
-@pytest.fixture
-def lineage_server(tmp_path: Path, receiver: Receiver) -> Iterator[IsbreServer]:
+@pytest.fixture(params=["lmdb", "postgresql"])
+def lineage_server(
+    tmp_path: Path, receiver: Receiver, request: pytest.FixtureRequest
+) -> Iterator[IsbreServer]:
     env = {"ISBRE_LINEAGE_URL": receiver.url, "ISBRE_LINEAGE_NAMESPACE": NAMESPACE}
-    running = IsbreServer(tmp_path / "warehouse", env=env).start()
+    store = new_database(request) if request.param == "postgresql" else None
+    running = IsbreServer(tmp_path / "warehouse", env=env, store=store).start()
     yield running
     running.stop()
 

@@ -18,6 +18,7 @@ from tests.server import IsbreServer
 
 # The REST suite runs against one server process and against two workers on one store.
 SERVER_WORKERS = (1, 2)
+SERVER_STORES = ("lmdb", "postgresql")
 
 SEP = "\x1f"
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=True))

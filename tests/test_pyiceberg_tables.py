@@ -16,6 +16,7 @@ from catalog.metadata_files import local_path
 
 # The REST suite runs against one server process and against two workers on one store.
 SERVER_WORKERS = (1, 2)
+SERVER_STORES = ("lmdb", "postgresql")
 
 ORDERS = pa.schema(
     [

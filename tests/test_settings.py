@@ -49,9 +49,20 @@ def test_warehouses_and_the_store_from_a_file(tmp_path: Path) -> None:
     )
     settings = load_settings(config)
     assert [name for name, _ in settings.served()] == ["prod", "scratch"]
-    assert settings.store_path() == Path("isbre.lmdb").resolve()  # beside, for an S3 warehouse
-    assert load_settings(config, store=tmp_path / "s").store_path() == tmp_path / "s"
-    assert load_settings(warehouse=str(tmp_path / "wh")).store_path() == tmp_path / "wh" / "isbre.lmdb"
+    assert settings.store_location() == str(Path("isbre.lmdb").resolve())  # beside, for an S3 warehouse
+    assert load_settings(config, store=str(tmp_path / "s")).store_location() == str(tmp_path / "s")
+    local = load_settings(warehouse=str(tmp_path / "wh"))
+    assert local.store_location() == str(tmp_path / "wh" / "isbre.lmdb")
+    assert local.state_path() == tmp_path / "wh"  # a server's own files go beside an LMDB store
+
+
+def test_a_database_store_keeps_the_servers_files_in_a_state_directory(tmp_path: Path) -> None:
+    url = "postgresql://isbre:secret@db.example:5432/catalog"
+    shared = load_settings(store=url, warehouse=str(tmp_path / "wh"))
+    assert shared.shares_store() and shared.store_location() == url
+    assert shared.state_path() == Path("isbre-state").resolve()
+    assert load_settings(store=url, state_dir=tmp_path / "st").state_path() == tmp_path / "st"
+    assert not load_settings(store=str(tmp_path / "s")).shares_store()
 
 
 def test_a_warehouse_named_like_the_prefix_or_not_a_path_segment_is_refused(tmp_path: Path) -> None:

@@ -15,18 +15,9 @@ from catalog.lmdb_store import LmdbStore
 from catalog.postgres_store import PostgresStore
 from catalog.records import CommitRecord
 from catalog.store import Pointer, Store
-from tests.postgres import PostgresServer, binaries
+from tests.postgres import PostgresServer
 
 _databases = iter(range(10_000))
-
-
-@pytest.fixture(scope="module")
-def postgres() -> Iterator[PostgresServer]:
-    if (why := binaries()) is not None:
-        pytest.skip(why)
-    server = PostgresServer.start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture(params=["lmdb", "postgresql"])
@@ -35,12 +26,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
         opened: Store = LmdbStore(tmp_path / "isbre.lmdb", warehouses=("second",))
     else:
         server: PostgresServer = request.getfixturevalue("postgres")
-        name = f"contract_{next(_databases)}"
-        admin = PostgresStore(server.url)
-        with admin.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
-            connection.exec_driver_sql(f"CREATE DATABASE {name}")
-        admin.close()
-        opened = PostgresStore(server.url.rsplit("/", 1)[0] + f"/{name}")
+        opened = PostgresStore(server.database(f"contract_{next(_databases)}"))
     yield opened
     opened.close()
 

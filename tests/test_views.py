@@ -14,6 +14,7 @@ from tests.server import IsbreServer
 
 # The REST suite runs against one server process and against two workers on one store.
 SERVER_WORKERS = (1, 2)
+SERVER_STORES = ("lmdb", "postgresql")
 
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=True), NestedField(2, "name", StringType()))
 
