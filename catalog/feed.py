@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 from catalog.records import CommitRecord
 from catalog.service import CatalogService
+from catalog.store import StoreUnavailableError
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +65,9 @@ class CommitFeed:
                 return
             try:
                 high = self._service.commit_seq()
+            except StoreUnavailableError as exc:
+                log.warning("cannot read the commit log's high-water (%s); trying again", exc)
+                continue
             except Exception:
                 log.exception("cannot read the commit log's high-water; trying again")
                 continue

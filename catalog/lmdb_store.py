@@ -22,7 +22,7 @@ from catalog.identifiers import (
     objects_prefix,
 )
 from catalog.records import CommitRecord
-from catalog.store import InsufficientStorageError, Pointer, ReadView, Store, StoreFullError, WriteView
+from catalog.store import Entry, InsufficientStorageError, Pointer, ReadView, Store, StoreFullError, WriteView
 
 log = logging.getLogger(__name__)
 
@@ -457,6 +457,51 @@ class LmdbStore(Store):
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "lmdb", "path": str(self.path)}
+
+    def scopes(self) -> list[str]:
+        """Every warehouse scope the store holds ("" first), whether or not this process opened it."""
+        with self.env.begin() as txn, txn.cursor() as cursor:
+            named = [key.decode() for key, _ in cursor]
+        return [
+            "",
+            *sorted(name.removesuffix("/namespaces") for name in named if name.endswith("/namespaces")),
+        ]
+
+    def export(self) -> Iterator[Entry]:
+        """Everything the store holds, in one read transaction, as entries `PostgresStore.load` takes."""
+        with self.env.begin() as txn:
+            for scope in self.scopes():
+                for name in PER_WAREHOUSE:
+                    db = self.env.open_db(f"{scope}/{name}".removeprefix("/").encode(), txn=txn, create=False)
+                    for key, value in txn.cursor(db=db):
+                        if name == "namespaces":
+                            yield Entry("namespace", (scope, key, json.loads(value)))
+                        else:
+                            yield Entry(
+                                "pointer", (scope, name.removesuffix("s"), key, Pointer.from_json(value))
+                            )
+            for _, value in txn.cursor(db=self.dbs["commit_log"]):
+                yield Entry("record", (CommitRecord.from_json(value),))
+            high = txn.get(_HIGH_WATER, db=self.dbs["meta"])
+            yield Entry("high_water", (0 if high is None else _SEQ.unpack(high)[0],))
+            for key in txn.cursor(db=self.dbs["meta"]).iternext(values=False):
+                if key.startswith(b"marker:"):
+                    yield Entry("marker", (key.removeprefix(b"marker:").decode(),))
+            for key, value in txn.cursor(db=self.dbs["cursors"]):
+                yield Entry("cursor", (key.decode(), _SEQ.unpack(value)[0]))
+            for key, value in txn.cursor(db=self.dbs["idempotency"]):
+                yield Entry("idempotency", (key.decode(), json.loads(value)))
+            for key, value in txn.cursor(db=self.dbs["locations"]):
+                if not key.startswith(_OWNER):
+                    yield Entry("location", (value.decode(), key.decode()))
+            for key, value in txn.cursor(db=self.dbs["coverage"]):
+                table_uuid, kind = key.split(b"\x00", 1)
+                if kind.startswith(b"C"):
+                    snapshot = _SNAPSHOT.unpack(kind[1:])[0]
+                    yield Entry("coverage_commit", (table_uuid.decode(), snapshot, _SEQ.unpack(value)[0]))
+                else:
+                    stream, (start, end) = _stream_key(key)
+                    yield Entry("coverage", (table_uuid.decode(), stream, start, end))
 
     def close(self) -> None:
         self.env.close()

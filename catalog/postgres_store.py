@@ -21,7 +21,8 @@ import json
 import logging
 import threading
 import zlib
-from collections.abc import Callable, Iterator
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -56,7 +57,7 @@ from catalog.identifiers import (
     objects_prefix,
 )
 from catalog.records import CommitRecord
-from catalog.store import Lease, Pointer, ReadView, Store, StoreUnavailableError, WriteView
+from catalog.store import Entry, Lease, Pointer, ReadView, Store, StoreUnavailableError, WriteView
 
 log = logging.getLogger(__name__)
 
@@ -271,6 +272,13 @@ class _PostgresView(WriteView):
 
     # -- writes
 
+    @property
+    def connection(self) -> Connection:
+        return self._db
+
+    def set_high_water(self, commit_seq: int) -> None:
+        self._upsert(meta, ["key"], key="commit_seq", value=str(commit_seq))
+
     def _upsert(self, table: Table, keys: list[str], **values: Any) -> None:
         statement = insert(table).values(**values)
         changed = {name: value for name, value in values.items() if name not in keys}
@@ -311,7 +319,7 @@ class _PostgresView(WriteView):
         self._db.execute(
             log_table.insert().values(commit_seq=record.commit_seq, ts=record.ts, record=record.to_json())
         )
-        self._upsert(meta, ["key"], key="commit_seq", value=str(record.commit_seq))
+        self.set_high_water(record.commit_seq)
         self.appended.append(record.commit_seq)
 
     def put_cursor(self, name: str, commit_seq: int) -> None:
@@ -491,7 +499,7 @@ class _SessionLease(Lease):
 class PostgresStore(Store):
     def __init__(self, url: str, pool_size: int = 10, migrate: bool = True) -> None:
         """`url`: postgresql://user:password@host:port/db (psycopg 3 is the driver); `migrate`: bring
-        the schema up to date (else refuse a store whose schema is not this isbre's)."""
+        the schema up to date now (servers do, at start)."""
         address = make_url(url.replace("postgres://", "postgresql://", 1)).set(
             drivername="postgresql+psycopg"
         )
@@ -506,29 +514,20 @@ class PostgresStore(Store):
         )
         self._listener: _Listener | None = None
         self._listener_lock = threading.Lock()
-        with _reachable():
-            if migrate:
-                self.migrate()
-            else:
-                self._check_schema()
-
-    def _check_schema(self) -> None:
-        with self.engine.connect() as connection:
-            found = connection.scalar(select(meta.c.value).where(meta.c.key == "schema_version"))
-        if found is None or int(found) != SCHEMA_VERSION:
-            raise RuntimeError(
-                f"{self.url} has schema {found or 'none'}; this isbre needs {SCHEMA_VERSION}: "
-                "run `isbre store migrate`"
-            )
+        if migrate:
+            self.migrate()
 
     def schema_version(self) -> int | None:
+        """The schema the database has (None: no isbre tables yet)."""
         with _reachable(), self.engine.connect() as connection:
+            if not connection.dialect.has_table(connection, meta.name):
+                return None
             found = connection.scalar(select(meta.c.value).where(meta.c.key == "schema_version"))
         return None if found is None else int(found)
 
     def migrate(self) -> int:
         """Bring the schema to SCHEMA_VERSION (one migrator at a time); returns the version."""
-        with self.engine.begin() as connection:
+        with _reachable(), self.engine.begin() as connection:
             connection.execute(select(func.pg_advisory_xact_lock(WRITER_LOCK)))
             schema.create_all(connection)  # version 1: the tables, where missing
             found = connection.scalar(select(meta.c.value).where(meta.c.key == "schema_version"))
@@ -545,8 +544,20 @@ class PostgresStore(Store):
         return SCHEMA_VERSION
 
     @contextmanager
-    def read(self, warehouse: str = "") -> Iterator[ReadView]:
+    def _connection(self) -> Iterator[Connection]:
+        """A pooled connection; any failure once it was lost is StoreUnavailableError (SQLAlchemy
+        reports some of them as a transaction to roll back first)."""
         with _reachable(), self.engine.connect() as connection:
+            try:
+                yield connection
+            except exc.SQLAlchemyError as error:
+                if connection.invalidated:
+                    raise StoreUnavailableError(f"lost the catalog database: {_first_line(error)}") from error
+                raise
+
+    @contextmanager
+    def read(self, warehouse: str = "") -> Iterator[ReadView]:
+        with self._connection() as connection:
             connection.execute(text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"))
             try:
                 yield _PostgresView(connection, warehouse)
@@ -555,7 +566,7 @@ class PostgresStore(Store):
 
     @contextmanager
     def write(self) -> Iterator[WriteView]:
-        with _reachable(), self.engine.begin() as connection:
+        with self._connection() as connection, connection.begin():
             connection.execute(select(func.pg_advisory_xact_lock(WRITER_LOCK)))
             view = _PostgresView(connection)
             yield view
@@ -584,6 +595,77 @@ class PostgresStore(Store):
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "postgresql", "url": self.url, "connections": self.engine.pool.status()}
+
+    def load(self, entries: Iterable[Entry]) -> Counter[str]:
+        """Fill an empty store with `entries` (from `LmdbStore.export`), keeping every commit_seq, in
+        one transaction: all of it lands, or nothing. Returns how many of each kind."""
+        counts: Counter[str] = Counter()
+        rows: dict[Table, list[dict[str, Any]]] = {}
+        high = 0
+        for entry in entries:
+            counts[entry.kind] += 1
+            values = entry.values
+            match entry.kind:
+                case "namespace":
+                    scope, key, properties = values
+                    row = {"warehouse": scope, "key": key, "properties": json.dumps(properties)}
+                    rows.setdefault(namespaces, []).append(row)
+                case "pointer":
+                    scope, kind, key, pointer = values
+                    row = {
+                        "warehouse": scope,
+                        "kind": kind,
+                        "key": key,
+                        "pointer": pointer.to_json().decode(),
+                    }
+                    rows.setdefault(pointers, []).append(row)
+                case "record":
+                    (record,) = values
+                    row = {"commit_seq": record.commit_seq, "ts": record.ts, "record": record.to_json()}
+                    rows.setdefault(log_table, []).append(row)
+                case "high_water":
+                    (high,) = values
+                case "marker":
+                    rows.setdefault(meta, []).append({"key": f"marker:{values[0]}", "value": ""})
+                case "cursor":
+                    rows.setdefault(cursors_table, []).append({"name": values[0], "commit_seq": values[1]})
+                case "idempotency":
+                    key, response = values
+                    row = {"key": key, "response": json.dumps(response), "ts": response.get("ts", 0)}
+                    rows.setdefault(idempotency, []).append(row)
+                case "location":
+                    rows.setdefault(locations, []).append({"owner": values[0], "location": values[1]})
+                case "coverage":
+                    table_uuid, stream, start, end = values
+                    rows.setdefault(ranges, []).append(
+                        {
+                            "table_uuid": table_uuid,
+                            "source_id": stream.source_id,
+                            "topic": stream.topic,
+                            "partition": stream.partition,
+                            "start_offset": start,
+                            "end_offset": end,
+                        }
+                    )
+                case "coverage_commit":
+                    row = {"table_uuid": values[0], "snapshot_id": values[1], "commit_seq": values[2]}
+                    rows.setdefault(coverage_commits, []).append(row)
+                case _:
+                    raise ValueError(f"unknown entry kind {entry.kind!r}")
+        with self.write() as view:
+            if view.commit_seq() or view.scoped("").namespaces((), None, 1) or self._has_objects(view):
+                raise ValueError(f"{self.url} already holds a catalog: copy only into an empty one")
+            connection = view.connection
+            connection.execute(delete(meta).where(meta.c.key.like("marker:%")))
+            for table, found in rows.items():
+                for start in range(0, len(found), 1000):
+                    connection.execute(insert(table).on_conflict_do_nothing(), found[start : start + 1000])
+            view.set_high_water(high)
+        return counts
+
+    @staticmethod
+    def _has_objects(view: _PostgresView) -> bool:
+        return view.connection.scalar(select(pointers.c.key).limit(1)) is not None
 
     def grow(self) -> None:
         """Nothing to grow: a PostgreSQL store never raises StoreFullError."""

@@ -215,7 +215,8 @@ class CatalogService:
         reads and follows the log (the events fan-out): it serves no warehouse's tables."""
         from catalog.stores import open_store, store_files
 
-        store = open_store(location)
+        store = open_store(location, migrate=False)
+        # It serves no tables: a root no table can be under.
         return cls(store, "file:///nonexistent", protected=store_files(store))
 
     def close(self) -> None:

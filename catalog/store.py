@@ -36,6 +36,15 @@ class Pointer:
         return cls(value["metadata-location"], value["uuid"])
 
 
+@dataclass(frozen=True)
+class Entry:
+    """One item of a store's state, as copied from one store to another (`kind`: namespace, pointer,
+    record, high_water, marker, cursor, idempotency, location, coverage or coverage_commit)."""
+
+    kind: str
+    values: tuple[Any, ...]
+
+
 class StoreFullError(Exception):
     """The store ran out of room for this transaction; grow it and run the batch again."""
 

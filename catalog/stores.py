@@ -13,14 +13,17 @@ def is_database_url(location: str) -> bool:
     return location.startswith(("postgresql://", "postgres://", "postgresql+psycopg://"))
 
 
-def open_store(location: str | Path, map_size: int = 256 << 20, warehouses: tuple[str, ...] = ()) -> Store:
+def open_store(
+    location: str | Path, map_size: int = 256 << 20, warehouses: tuple[str, ...] = (), migrate: bool = True
+) -> Store:
     """`location`: postgresql://… (shared by several servers) or an LMDB directory (one host);
-    `warehouses`: the scopes, besides the first, that this process will use."""
+    `warehouses`: the scopes, besides the first, that this process will use; `migrate`: bring a
+    database's schema up to date (a server's helpers leave that to the server)."""
     if isinstance(location, str) and is_database_url(location):
         # Imported here: an embedded catalog never loads SQLAlchemy and the driver.
         from catalog.postgres_store import PostgresStore
 
-        return PostgresStore(location)
+        return PostgresStore(location, migrate=migrate)
     return LmdbStore(Path(location).resolve(), map_size=map_size, warehouses=warehouses)
 
 

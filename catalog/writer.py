@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from catalog.records import CommitRecord, now_us
-from catalog.store import Store, StoreFullError, WriteView
+from catalog.store import Store, StoreFullError, StoreUnavailableError, WriteView
 
 log = logging.getLogger(__name__)
 
@@ -223,7 +223,12 @@ class Writer:
                         request.future.set_exception(failed)
                     return
             except Exception as exc:  # the commit itself failed: no mutation of the batch landed
-                log.exception("write transaction failed; answering %d request(s) with the error", len(batch))
+                if isinstance(exc, StoreUnavailableError):  # expected while a database is down: no trace
+                    log.warning("%s; answering %d request(s) with 503", exc, len(batch))
+                else:
+                    log.exception(
+                        "write transaction failed; answering %d request(s) with the error", len(batch)
+                    )
                 for request in batch:
                     request.future.set_exception(exc)
                 return

@@ -107,6 +107,61 @@ def _lineage_replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def _store_migrate(args: argparse.Namespace) -> int:
+    """Bring a PostgreSQL store's schema up to date (servers also do it when they start)."""
+    from catalog.postgres_store import SCHEMA_VERSION, PostgresStore
+    from rest.settings import load_settings
+
+    settings = load_settings(args.config, store=args.store)
+    if not settings.shares_store():
+        raise RefusedError("the store is LMDB, which has no schema to migrate: pass --store postgresql://…")
+    store = PostgresStore(settings.store_location(), migrate=False)
+    try:
+        before = store.schema_version()
+        store.migrate()
+    finally:
+        store.close()
+    if before == SCHEMA_VERSION:
+        print(f"{store.url}: schema {SCHEMA_VERSION}, up to date")
+    else:
+        print(f"{store.url}: schema {before or 'none'} -> {SCHEMA_VERSION}")
+    return 0
+
+
+def _store_copy(args: argparse.Namespace) -> int:
+    """Copy an LMDB catalog (pointers, the log with its commit_seqs, coverage, cursors, keys) into an
+    empty PostgreSQL store."""
+    import os
+
+    from catalog.lmdb_store import LmdbStore
+    from catalog.postgres_store import PostgresStore
+    from catalog.stores import is_database_url
+    from rest.serve import claim_state
+
+    source = Path(args.source).resolve()
+    target = args.to or os.environ.get("ISBRE_STORE")
+    if not target or not is_database_url(target):
+        raise RefusedError("--to (or ISBRE_STORE) must be a postgresql:// URL")
+    if not (source / "data.mdb").is_file():
+        raise RefusedError(f"{source} is not an LMDB store (no data.mdb)")
+    holder = claim_state(source.parent)
+    if holder is not None:
+        raise RefusedError(f"{source} is served by process {holder}: stop that server first, then copy")
+    lmdb = LmdbStore(source)
+    database = PostgresStore(target)
+    try:
+        counts = database.load(lmdb.export())
+        with database.read() as view:
+            high = view.commit_seq()
+    finally:
+        lmdb.close()
+        database.close()
+    del counts["high_water"]
+    summary = ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items()))
+    print(f"copied {source} into {database.url} up to commit_seq {high}: {summary or 'nothing else'}")
+    return 0
+
+
 def _ingest(args: argparse.Namespace) -> int:
     from sinks.ingest import run
 
@@ -221,6 +276,22 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--store", help=STORE_HELP)
     replay.add_argument("--config", type=Path, help="TOML settings file (for the lineage transport)")
     replay.set_defaults(prog=replay.prog, handler=_lineage_replay)
+
+    store = commands.add_parser("store", help="the catalog's store").add_subparsers(
+        dest="store", required=True
+    )
+    migrate = store.add_parser("migrate", help="bring a PostgreSQL store's schema up to date")
+    migrate.add_argument("--store", help=STORE_HELP)
+    migrate.add_argument("--config", type=Path, help="TOML settings file")
+    migrate.set_defaults(prog=migrate.prog, handler=_store_migrate)
+    copy = store.add_parser(
+        "copy", help="copy an LMDB catalog, history and cursors included, into PostgreSQL"
+    )
+    copy.add_argument(
+        "--from", dest="source", required=True, help="the LMDB store directory (its server stopped)"
+    )
+    copy.add_argument("--to", help="an empty PostgreSQL store, postgresql://… (default: $ISBRE_STORE)")
+    copy.set_defaults(prog=copy.prog, handler=_store_copy)
 
     ingest = commands.add_parser("ingest", help="load Parquet, CSV or JSON-lines files into a table, once")
     from sinks.ingest_arguments import add_arguments

@@ -40,7 +40,7 @@ def serve(settings: Settings) -> None:
             f"refusing to serve {settings.host} with authentication off; enable [auth] "
             "or set allow_insecure_bind = true (for example behind an authenticating proxy)"
         )
-    holder = _claim_state(settings.state_path())
+    holder = claim_state(settings.state_path())
     if holder is not None:
         if settings.shares_store():
             raise RefusedError(
@@ -94,7 +94,7 @@ def serve(settings: Settings) -> None:
         services[0].close()
 
 
-def _claim_state(state: Path) -> str | None:
+def claim_state(state: Path) -> str | None:
     """Take the server lock in its state directory (beside an LMDB store); None when taken, else
     who holds it.
 

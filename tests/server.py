@@ -129,6 +129,23 @@ def secured_server(warehouse: Path, principals: list[dict[str, object]], **env: 
     return server.start()
 
 
+def sse_records(
+    server: IsbreServer, until: int, headers: dict[str, str] | None = None, **params: object
+) -> list[dict]:
+    """Raw SSE: read records until one with commit_seq >= until arrives."""
+    records = []
+    with httpx.stream(
+        "GET", f"{server.url}/v1/events", params=params, headers=headers, timeout=30
+    ) as response:
+        assert response.status_code == 200, response.read()
+        for line in response.iter_lines():
+            if line.startswith("data: "):
+                records.append(json.loads(line[6:]))
+                if records[-1]["commit_seq"] >= until:
+                    break
+    return records
+
+
 def on_threads(work: Callable[[T], None], items: Iterable[T]) -> None:
     """Run `work(item)` for every item, each on its own thread, and wait for them all."""
     threads = [threading.Thread(target=work, args=(item,)) for item in items]

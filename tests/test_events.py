@@ -22,7 +22,7 @@ import pytest
 from events.client import CommitEvent, EventStreamError, subscribe
 from tests.postgres import new_database
 from tests.server import ID_SCHEMA as SCHEMA
-from tests.server import IsbreServer
+from tests.server import IsbreServer, sse_records
 
 
 def create_table(server: IsbreServer, namespace: str, name: str) -> None:
@@ -71,23 +71,6 @@ class Collector:
         raise TimeoutError(
             f"saw up to {self.events[-1].commit_seq if self.events else None}, wanted {commit_seq}"
         )
-
-
-def sse_records(
-    server: IsbreServer, until: int, headers: dict[str, str] | None = None, **params: object
-) -> list[dict]:
-    """Raw SSE: read records until one with commit_seq >= until arrives."""
-    records = []
-    with httpx.stream(
-        "GET", f"{server.url}/v1/events", params=params, headers=headers, timeout=30
-    ) as response:
-        assert response.status_code == 200, response.read()
-        for line in response.iter_lines():
-            if line.startswith("data: "):
-                records.append(json.loads(line[6:]))
-                if records[-1]["commit_seq"] >= until:
-                    break
-    return records
 
 
 def run_writers(server: IsbreServer, namespace: str, writers: int, commits: int) -> list[str]:

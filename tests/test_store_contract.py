@@ -180,3 +180,11 @@ def test_concurrent_writers_append_one_gapless_log(store: Store) -> None:
         thread.join()
     with store.read() as view:
         assert [r.commit_seq for r in view.records(0, 1000)] == list(range(1, 101))
+
+
+def test_a_database_password_never_shows() -> None:
+    store = PostgresStore("postgresql://isbre:hunter2@127.0.0.1:1/catalog", migrate=False)
+    try:
+        assert "hunter2" not in store.url and "hunter2" not in str(store.describe())
+    finally:
+        store.close()

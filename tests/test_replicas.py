@@ -1,0 +1,335 @@
+"""Several `isbre serve` processes over one PostgreSQL store: replicas that share one catalog, one
+commit_seq and one event stream. Each replica has its own state directory and port, as it would
+have its own host; they share the warehouse directory, as hosts would share object storage."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import httpx
+import pyarrow as pa
+import pytest
+from pyiceberg.catalog.rest import RestCatalog
+from pyiceberg.exceptions import CommitFailedException
+
+from events.client import subscribe
+from tests.lineage_receiver import Receiver
+from tests.postgres import PostgresServer, new_database
+from tests.server import ID_SCHEMA, IsbreServer, on_threads, sse_records
+
+_names = itertools.count()
+IDS = pa.schema([pa.field("id", pa.int64())])
+
+
+def ids(values: Iterable[int]) -> pa.Table:
+    return pa.table({"id": pa.array(list(values), pa.int64())})
+
+
+def replica(warehouse: Path, store: str, **env: str) -> IsbreServer:
+    return IsbreServer(warehouse, store=store, env=env).start()
+
+
+@pytest.fixture(scope="module")
+def pair(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[list[IsbreServer]]:
+    """Two replicas of one catalog."""
+    store = new_database(request)
+    warehouse = tmp_path_factory.mktemp("replicas") / "warehouse"
+    running = [replica(warehouse, store), replica(warehouse, store)]
+    yield running
+    for each in running:
+        each.stop()
+
+
+def create_namespace(server: IsbreServer, client: httpx.Client | None = None) -> tuple[str, int]:
+    name = f"ns{next(_names)}"
+    answer = (client or httpx).post(
+        f"{server.url}/v1/isbre/namespaces", json={"namespace": [name]}, timeout=30
+    )
+    return name, answer.status_code
+
+
+def namespaces_of(server: IsbreServer) -> set[str]:
+    found: set[str] = set()
+    body: dict[str, str] = {}
+    while True:
+        page = httpx.get(f"{server.url}/v1/isbre/namespaces", params=body, timeout=30).json()
+        found |= {ns[0] for ns in page["namespaces"]}
+        if not page.get("next-page-token"):
+            return found
+        body = {"pageToken": page["next-page-token"]}
+
+
+def test_pyiceberg_writes_through_one_replica_and_reads_through_the_other(pair: list[IsbreServer]) -> None:
+    a, b = (RestCatalog("isbre", uri=s.url) for s in pair)
+    namespace = f"rw{next(_names)}"
+    a.create_namespace(namespace)
+    table = a.create_table(f"{namespace}.t", IDS)
+    table.append(ids(range(100)))
+    read = b.load_table(f"{namespace}.t")
+    assert read.metadata_location == a.load_table(f"{namespace}.t").metadata_location
+    assert sorted(read.scan().to_arrow()["id"].to_pylist()) == list(range(100))
+    assert (namespace,) in b.list_namespaces()
+
+
+def test_concurrent_commits_to_one_table_through_both_replicas(
+    pair: list[IsbreServer], caplog: pytest.LogCaptureFixture
+) -> None:
+    catalogs = [RestCatalog("isbre", uri=s.url) for s in pair]
+    namespace = f"cc{next(_names)}"
+    catalogs[0].create_namespace(namespace)
+    ident = f"{namespace}.t"
+    catalogs[0].create_table(ident, IDS)
+
+    # A commit through B based on what A has since replaced: 409, as on one server.
+    stale = [{"type": "assert-ref-snapshot-id", "ref": "main", "snapshot-id": None}]
+    catalogs[0].load_table(ident).append(ids([-1]))
+    answer = httpx.post(
+        f"{pair[1].url}/v1/isbre/namespaces/{namespace}/tables/t",
+        json={"requirements": stale, "updates": [{"action": "set-properties", "updates": {"k": "v"}}]},
+    )
+    assert answer.status_code == 409 and answer.json()["error"]["type"] == "CommitFailedException"
+
+    # Six writers at once, three per replica, retrying their 409s (PyIceberg does, then this loop):
+    # nothing is lost.
+    def write(writer: int) -> None:
+        catalog = catalogs[writer % 2]
+        for n in range(4):
+            while True:
+                try:
+                    catalog.load_table(ident).append(ids([writer * 100 + n]))
+                    break
+                except CommitFailedException:
+                    pass
+
+    with caplog.at_level(logging.WARNING, logger="pyiceberg.table"):
+        on_threads(write, range(6))
+    found = sorted(catalogs[1].load_table(ident).scan().to_arrow()["id"].to_pylist())
+    assert found == sorted([-1, *(w * 100 + n for w in range(6) for n in range(4))])
+    retried = [r for r in caplog.records if "concurrent update" in r.getMessage()]
+    assert retried, "six writers on one table never conflicted: the test did not test retries"
+
+
+def test_commit_seq_is_gapless_across_both_replicas_under_load(pair: list[IsbreServer]) -> None:
+    before = pair[0].high_water()
+    acknowledged: list[str] = []
+
+    def write(writer: int) -> None:
+        with httpx.Client() as client:
+            for _ in range(25):
+                name, status = create_namespace(pair[writer % 2], client)
+                assert status == 200
+                acknowledged.append(name)
+
+    on_threads(write, range(8))
+    after = pair[1].high_water()
+    assert after == before + 200 == pair[0].high_water()
+    records = sse_records(pair[1], until=after, after=before)
+    assert [r["commit_seq"] for r in records] == list(range(before + 1, after + 1))
+    assert {r["namespace"][0] for r in records} == set(acknowledged)
+
+
+def test_a_stream_on_one_replica_sees_the_other_s_commits_in_order(pair: list[IsbreServer]) -> None:
+    b = pair[1]
+    start = b.high_water()
+    seen: list[tuple[int, str]] = []
+
+    def follow() -> None:
+        for event in subscribe(b.url, after=start):
+            seen.append((event.commit_seq, event.record["namespace"][0]))
+            if len(seen) == 40:
+                return
+
+    follower = threading.Thread(target=follow, daemon=True)
+    follower.start()
+    made = [create_namespace(pair[i % 3 == 0])[0] for i in range(40)]  # mostly through A
+    follower.join(30)
+    assert [seq for seq, _ in seen] == list(range(start + 1, start + 41))
+    assert [name for _, name in seen] == made
+
+
+def test_idempotency_holds_across_replicas(pair: list[IsbreServer]) -> None:
+    key = "0b0c6f8e-8c3e-4a57-9a43-2a9d8b7f1e01"
+    name = f"idem{next(_names)}"
+    body = {"namespace": [name]}
+    answers = []
+
+    def send(i: int) -> None:
+        url = f"{pair[i % 2].url}/v1/isbre/namespaces"
+        answers.append(httpx.post(url, json=body, headers={"Idempotency-Key": key}, timeout=30))
+
+    before = pair[0].high_water()
+    on_threads(send, range(6))
+    assert [a.status_code for a in answers] == [200] * 6
+    assert pair[1].high_water() == before + 1
+
+
+def test_health_reports_the_database(pair: list[IsbreServer]) -> None:
+    store = httpx.get(f"{pair[0].url}/health").json()["components"]["store"]
+    assert store["status"] == "ok" and store["kind"] == "postgresql"
+    assert store["commit_seq"] == pair[1].high_water()
+    assert store["url"].startswith("postgresql+psycopg://isbre@127.0.0.1:")
+
+
+def lineage_runs(receiver: Receiver) -> set[str]:
+    return {e["run"]["runId"] for e in receiver.snapshot() if e["eventType"] == "COMPLETE"}
+
+
+def lineage_status(server: IsbreServer) -> dict:
+    return httpx.get(f"{server.url}/v1/lineage/status", timeout=10).json()
+
+
+def wait_until(check: object, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():  # type: ignore[operator]
+        assert time.monotonic() < deadline, what
+        time.sleep(0.1)
+
+
+def test_kill_9_of_a_replica_under_load(tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """Every acknowledged commit stays; the lineage lease moves to the survivor, which delivers the
+    runs the dead one had not."""
+    receiver = Receiver().start()
+    store = new_database(request)
+    env = {"ISBRE_LINEAGE_URL": receiver.url}
+    first = replica(tmp_path / "warehouse", store, **env)
+    wait_until(lambda: lineage_status(first)["delivering"], 30, "the first replica never took the lease")
+    second = replica(tmp_path / "warehouse", store, **env)
+    try:
+        assert not lineage_status(second)["delivering"]
+        base = [f"{s.url}/v1/isbre" for s in (first, second)]
+        httpx.post(f"{base[0]}/namespaces", json={"namespace": ["db"]}).raise_for_status()
+        acknowledged: list[str] = []
+        stop = threading.Event()
+
+        def write(writer: int) -> None:
+            with httpx.Client(timeout=10) as client:
+                for n in itertools.count():
+                    if stop.is_set():
+                        return
+                    name = f"t{writer}_{n}"
+                    try:
+                        answer = client.post(
+                            f"{base[writer % 2]}/namespaces/db/tables",
+                            json={"name": name, "schema": ID_SCHEMA},
+                        )
+                    except httpx.TransportError:
+                        continue  # the replica died under this request: not acknowledged
+                    if answer.status_code == 200:
+                        acknowledged.append(name)
+
+        writers = [threading.Thread(target=write, args=(w,)) for w in range(6)]
+        for thread in writers:
+            thread.start()
+        time.sleep(1.5)
+        first.kill()
+        time.sleep(1.5)
+        stop.set()
+        for thread in writers:
+            thread.join()
+
+        listed = httpx.get(f"{base[1]}/namespaces/db/tables", params={"pageSize": 1000}).json()
+        present = {ident["name"] for ident in listed["identifiers"]}
+        assert set(acknowledged) <= present and len(acknowledged) > 20
+        wait_until(lambda: lineage_status(second)["delivering"], 30, "the lease did not move to the survivor")
+        records = sse_records(second, until=second.high_water(), after=0)
+        assert [r["commit_seq"] for r in records] == list(range(1, len(records) + 1))
+        expected = {r["run_id"] for r in records if r["kind"].startswith("table.")}
+
+        def missing() -> set[str]:
+            return expected - lineage_runs(receiver)
+
+        wait_until(lambda: not missing(), 60, "runs were lost when the replica died")
+    finally:
+        second.stop()
+        receiver.stop()
+
+
+def test_postgres_stopped_under_load_gives_503s_and_service_resumes(tmp_path: Path) -> None:
+    database = PostgresServer.start()  # its own: stopping it must not disturb other tests
+    try:
+        pair = [replica(tmp_path / "warehouse", database.url) for _ in range(2)]
+        statuses: list[int] = []
+        acknowledged: list[str] = []
+        stop = threading.Event()
+
+        def write(writer: int) -> None:
+            with httpx.Client(timeout=30) as client:
+                while not stop.is_set():
+                    name, status = create_namespace(pair[writer % 2], client)
+                    statuses.append(status)
+                    if status == 200:
+                        acknowledged.append(name)
+                    elif status == 503:
+                        time.sleep(0.05)
+
+        writers = [threading.Thread(target=write, args=(w,)) for w in range(4)]
+        for thread in writers:
+            thread.start()
+        time.sleep(1.0)
+        database.pause()
+        time.sleep(1.0)
+        down = httpx.get(f"{pair[0].url}/health", timeout=30)
+        assert down.status_code == 503 and down.json()["components"]["store"]["status"] == "down"
+        assert httpx.get(f"{pair[1].url}/ready", timeout=30).status_code == 503
+        time.sleep(2.0)
+        database.resume()
+        during = len(statuses)
+        wait_until(lambda: statuses[during:].count(200) > 20, 30, "service did not resume by itself")
+        stop.set()
+        for thread in writers:
+            thread.join()
+
+        assert 503 in statuses and 500 not in statuses, sorted(set(statuses))
+        assert set(statuses) <= {200, 503}, sorted(set(statuses))
+        assert set(acknowledged) <= namespaces_of(pair[0])
+        assert httpx.get(f"{pair[1].url}/health", timeout=30).status_code == 200
+        for each in pair:
+            each.stop()
+    finally:
+        database.stop()
+
+
+def test_store_copy_keeps_history_tables_and_cursors(tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    warehouse = tmp_path / "warehouse"
+    embedded = IsbreServer(warehouse).start()
+    catalog = RestCatalog("isbre", uri=embedded.url)
+    catalog.create_namespace("db")
+    table = catalog.create_table("db.t", IDS)
+    table.append(ids(range(10)))
+    cursor = embedded.high_water()  # a subscriber's position, taken before the copy
+    for n in range(3):
+        table.append(ids([100 + n]))
+    history = sse_records(embedded, until=embedded.high_water(), after=cursor)
+    location = catalog.load_table("db.t").metadata_location
+    embedded.stop()
+
+    store = new_database(request)
+    copy = [sys.executable, "-m", "rest.cli", "store", "copy", "--from", str(warehouse / "isbre.lmdb")]
+    env = {**os.environ, "ISBRE_STORE": store}
+    done = subprocess.run(copy, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert f"commit_seq {history[-1]['commit_seq']}" in done.stdout
+
+    again = subprocess.run(copy, env=env, capture_output=True, text=True)
+    assert again.returncode != 0 and "already holds a catalog" in again.stderr
+
+    moved = replica(warehouse, store)
+    try:
+        copied = RestCatalog("isbre", uri=moved.url).load_table("db.t")
+        assert copied.metadata_location == location
+        assert sorted(copied.scan().to_arrow()["id"].to_pylist()) == [*range(10), 100, 101, 102]
+        assert sse_records(moved, until=history[-1]["commit_seq"], after=cursor) == history
+        _, status = create_namespace(moved)
+        assert status == 200 and moved.high_water() == history[-1]["commit_seq"] + 1
+    finally:
+        moved.stop()
