@@ -5,7 +5,8 @@ the change itself (through the service's after-mutation hook), so a commit whose
 answer was lost on the way is never committed twice. Only requests that changed
 something keep their key: a refusal changed nothing, and a retry runs it afresh.
 Keys are indexed by time, so expiring them reads only the expired ones.
-Requests with one key wait for each other.
+Requests with one key wait for each other in one process; across processes,
+the first to commit wins and the others answer with its outcome.
 """
 
 from __future__ import annotations
@@ -120,4 +121,12 @@ def idempotent(request: Request, raw: bytes, call: Callable[[], Response], outco
         except _AlreadyFinalized:
             stored = catalog.idempotent_response(key)
             assert stored is not None  # the key that aborted this request is there
+            return _replay(request, raw, stored, fingerprint, outcome)
+        except Exception:
+            # A twin in another process (a worker, a replica) may have committed first, so that
+            # this attempt failed on what the twin did (the name is taken): the twin's outcome
+            # is the key's answer.
+            stored = catalog.idempotent_response(key)
+            if stored is None:
+                raise
             return _replay(request, raw, stored, fingerprint, outcome)

@@ -146,10 +146,15 @@ def sse_records(
     return records
 
 
-def on_threads(work: Callable[[T], None], items: Iterable[T]) -> None:
-    """Run `work(item)` for every item, each on its own thread, and wait for them all."""
+def start_threads(work: Callable[[T], None], items: Iterable[T]) -> list[threading.Thread]:
+    """Run `work(item)` for every item, each on its own thread, started now."""
     threads = [threading.Thread(target=work, args=(item,)) for item in items]
     for thread in threads:
         thread.start()
-    for thread in threads:
+    return threads
+
+
+def on_threads(work: Callable[[T], None], items: Iterable[T]) -> None:
+    """Run `work(item)` for every item, each on its own thread, and wait for them all."""
+    for thread in start_threads(work, items):
         thread.join()

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from pyiceberg.exceptions import CommitFailedException
 from events.client import subscribe
 from tests.lineage_receiver import Receiver
 from tests.postgres import PostgresServer, new_database
-from tests.server import ID_SCHEMA, IsbreServer, on_threads, sse_records
+from tests.server import ID_SCHEMA, IsbreServer, on_threads, sse_records, start_threads
 
 _names = itertools.count()
 IDS = pa.schema([pa.field("id", pa.int64())])
@@ -158,19 +159,21 @@ def test_a_stream_on_one_replica_sees_the_other_s_commits_in_order(pair: list[Is
 
 
 def test_idempotency_holds_across_replicas(pair: list[IsbreServer]) -> None:
-    key = "0b0c6f8e-8c3e-4a57-9a43-2a9d8b7f1e01"
-    name = f"idem{next(_names)}"
-    body = {"namespace": [name]}
-    answers = []
+    """One key sent at once through both replicas: one commit, and every answer the same 200 (a
+    twin that loses the race must replay the winner's outcome, not fail on what the winner did)."""
+    for _ in range(5):
+        key = str(uuid.uuid4())
+        body = {"namespace": [f"idem{next(_names)}"]}
+        answers: list[httpx.Response] = []
 
-    def send(i: int) -> None:
-        url = f"{pair[i % 2].url}/v1/isbre/namespaces"
-        answers.append(httpx.post(url, json=body, headers={"Idempotency-Key": key}, timeout=30))
+        def send(i: int, body: dict = body, key: str = key, answers: list = answers) -> None:
+            url = f"{pair[i % 2].url}/v1/isbre/namespaces"
+            answers.append(httpx.post(url, json=body, headers={"Idempotency-Key": key}, timeout=30))
 
-    before = pair[0].high_water()
-    on_threads(send, range(6))
-    assert [a.status_code for a in answers] == [200] * 6
-    assert pair[1].high_water() == before + 1
+        before = pair[0].high_water()
+        on_threads(send, range(8))
+        assert [a.status_code for a in answers] == [200] * 8, [a.text for a in answers]
+        assert pair[1].high_water() == before + 1
 
 
 def test_health_reports_the_database(pair: list[IsbreServer]) -> None:
@@ -227,9 +230,7 @@ def test_kill_9_of_a_replica_under_load(tmp_path: Path, request: pytest.FixtureR
                     if answer.status_code == 200:
                         acknowledged.append(name)
 
-        writers = [threading.Thread(target=write, args=(w,)) for w in range(6)]
-        for thread in writers:
-            thread.start()
+        writers = start_threads(write, range(6))
         time.sleep(1.5)
         first.kill()
         time.sleep(1.5)
@@ -272,9 +273,7 @@ def test_postgres_stopped_under_load_gives_503s_and_service_resumes(tmp_path: Pa
                     elif status == 503:
                         time.sleep(0.05)
 
-        writers = [threading.Thread(target=write, args=(w,)) for w in range(4)]
-        for thread in writers:
-            thread.start()
+        writers = start_threads(write, range(4))
         time.sleep(1.0)
         database.pause()
         time.sleep(1.0)
@@ -333,3 +332,14 @@ def test_store_copy_keeps_history_tables_and_cursors(tmp_path: Path, request: py
         assert status == 200 and moved.high_water() == history[-1]["commit_seq"] + 1
     finally:
         moved.stop()
+
+
+def test_store_migrate_by_hand(request: pytest.FixtureRequest) -> None:
+    env = {**os.environ, "ISBRE_STORE": new_database(request)}
+    migrate = [sys.executable, "-m", "rest.cli", "store", "migrate"]
+    first = subprocess.run(migrate, env=env, capture_output=True, text=True)
+    assert first.returncode == 0 and "schema none -> 1" in first.stdout, first.stderr
+    again = subprocess.run(migrate, env=env, capture_output=True, text=True)
+    assert again.returncode == 0 and "schema 1, up to date" in again.stdout
+    lmdb = subprocess.run([*migrate, "--store", "/tmp/some.lmdb"], capture_output=True, text=True)
+    assert lmdb.returncode == 2 and "no schema to migrate" in lmdb.stderr

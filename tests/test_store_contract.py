@@ -7,6 +7,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from catalog.coverage import Span, SpanKey
@@ -188,3 +189,12 @@ def test_a_database_password_never_shows() -> None:
         assert "hunter2" not in store.url and "hunter2" not in str(store.describe())
     finally:
         store.close()
+
+
+def test_a_schema_newer_than_this_isbre_is_refused(postgres: PostgresServer) -> None:
+    url = postgres.database(f"contract_{next(_databases)}")
+    PostgresStore(url).close()
+    with psycopg.connect(url, autocommit=True) as connection:
+        connection.execute("UPDATE isbre_meta SET value = '99' WHERE key = 'schema_version'")
+    with pytest.raises(RuntimeError, match="schema 99; this isbre knows up to 1"):
+        PostgresStore(url)

@@ -7,7 +7,7 @@ import platform
 import tempfile
 from pathlib import Path
 
-from tests.bench import commits, events, lineage, load_table, object_storage, sinks, workers
+from tests.bench import commits, events, lineage, load_table, object_storage, replicas, sinks, workers
 
 
 def main() -> None:
@@ -19,6 +19,7 @@ def main() -> None:
             object_storage.run(Path(workdir)),
             load_table.run(Path(workdir)),
             *workers.run(Path(workdir)),
+            *replicas.run(Path(workdir)),
             *events.run(Path(workdir)),
             lineage.run(Path(workdir)),
             *sinks.run(Path(workdir)),

@@ -33,8 +33,9 @@ def client_processes(clients: int) -> int:
     return min(clients, max(4, os.cpu_count() or 1))
 
 
-def _isbre_writers(url: str, commits: int, tables: list[str], start: Barrier) -> None:
+def _isbre_writers(urls: list[str], commits: int, tables: list[str], start: Barrier) -> None:
     def work(table: str) -> None:
+        url = urls[int(table.rsplit("_", 1)[1]) % len(urls)]  # writers spread over the servers
         with httpx.Client(timeout=120) as client:
             for i in range(commits):
                 body = {"updates": [{"action": "set-properties", "updates": {f"k{i}": str(i)}}]}
@@ -55,8 +56,9 @@ def _sql_writers(uri: str, warehouse: str, commits: int, tables: list[str], star
     _threads(work, tables, start)
 
 
-def _loaders(url: str, requests: int, clients: list[str], start: Barrier) -> None:
-    def work(_: str) -> None:
+def _loaders(urls: list[str], requests: int, clients: list[str], start: Barrier) -> None:
+    def work(name: str) -> None:
+        url = urls[int(name) % len(urls)]
         with httpx.Client(timeout=60) as client:
             for _ in range(requests):
                 client.get(f"{url}/v1/isbre/namespaces/bench/tables/loaded").raise_for_status()
@@ -90,18 +92,28 @@ def in_processes(target: Callable[..., None], groups: list[list[str]], *leading:
     return time.perf_counter() - begun
 
 
+def prepare(server: IsbreServer) -> None:
+    """The benchmarks' namespace, and the table that loadTable loads."""
+    httpx.post(f"{server.url}/v1/isbre/namespaces", json={"namespace": ["bench"]}).raise_for_status()
+    body = {"name": "loaded", "schema": SCHEMA_JSON}
+    httpx.post(f"{server.url}/v1/isbre/namespaces/bench/tables", json=body).raise_for_status()
+
+
 def _split(items: list[str], parts: int) -> list[list[str]]:
     return [items[i::parts] for i in range(parts) if items[i::parts]]
 
 
-def isbre_rate(server: IsbreServer, writers: int, commits: int) -> float:
+def isbre_rate(servers: IsbreServer | list[IsbreServer], writers: int, commits: int) -> float:
+    """Commits per second of `writers` writers, each on its own table, spread over `servers` (replicas
+    of one catalog)."""
+    urls = [s.url for s in (servers if isinstance(servers, list) else [servers])]
     run = uuid.uuid4().hex[:8]
     tables = [f"i{run}_{w}" for w in range(writers)]
     for table in tables:
         body = {"name": table, "schema": SCHEMA_JSON}
-        httpx.post(f"{server.url}/v1/isbre/namespaces/bench/tables", json=body).raise_for_status()
+        httpx.post(f"{urls[0]}/v1/isbre/namespaces/bench/tables", json=body).raise_for_status()
     groups = _split(tables, client_processes(writers))
-    seconds = in_processes(_isbre_writers, groups, server.url, commits)
+    seconds = in_processes(_isbre_writers, groups, urls, commits)
     return writers * commits / seconds
 
 
@@ -117,9 +129,10 @@ def sql_rate(uri: str, warehouse: str, writers: int, commits: int) -> float:
     return writers * commits / seconds
 
 
-def load_rate(server: IsbreServer, clients: int, requests: int) -> float:
+def load_rate(servers: IsbreServer | list[IsbreServer], clients: int, requests: int) -> float:
+    urls = [s.url for s in (servers if isinstance(servers, list) else [servers])]
     groups = _split([str(c) for c in range(clients)], client_processes(clients))
-    seconds = in_processes(_loaders, groups, server.url, requests)
+    seconds = in_processes(_loaders, groups, urls, requests)
     return clients * requests / seconds
 
 
@@ -150,10 +163,7 @@ def run(workdir: Path) -> list[Report]:
     SqlCatalog("bench", uri=uri, warehouse=warehouse).create_namespace("bench")
     try:
         for server in servers:
-            server.start()
-            httpx.post(f"{server.url}/v1/isbre/namespaces", json={"namespace": ["bench"]}).raise_for_status()
-            body = {"name": "loaded", "schema": SCHEMA_JSON}
-            httpx.post(f"{server.url}/v1/isbre/namespaces/bench/tables", json=body).raise_for_status()
+            prepare(server.start())
         for writers in WRITER_COUNTS:
             per_writer = max(1, COMMITS_TOTAL // writers)
             one, n = (median_of(RUNS, partial(isbre_rate, s, writers, per_writer)) for s in servers)
