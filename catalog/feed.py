@@ -37,7 +37,7 @@ class CommitFeed:
         self._woken = threading.Event()
         self._thread = threading.Thread(target=self._run, name="isbre-commit-feed", daemon=True)
         service.writer.add_listener(self._committed_here)
-        if service.store.on_commit(self._woken.set):
+        if service.store.on_commit(self._notified):
             self._interval = max(interval, NOTIFIED_POLL_S)
 
     def follow(self, follower: Callable[[], None]) -> None:
@@ -53,6 +53,10 @@ class CommitFeed:
         self._service.writer.remove_listener(self._committed_here)
         if self._thread.is_alive():
             self._thread.join()
+
+    def _notified(self, commit_seq: int | None) -> None:
+        if commit_seq is None or commit_seq > self._seen:  # not a commit this process has seen
+            self._woken.set()
 
     def _committed_here(self, records: list[CommitRecord]) -> None:
         self._seen = max(self._seen, records[-1].commit_seq)

@@ -324,6 +324,9 @@ class _LmdbView(WriteView):
                 positioned = bool(cursor.key())
         return removed
 
+    def prefetch(self, kind: str, idents: list[tuple[str, Identifier]]) -> None:
+        pass  # a memory-mapped read is as fast as the hint
+
     @contextmanager
     def savepoint(self) -> Iterator[WriteView]:
         child = self._store.env.begin(write=True, parent=self._txn)
@@ -437,7 +440,7 @@ class LmdbStore(Store):
                 self.env.set_mapsize(0)
 
     @contextmanager
-    def read(self, warehouse: str = "") -> Iterator[ReadView]:
+    def read(self, warehouse: str = "", snapshot: bool = True) -> Iterator[ReadView]:
         with self._begin(write=False) as txn:
             yield _LmdbView(self, txn).scoped(warehouse)
 

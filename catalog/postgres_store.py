@@ -12,7 +12,7 @@ prefix scans order exactly as in LMDB.
 A write transaction that appended to the log sends a NOTIFY on commit; servers
 LISTEN on one connection each and read the log when woken (see `on_commit`).
 A connection that fails raises `StoreUnavailableError`: the caller answers 503,
-and the pool's pre-ping replaces dead connections once the database is back.
+and the pool replaces dead connections once the database is back.
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ import zlib
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
+from itertools import groupby
 from typing import Any
 
 import psycopg
@@ -31,19 +33,21 @@ from sqlalchemy import (
     BigInteger,
     Column,
     Connection,
+    Engine,
     Index,
     LargeBinary,
     MetaData,
     Table,
     Text,
     and_,
+    bindparam,
     create_engine,
     delete,
     exc,
     func,
     make_url,
     select,
-    text,
+    tuple_,
     update,
 )
 from sqlalchemy.dialects.postgresql import insert
@@ -149,18 +153,20 @@ def _starts_with(column: Any, prefix: bytes) -> Any:
 
 
 class _PostgresView(WriteView):
-    def __init__(self, connection: Connection, scope: str = "", appended: list[int] | None = None) -> None:
+    def __init__(self, connection: Connection, scope: str = "", txn: _Transaction | None = None) -> None:
         self._db = connection
         self._scope = scope
-        # commit_seqs appended by the transaction, shared by its scoped views and savepoints
-        self.appended = [] if appended is None else appended
+        self.txn = txn or _Transaction()  # shared by the transaction's scoped views and savepoints
 
     def scoped(self, warehouse: str) -> _PostgresView:
-        return _PostgresView(self._db, warehouse, self.appended)
+        return _PostgresView(self._db, warehouse, self.txn)
 
     # -- reads
 
     def namespace(self, namespace: tuple[str, ...]) -> dict[str, str] | None:
+        found, row = self.txn.overlaid(namespaces, self._scope, namespace_key(namespace))
+        if found:
+            return None if row is None else json.loads(row["properties"])
         raw = self._db.scalar(
             select(namespaces.c.properties).where(
                 namespaces.c.warehouse == self._scope, namespaces.c.key == namespace_key(namespace)
@@ -177,7 +183,7 @@ class _PostgresView(WriteView):
         )
         if after:
             query = query.where(namespaces.c.key > namespace_key(after))
-        keys = (key for (key,) in self._db.execute(query.order_by(namespaces.c.key)))
+        keys = (key for (key,) in self._sql().execute(query.order_by(namespaces.c.key)))
         return direct_children(keys, parent, limit)
 
     def is_empty(self, namespace: tuple[str, ...]) -> bool:
@@ -188,12 +194,29 @@ class _PostgresView(WriteView):
             namespaces.c.warehouse == self._scope,
             _starts_with(namespaces.c.key, children_prefix(namespace)),
         )
-        return self._db.scalar(objects.limit(1)) is None and self._db.scalar(children.limit(1)) is None
+        return self._sql().scalar(objects.limit(1)) is None and self._sql().scalar(children.limit(1)) is None
 
     def _pointer_row(self, kind: str, ident: Identifier) -> Any:
         return and_(pointers.c.warehouse == self._scope, pointers.c.kind == kind, pointers.c.key == ident.key)
 
+    def prefetch(self, kind: str, idents: list[tuple[str, Identifier]]) -> None:
+        wanted = [(scope, kind, ident.key) for scope, ident in idents]
+        wanted = [key for key in wanted if not self.txn.overlaid(pointers, *key)[0]]
+        if not wanted:
+            return
+        columns = (pointers.c.warehouse, pointers.c.kind, pointers.c.key)
+        query = select(*columns, pointers.c.pointer).where(tuple_(*columns).in_(wanted))
+        found = {(w, k, key): pointer for w, k, key, pointer in self._sql().execute(query)}
+        for key in wanted:  # what the database holds now: kept in the overlay, but never sent
+            row = found.get(key)
+            self.txn.overlay[(pointers.name, *key)] = (
+                None if row is None else {"warehouse": key[0], "kind": key[1], "key": key[2], "pointer": row}
+            )
+
     def pointer(self, kind: str, ident: Identifier) -> Pointer | None:
+        found, row = self.txn.overlaid(pointers, self._scope, kind, ident.key)
+        if found:
+            return None if row is None else Pointer.from_json(row["pointer"].encode())
         raw = self._db.scalar(select(pointers.c.pointer).where(self._pointer_row(kind, ident)))
         return None if raw is None else Pointer.from_json(raw.encode())
 
@@ -209,11 +232,16 @@ class _PostgresView(WriteView):
         query = query.order_by(pointers.c.key)
         if limit is not None:
             query = query.limit(limit)
-        return [Identifier.from_key(key) for (key,) in self._db.execute(query)]
+        return [Identifier.from_key(key) for (key,) in self._sql().execute(query)]
 
     def commit_seq(self) -> int:
-        raw = self._db.scalar(select(meta.c.value).where(meta.c.key == "commit_seq"))
-        return 0 if raw is None else int(raw)
+        if self.txn.appended:
+            return self.txn.appended[-1]
+        if self.txn.high_water is None:
+            # Read once: a read runs in one snapshot, a write holds the writer lock.
+            raw = self._db.scalar(select(meta.c.value).where(meta.c.key == "commit_seq"))
+            self.txn.high_water = 0 if raw is None else int(raw)
+        return self.txn.high_water
 
     def records(self, after: int, limit: int) -> list[CommitRecord]:
         query = (
@@ -222,13 +250,16 @@ class _PostgresView(WriteView):
             .order_by(log_table.c.commit_seq)
             .limit(limit)
         )
-        return [CommitRecord.from_json(raw) for (raw,) in self._db.execute(query)]
+        return [CommitRecord.from_json(raw) for (raw,) in self._sql().execute(query)]
 
     def cursors(self) -> dict[str, int]:
-        rows = self._db.execute(select(cursors_table.c.name, cursors_table.c.commit_seq))
+        rows = self._sql().execute(select(cursors_table.c.name, cursors_table.c.commit_seq))
         return {name: commit_seq for name, commit_seq in rows}
 
     def idempotent_response(self, key: str) -> dict[str, Any] | None:
+        found, row = self.txn.overlaid(idempotency, key)
+        if found:
+            return None if row is None else json.loads(row["response"])
         raw = self._db.scalar(select(idempotency.c.response).where(idempotency.c.key == key))
         return None if raw is None else json.loads(raw)
 
@@ -237,7 +268,9 @@ class _PostgresView(WriteView):
         exact = select(locations.c.location, locations.c.owner).where(
             locations.c.location.in_([*above, location])
         )
-        found = sorted(((loc, owner) for loc, owner in self._db.execute(exact)), key=lambda row: len(row[0]))
+        found = sorted(
+            ((loc, owner) for loc, owner in self._sql().execute(exact)), key=lambda row: len(row[0])
+        )
         # "/" is 0x2F and "0" 0x30: in the C collation, the locations under `location/` sort between.
         under = (
             select(locations.c.location, locations.c.owner)
@@ -245,13 +278,13 @@ class _PostgresView(WriteView):
             .order_by(locations.c.location)
             .limit(16)
         )
-        return found + [(loc, owner) for loc, owner in self._db.execute(under)]
+        return found + [(loc, owner) for loc, owner in self._sql().execute(under)]
 
     def marker(self, name: str) -> bool:
-        return self._db.scalar(select(meta.c.key).where(meta.c.key == f"marker:{name}")) is not None
+        return self._sql().scalar(select(meta.c.key).where(meta.c.key == f"marker:{name}")) is not None
 
     def log_floor(self) -> int:
-        lowest = self._db.scalar(select(func.min(log_table.c.commit_seq)))
+        lowest = self._sql().scalar(select(func.min(log_table.c.commit_seq)))
         return self.commit_seq() + 1 if lowest is None else int(lowest)
 
     def coverage(self, table_uuid: str) -> Coverage:
@@ -259,12 +292,12 @@ class _PostgresView(WriteView):
         query = select(
             ranges.c.source_id, ranges.c.topic, ranges.c.partition, ranges.c.start_offset, ranges.c.end_offset
         ).where(ranges.c.table_uuid == table_uuid)
-        for source_id, topic, partition, start, end in self._db.execute(query):
+        for source_id, topic, partition, start, end in self._sql().execute(query):
             found.setdefault(SpanKey(source_id, topic, partition), []).append((start, end))
         return Coverage(found)
 
     def coverage_commit(self, table_uuid: str, snapshot_id: int) -> int | None:
-        return self._db.scalar(
+        return self._sql().scalar(
             select(coverage_commits.c.commit_seq).where(
                 coverage_commits.c.table_uuid == table_uuid, coverage_commits.c.snapshot_id == snapshot_id
             )
@@ -277,33 +310,31 @@ class _PostgresView(WriteView):
         return self._db
 
     def set_high_water(self, commit_seq: int) -> None:
-        self._upsert(meta, ["key"], key="commit_seq", value=str(commit_seq))
+        self._upsert(meta, key="commit_seq", value=str(commit_seq))
 
-    def _upsert(self, table: Table, keys: list[str], **values: Any) -> None:
-        statement = insert(table).values(**values)
-        changed = {name: value for name, value in values.items() if name not in keys}
-        self._db.execute(statement.on_conflict_do_update(index_elements=keys, set_=changed))
+    def _upsert(self, table: Table, **row: Any) -> None:
+        self.txn.buffer(table, row)
+
+    def _sql(self) -> Connection:
+        """The connection, once every buffered write has been sent (for any statement other than
+        a lookup by key, which the buffer answers itself)."""
+        self.txn.flush(self._db)
+        return self._db
 
     def put_namespace(self, namespace: tuple[str, ...], properties: dict[str, str]) -> None:
         self._upsert(
             namespaces,
-            ["warehouse", "key"],
             warehouse=self._scope,
             key=namespace_key(namespace),
             properties=json.dumps(properties),
         )
 
     def delete_namespace(self, namespace: tuple[str, ...]) -> None:
-        self._db.execute(
-            delete(namespaces).where(
-                namespaces.c.warehouse == self._scope, namespaces.c.key == namespace_key(namespace)
-            )
-        )
+        self.txn.buffer(namespaces, {"warehouse": self._scope, "key": namespace_key(namespace)}, delete=True)
 
     def put_pointer(self, kind: str, ident: Identifier, pointer: Pointer) -> None:
         self._upsert(
             pointers,
-            ["warehouse", "kind", "key"],
             warehouse=self._scope,
             kind=kind,
             key=ident.key,
@@ -311,19 +342,19 @@ class _PostgresView(WriteView):
         )
 
     def delete_pointer(self, kind: str, ident: Identifier) -> None:
-        self._db.execute(delete(pointers).where(self._pointer_row(kind, ident)))
+        row = {"warehouse": self._scope, "kind": kind, "key": ident.key}
+        self.txn.buffer(pointers, row, delete=True)
 
     def append(self, record: CommitRecord) -> None:
         if record.commit_seq != self.commit_seq() + 1:
             raise AssertionError(f"commit_seq {record.commit_seq} does not follow {self.commit_seq()}")
-        self._db.execute(
-            log_table.insert().values(commit_seq=record.commit_seq, ts=record.ts, record=record.to_json())
+        self.txn.buffer(
+            log_table, {"commit_seq": record.commit_seq, "ts": record.ts, "record": record.to_json()}
         )
-        self.set_high_water(record.commit_seq)
-        self.appended.append(record.commit_seq)
+        self.txn.appended.append(record.commit_seq)  # the high-water is stored once, at commit
 
     def put_cursor(self, name: str, commit_seq: int) -> None:
-        self._upsert(cursors_table, ["name"], name=name, commit_seq=commit_seq)
+        self._upsert(cursors_table, name=name, commit_seq=commit_seq)
 
     def add_coverage(
         self, table_uuid: str, spans: list[Span], snapshot_id: int | None, commit_seq: int
@@ -331,7 +362,6 @@ class _PostgresView(WriteView):
         if snapshot_id is not None:
             self._upsert(
                 coverage_commits,
-                ["table_uuid", "snapshot_id"],
                 table_uuid=table_uuid,
                 snapshot_id=snapshot_id,
                 commit_seq=commit_seq,
@@ -347,11 +377,11 @@ class _PostgresView(WriteView):
                 ranges.c.partition == key.partition,
             )
             existing = list(
-                self._db.execute(select(ranges.c.start_offset, ranges.c.end_offset).where(stream))
+                self._sql().execute(select(ranges.c.start_offset, ranges.c.end_offset).where(stream))
             )
             merged = merge([*(tuple(r) for r in existing), *added])
-            self._db.execute(delete(ranges).where(stream))
-            self._db.execute(
+            self._sql().execute(delete(ranges).where(stream))
+            self._sql().execute(
                 ranges.insert(),
                 [
                     {
@@ -367,11 +397,11 @@ class _PostgresView(WriteView):
             )
 
     def drop_coverage(self, table_uuid: str) -> None:
-        self._db.execute(delete(ranges).where(ranges.c.table_uuid == table_uuid))
-        self._db.execute(delete(coverage_commits).where(coverage_commits.c.table_uuid == table_uuid))
+        self._sql().execute(delete(ranges).where(ranges.c.table_uuid == table_uuid))
+        self._sql().execute(delete(coverage_commits).where(coverage_commits.c.table_uuid == table_uuid))
 
     def put_idempotent_response(self, key: str, response: dict[str, Any]) -> None:
-        self._upsert(idempotency, ["key"], key=key, response=json.dumps(response), ts=response["ts"])
+        self._upsert(idempotency, key=key, response=json.dumps(response), ts=response["ts"])
 
     def trim_idempotency(self, older_than_us: int, limit: int) -> int:
         oldest = (
@@ -381,25 +411,29 @@ class _PostgresView(WriteView):
             .limit(limit)
             .scalar_subquery()
         )
-        return self._db.execute(delete(idempotency).where(idempotency.c.key.in_(oldest))).rowcount
+        return self._sql().execute(delete(idempotency).where(idempotency.c.key.in_(oldest))).rowcount
 
     def place(self, owner: str, location: str) -> None:
         self.unplace(owner)
-        self._upsert(locations, ["location"], location=location, owner=owner)
+        self._upsert(locations, location=location, owner=owner)
 
     def unplace(self, owner: str) -> None:
-        self._db.execute(delete(locations).where(locations.c.owner == owner))
+        self._sql().execute(delete(locations).where(locations.c.owner == owner))
 
     def set_marker(self, name: str) -> None:
-        self._upsert(meta, ["key"], key=f"marker:{name}", value="")
+        self._upsert(meta, key=f"marker:{name}", value="")
 
     def trim_log(self, keep_after: int, older_than_us: int, ceiling: int, limit: int) -> int:
-        oldest = self._db.execute(
-            select(log_table.c.commit_seq, log_table.c.ts)
-            .where(log_table.c.commit_seq <= ceiling)
-            .order_by(log_table.c.commit_seq)
-            .limit(limit)
-        ).all()
+        oldest = (
+            self._sql()
+            .execute(
+                select(log_table.c.commit_seq, log_table.c.ts)
+                .where(log_table.c.commit_seq <= ceiling)
+                .order_by(log_table.c.commit_seq)
+                .limit(limit)
+            )
+            .all()
+        )
         last = None
         for seq, ts in oldest:
             if seq > keep_after and ts >= older_than_us:
@@ -407,17 +441,119 @@ class _PostgresView(WriteView):
             last = seq
         if last is None:
             return 0
-        return self._db.execute(delete(log_table).where(log_table.c.commit_seq <= last)).rowcount
+        return self._sql().execute(delete(log_table).where(log_table.c.commit_seq <= last)).rowcount
 
     @contextmanager
     def savepoint(self) -> Iterator[WriteView]:
-        appended = len(self.appended)
+        with self.txn.savepoint(self._db):
+            yield _PostgresView(self._db, self._scope, self.txn)
+
+
+_MISSING: Any = object()
+
+
+@dataclass
+class _Frame:
+    """A savepoint: where the transaction's buffer and log stood when it began, and whether a
+    SAVEPOINT was sent for it (only once something inside it had to reach the database)."""
+
+    name: str
+    ops: int
+    undo: int
+    appended: int
+    sent: bool = False
+
+
+@dataclass
+class _Transaction:
+    """A write transaction's buffer, shared by its views.
+
+    Writes by key (pointers, namespaces, log records, idempotency keys, cursors, …) wait in
+    `ops` and are answered from `overlay` until they are sent, together, in a few statements:
+    before any statement that could see them (a listing, a range), and at commit. A mutation of a
+    batch thus costs only its reads, and its savepoint costs nothing unless something inside it
+    reached the database (a SAVEPOINT is then sent first). A lookup by key that misses the overlay
+    goes to the database without sending the buffer: no buffered write touches that key.
+    """
+
+    high_water: int | None = None
+    appended: list[int] = field(default_factory=list)
+    ops: list[tuple[Table, dict[str, Any], bool]] = field(default_factory=list)  # (table, row, delete)
+    sent: int = 0
+    overlay: dict[tuple[Any, ...], dict[str, Any] | None] = field(default_factory=dict)
+    undo: list[tuple[tuple[Any, ...], Any]] = field(default_factory=list)
+    frames: list[_Frame] = field(default_factory=list)
+
+    @staticmethod
+    def _key(table: Table, row: dict[str, Any]) -> tuple[Any, ...]:
+        return (table.name, *(row[column.name] for column in table.primary_key.columns))
+
+    def buffer(self, table: Table, row: dict[str, Any], delete: bool = False) -> None:
+        key = self._key(table, row)
+        self.undo.append((key, self.overlay.get(key, _MISSING)))
+        self.overlay[key] = None if delete else row
+        self.ops.append((table, row, delete))
+
+    def overlaid(self, table: Table, *key: Any) -> tuple[bool, dict[str, Any] | None]:
+        found = self.overlay.get((table.name, *key), _MISSING)
+        return (False, None) if found is _MISSING else (True, found)
+
+    def flush(self, db: Connection) -> None:
+        for frame in self.frames:
+            if not frame.sent:
+                self._send(db, frame.ops)  # what came before the savepoint goes before it
+                db.exec_driver_sql(f"SAVEPOINT {frame.name}")
+                frame.sent = True
+        self._send(db, len(self.ops))
+
+    def _send(self, db: Connection, until: int) -> None:
+        pending, self.sent = self.ops[self.sent : until], max(self.sent, until)
+        by_table: dict[Table, list[tuple[dict[str, Any], bool]]] = {}
+        for table, row, deleting in pending:  # tables are independent: only each one's order matters
+            by_table.setdefault(table, []).append((row, deleting))
+        for table, changes in by_table.items():
+            for deleting, run in groupby(changes, key=lambda change: change[1]):
+                # Within a run of upserts (or deletes) of one table, the last write of a key wins.
+                rows = list({self._key(table, row): row for row, _ in run}.values())
+                db.execute(_delete_by_key(table) if deleting else _upsert_by_key(table), rows)
+
+    @contextmanager
+    def savepoint(self, db: Connection) -> Iterator[None]:
+        frame = _Frame(f"isbre_{len(self.frames)}", len(self.ops), len(self.undo), len(self.appended))
+        self.frames.append(frame)
         try:
-            with self._db.begin_nested():
-                yield _PostgresView(self._db, self._scope, self.appended)
+            yield
         except BaseException:
-            del self.appended[appended:]  # rolled back with the savepoint
+            self.frames.pop()
+            for key, previous in reversed(self.undo[frame.undo :]):
+                if previous is _MISSING:
+                    del self.overlay[key]
+                else:
+                    self.overlay[key] = previous
+            del self.undo[frame.undo :], self.ops[frame.ops :], self.appended[frame.appended :]
+            self.sent = min(self.sent, frame.ops)
+            if frame.sent:
+                db.exec_driver_sql(f"ROLLBACK TO SAVEPOINT {frame.name}")
+                db.exec_driver_sql(f"RELEASE SAVEPOINT {frame.name}")
             raise
+        self.frames.pop()
+        if frame.sent:
+            db.exec_driver_sql(f"RELEASE SAVEPOINT {frame.name}")
+
+
+def _upsert_by_key(table: Table) -> Any:
+    statement = insert(table)
+    keys = [column.name for column in table.primary_key.columns]
+    changed = {c.name: statement.excluded[c.name] for c in table.columns if c.name not in keys}
+    if not changed:
+        return statement.on_conflict_do_nothing(index_elements=keys)
+    return statement.on_conflict_do_update(index_elements=keys, set_=changed)
+
+
+def _delete_by_key(table: Table) -> Any:
+    return delete(table).where(
+        and_(*(column == bindparam(column.name) for column in table.primary_key.columns))
+    )
 
 
 @contextmanager
@@ -444,18 +580,18 @@ class _Listener:
 
     def __init__(self, conninfo: str) -> None:
         self._conninfo = conninfo
-        self._callbacks: list[Callable[[], None]] = []
+        self._callbacks: list[Callable[[int | None], None]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="isbre-store-listener", daemon=True)
         self._thread.start()
 
-    def add(self, callback: Callable[[], None]) -> None:
+    def add(self, callback: Callable[[int | None], None]) -> None:
         self._callbacks.append(callback)
 
-    def _fire(self) -> None:
+    def _fire(self, commit_seq: int | None) -> None:
         for callback in list(self._callbacks):
             try:
-                callback()
+                callback(commit_seq)
             except Exception:
                 log.exception("commit callback %r failed", callback)
 
@@ -464,10 +600,10 @@ class _Listener:
             try:
                 with psycopg.connect(self._conninfo, autocommit=True, **CONNECT_ARGS) as connection:
                     connection.execute(f"LISTEN {CHANNEL}")
-                    self._fire()
+                    self._fire(None)  # whatever was sent while not listening is lost: look
                     while not self._stop.is_set():
-                        for _ in connection.notifies(timeout=0.5, stop_after=1):
-                            self._fire()
+                        for notice in connection.notifies(timeout=0.5, stop_after=1):
+                            self._fire(int(notice.payload))
             except psycopg.Error as error:
                 if not self._stop.is_set():
                     log.warning("commit notifications interrupted (%s); listening again", _first_line(error))
@@ -505,13 +641,17 @@ class PostgresStore(Store):
         )
         self.url = address.render_as_string(hide_password=True)
         self._conninfo = address.set(drivername="postgresql").render_as_string(hide_password=False)
+        # No pre-ping (a round trip before every transaction): a connection found dead fails its
+        # request with 503, and SQLAlchemy then discards every connection of the pool made before.
         self.engine = create_engine(
-            address,
-            pool_size=pool_size,
-            max_overflow=pool_size,
-            pool_pre_ping=True,
-            connect_args=CONNECT_ARGS,
+            address, pool_size=pool_size, max_overflow=pool_size, connect_args=CONNECT_ARGS
         )
+        # Reads: one snapshot, its isolation given in the BEGIN statement itself.
+        self._reader = self.engine.execution_options(
+            isolation_level="REPEATABLE READ", postgresql_readonly=True
+        )
+        # Reads that need no snapshot: no BEGIN, no ROLLBACK.
+        self._autocommit = self.engine.execution_options(isolation_level="AUTOCOMMIT")
         self._listener: _Listener | None = None
         self._listener_lock = threading.Lock()
         if migrate:
@@ -544,10 +684,10 @@ class PostgresStore(Store):
         return SCHEMA_VERSION
 
     @contextmanager
-    def _connection(self) -> Iterator[Connection]:
+    def _connection(self, engine: Engine) -> Iterator[Connection]:
         """A pooled connection; any failure once it was lost is StoreUnavailableError (SQLAlchemy
         reports some of them as a transaction to roll back first)."""
-        with _reachable(), self.engine.connect() as connection:
+        with _reachable(), engine.connect() as connection:
             try:
                 yield connection
             except exc.SQLAlchemyError as error:
@@ -556,9 +696,8 @@ class PostgresStore(Store):
                 raise
 
     @contextmanager
-    def read(self, warehouse: str = "") -> Iterator[ReadView]:
-        with self._connection() as connection:
-            connection.execute(text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"))
+    def read(self, warehouse: str = "", snapshot: bool = True) -> Iterator[ReadView]:
+        with self._connection(self._reader if snapshot else self._autocommit) as connection:
             try:
                 yield _PostgresView(connection, warehouse)
             finally:
@@ -566,14 +705,18 @@ class PostgresStore(Store):
 
     @contextmanager
     def write(self) -> Iterator[WriteView]:
-        with self._connection() as connection, connection.begin():
+        with self._connection(self.engine) as connection, connection.begin():
             connection.execute(select(func.pg_advisory_xact_lock(WRITER_LOCK)))
             view = _PostgresView(connection)
             yield view
-            if view.appended:  # delivered to listeners when, and only if, the transaction commits
-                connection.execute(select(func.pg_notify(CHANNEL, str(view.appended[-1]))))
+            if view.txn.appended:
+                view.set_high_water(view.txn.appended[-1])
+            view.txn.flush(connection)
+            if view.txn.appended:
+                # Delivered to listeners when, and only if, the transaction commits.
+                connection.execute(select(func.pg_notify(CHANNEL, str(view.txn.appended[-1]))))
 
-    def on_commit(self, callback: Callable[[], None]) -> bool:
+    def on_commit(self, callback: Callable[[int | None], None]) -> bool:
         with self._listener_lock:
             if self._listener is None:
                 self._listener = _Listener(self._conninfo)

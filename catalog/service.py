@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -225,8 +225,9 @@ class CatalogService:
             self.writer.close()
             self.store.close()
 
-    def _run(self, mutation: Callable[[Batch], T]) -> T:
-        """Run `mutation` on the writer, seeing this warehouse and tagging its records with it."""
+    def _run(self, mutation: Callable[[Batch], T], reads: Sequence[tuple[str, Identifier]] = ()) -> T:
+        """Run `mutation` on the writer, seeing this warehouse and tagging its records with it;
+        `reads`: the (kind, identifier) pointers it reads first."""
 
         def in_warehouse(batch: Batch) -> T:
             root = batch.view
@@ -236,20 +237,20 @@ class CatalogService:
             finally:
                 batch.view, batch.warehouse = root, None
 
-        return self.writer.execute(in_warehouse)
+        return self.writer.execute(in_warehouse, [(kind, self.scope, ident) for kind, ident in reads])
 
-    def _mutate(self, mutation: Callable[[Batch], T]) -> T:
+    def _mutate(self, mutation: Callable[[Batch], T], reads: Sequence[tuple[str, Identifier]] = ()) -> T:
         self.limits.check_room(self._local_warehouse)
         hook = _after_mutation.get()
         if hook is None:
-            return self._run(mutation)
+            return self._run(mutation, reads)
 
         def hooked(batch: Batch) -> T:
             result = mutation(batch)
             hook(batch, result)
             return result
 
-        result = self._run(hooked)
+        result = self._run(hooked, reads)
         # The hook belongs to the operation's first mutation that commits: an attempt that lost a
         # race and is staged again keeps it (a rolled-back attempt stored nothing).
         _after_mutation.set(None)
@@ -258,7 +259,7 @@ class CatalogService:
     # -- idempotent responses
 
     def idempotent_response(self, key: str) -> dict[str, Any] | None:
-        with self.store.read(self.scope) as view:
+        with self.store.read(self.scope, snapshot=False) as view:
             return view.idempotent_response(key)
 
     def store_idempotent_response(self, key: str, response: dict[str, Any]) -> None:
@@ -401,7 +402,7 @@ class CatalogService:
         view.place(owner, found)
 
     def table_pointer(self, ident: Identifier) -> Pointer:
-        with self.store.read(self.scope) as view:
+        with self.store.read(self.scope, snapshot=False) as view:
             pointer = view.pointer(TABLE, ident)
         if pointer is None:
             raise NoSuchTableError(f"Table does not exist: {ident}")
@@ -492,7 +493,7 @@ class CatalogService:
             raise ValueError("A transaction may change each table only once")
         with self._staging(TABLE, idents):
             for _ in range(MAX_COMMIT_ATTEMPTS):
-                with self.store.read(self.scope) as view:
+                with self.store.read(self.scope, snapshot=False) as view:  # the writer checks them again
                     bases = [view.pointer(TABLE, ident) for ident in idents]
                 staged = [
                     stage(change, base, self.table_files.get(base.metadata_location) if base else None)
@@ -546,7 +547,7 @@ class CatalogService:
                             )
                 return [TableState(e.ident, e.metadata_location, e.metadata, e.json) for e in staged]
 
-            states = self._mutate(mutation)
+            states = self._mutate(mutation, [(TABLE, entry.ident) for entry in staged])
         except BaseException:
             for location in written:
                 remove_quietly(self.io, location)
@@ -866,7 +867,7 @@ class CatalogService:
     # -- the log
 
     def commit_seq(self) -> int:
-        with self.store.read(self.scope) as view:
+        with self.store.read(self.scope, snapshot=False) as view:
             return view.commit_seq()
 
     def records(self, after: int = 0) -> Iterator[CommitRecord]:

@@ -195,6 +195,9 @@ class WriteView(ReadView):
     def savepoint(self) -> AbstractContextManager[WriteView]:
         """A nested transaction: undone on its own if the block raises."""
 
+    def prefetch(self, kind: str, idents: list[tuple[str, Identifier]]) -> None:
+        """A hint: `pointer(kind, …)` is about to be asked for each (warehouse, ident)."""
+
 
 class Lease:
     """The right to be the one process doing something for a store (delivering lineage). This one
@@ -210,7 +213,10 @@ class Lease:
 
 class Store(ABC):
     @abstractmethod
-    def read(self, warehouse: str = "") -> AbstractContextManager[ReadView]: ...
+    def read(self, warehouse: str = "", snapshot: bool = True) -> AbstractContextManager[ReadView]:
+        """A read of warehouse `warehouse`'s state. With `snapshot` (the default) every read in the
+        block sees one consistent state; without it each may see the latest (for a block of one
+        read, or of reads that need not agree: a database then saves a round trip or two)."""
 
     @abstractmethod
     def write(self) -> AbstractContextManager[WriteView]:
@@ -227,8 +233,9 @@ class Store(ABC):
     @abstractmethod
     def close(self) -> None: ...
 
-    def on_commit(self, callback: Callable[[], None]) -> bool:
-        """Have `callback()` called (on some thread) soon after any process commits to this store;
+    def on_commit(self, callback: Callable[[int | None], None]) -> bool:
+        """Have `callback(commit_seq)` called (on some thread) soon after any process commits to this
+        store, with the high-water that commit made (None: unknown, look);
         False when the store cannot tell, and its readers must poll."""
         return False
 

@@ -14,11 +14,12 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
+from catalog.identifiers import Identifier
 from catalog.records import CommitRecord, now_us
 from catalog.store import Store, StoreFullError, StoreUnavailableError, WriteView
 
@@ -49,6 +50,8 @@ class Batch:
 
 
 Mutation = Callable[[Batch], T]
+# (kind, warehouse scope, identifier) of the pointers a mutation reads first.
+Prefetch = Sequence[tuple[str, str, Identifier]]
 # Called on the writer thread with each committed batch's records, in commit_seq order.
 # It must return quickly: the next batch waits for it.
 Listener = Callable[[list[CommitRecord]], None]
@@ -58,6 +61,7 @@ Listener = Callable[[list[CommitRecord]], None]
 class _Request(Generic[T]):
     mutation: Mutation[T]
     future: Future[T]
+    prefetch: Prefetch = ()
 
 
 @dataclass
@@ -119,7 +123,7 @@ class Writer:
     def remove_listener(self, listener: Listener) -> None:
         self._listeners.remove(listener)
 
-    def submit(self, mutation: Mutation[T]) -> Future[T]:
+    def submit(self, mutation: Mutation[T], prefetch: Prefetch = ()) -> Future[T]:
         future: Future[T] = Future()
         with self._close_lock:
             if self._closed:
@@ -127,14 +131,16 @@ class Writer:
             if self._queue.qsize() >= self._max_queue:
                 # Refuse rather than let memory and every caller's wait grow without bound.
                 raise WriterOverloadedError(f"{self._max_queue} mutations are already waiting; retry shortly")
-            self._queue.put(_Request(mutation, future))
+            self._queue.put(_Request(mutation, future, prefetch))
         return future
 
-    def execute(self, mutation: Mutation[T]) -> T:
-        """Run `mutation` in the next batch and return its result once it is durable."""
+    def execute(self, mutation: Mutation[T], prefetch: Prefetch = ()) -> T:
+        """Run `mutation` in the next batch and return its result once it is durable; `prefetch`
+        names the pointers it reads first, which a database store then reads for the whole batch
+        in one query."""
         started = time.perf_counter()
         try:
-            return self.submit(mutation).result()
+            return self.submit(mutation, prefetch).result()
         finally:
             self.stats.observe(time.perf_counter() - started)
 
@@ -199,6 +205,8 @@ class Writer:
                 committed: list[CommitRecord] = []
                 with self._store.write() as view:
                     context = Batch(view, self._last_ts)
+                    for kind in {kind for request in batch for kind, _, _ in request.prefetch}:
+                        view.prefetch(kind, [(s, i) for r in batch for k, s, i in r.prefetch if k == kind])
                     for request in batch:
                         context.logged = []
                         try:

@@ -21,10 +21,14 @@ import pytest
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.exceptions import CommitFailedException
 
+from catalog import CatalogService
+from catalog.lmdb_store import LmdbStore
+from catalog.postgres_store import PostgresStore
 from events.client import subscribe
 from tests.lineage_receiver import Receiver
 from tests.postgres import PostgresServer, new_database
 from tests.server import ID_SCHEMA, IsbreServer, on_threads, sse_records, start_threads
+from tests.sink_helpers import rows, span, write_once
 
 _names = itertools.count()
 IDS = pa.schema([pa.field("id", pa.int64())])
@@ -308,9 +312,21 @@ def test_store_copy_keeps_history_tables_and_cursors(tmp_path: Path, request: py
     cursor = embedded.high_water()  # a subscriber's position, taken before the copy
     for n in range(3):
         table.append(ids([100 + n]))
+    write_once(catalog, "db.s", rows(0, 50), span(0, 50))  # sink coverage
+    write_once(catalog, "db.s", rows(80, 90), span(80, 90))
     history = sse_records(embedded, until=embedded.high_water(), after=cursor)
     location = catalog.load_table("db.t").metadata_location
+    sink_table = catalog.load_table("db.s").metadata.table_uuid
     embedded.stop()
+    # A consumer's cursor, and a log trimmed below it: the copy keeps both as they are.
+    service = CatalogService.open(warehouse)
+    service.set_consumer_cursor("audit", cursor)
+    assert service.trim_log(keep_records=1, keep_us=0) > 0
+    service.close()
+    lmdb = LmdbStore(warehouse / "isbre.lmdb")
+    with lmdb.read() as view:
+        before = (view.cursors(), view.log_floor(), view.commit_seq(), view.coverage(str(sink_table)).ranges)
+    lmdb.close()
 
     store = new_database(request)
     copy = [sys.executable, "-m", "rest.cli", "store", "copy", "--from", str(warehouse / "isbre.lmdb")]
@@ -321,6 +337,12 @@ def test_store_copy_keeps_history_tables_and_cursors(tmp_path: Path, request: py
 
     again = subprocess.run(copy, env=env, capture_output=True, text=True)
     assert again.returncode != 0 and "already holds a catalog" in again.stderr
+
+    copied_store = PostgresStore(store, migrate=False)
+    with copied_store.read() as view:
+        after = (view.cursors(), view.log_floor(), view.commit_seq(), view.coverage(str(sink_table)).ranges)
+    copied_store.close()
+    assert after == before and before[1] > 1 and before[3]
 
     moved = replica(warehouse, store)
     try:

@@ -156,6 +156,38 @@ def test_a_failed_transaction_and_a_failed_savepoint_leave_nothing(store: Store)
         assert view.namespaces((), None, None) == [("kept",)]
 
 
+def test_a_transaction_sees_its_own_writes_and_a_savepoint_undoes_its_own_only(store: Store) -> None:
+    t, u = Identifier.of(("n",), "t"), Identifier.of(("n",), "u")
+    with store.write() as view:
+        view.put_namespace(("n",), {"v": "1"})
+        view.put_pointer("table", t, Pointer("file:///t1", "t"))
+        view.put_pointer("table", t, Pointer("file:///t2", "t"))  # the last write of a key wins
+        assert view.pointer("table", t) == Pointer("file:///t2", "t")
+        view.append(record(1))
+        with pytest.raises(RuntimeError), view.savepoint() as inner:
+            inner.put_pointer("table", u, Pointer("file:///u", "u"))
+            inner.put_namespace(("n",), {"v": "2"})
+            assert [i.name for i in inner.identifiers("table", ("n",), None, None)] == ["t", "u"]  # a listing
+            inner.append(record(2))
+            inner.delete_pointer("table", t)
+            assert inner.pointer("table", t) is None and inner.commit_seq() == 2
+            raise RuntimeError
+        assert view.pointer("table", u) is None and view.namespace(("n",)) == {"v": "1"}
+        assert view.pointer("table", t) == Pointer("file:///t2", "t") and view.commit_seq() == 1
+        with view.savepoint() as inner:
+            inner.put_namespace(("n", "child"), {})
+            assert inner.namespaces(("n",), None, None) == [("n", "child")]
+            inner.delete_namespace(("n", "child"))
+        assert view.namespaces(("n",), None, None) == []
+        view.put_idempotent_response("k", {"ts": 5, "outcome": "x"})
+        assert view.idempotent_response("k") == {"ts": 5, "outcome": "x"}
+    with store.read() as view:
+        assert view.pointer("table", t) == Pointer("file:///t2", "t") and view.pointer("table", u) is None
+        assert view.namespace(("n",)) == {"v": "1"} and view.namespaces(("n",), None, None) == []
+        assert [r.commit_seq for r in view.records(0, 10)] == [1] and view.commit_seq() == 1
+        assert view.idempotent_response("k") == {"ts": 5, "outcome": "x"}
+
+
 def test_warehouses_see_their_own_namespaces_and_objects_only(store: Store) -> None:
     with store.write() as view:
         view.put_namespace(("n",), {"in": "first"})
