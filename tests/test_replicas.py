@@ -284,6 +284,8 @@ def test_postgres_stopped_under_load_gives_503s_and_service_resumes(tmp_path: Pa
         down = httpx.get(f"{pair[0].url}/health", timeout=30)
         assert down.status_code == 503 and down.json()["components"]["store"]["status"] == "down"
         assert httpx.get(f"{pair[1].url}/ready", timeout=30).status_code == 503
+        scrape = httpx.get(f"{pair[1].url}/metrics", timeout=30)  # still scraped: it says the store is down
+        assert scrape.status_code == 200 and "isbre_store_up 0" in scrape.text
         time.sleep(2.0)
         database.resume()
         during = len(statuses)
@@ -296,6 +298,7 @@ def test_postgres_stopped_under_load_gives_503s_and_service_resumes(tmp_path: Pa
         assert set(statuses) <= {200, 503}, sorted(set(statuses))
         assert set(acknowledged) <= namespaces_of(pair[0])
         assert httpx.get(f"{pair[1].url}/health", timeout=30).status_code == 200
+        assert "isbre_store_up 1" in httpx.get(f"{pair[1].url}/metrics", timeout=30).text
         for each in pair:
             each.stop()
     finally:
