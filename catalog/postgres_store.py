@@ -17,6 +17,7 @@ and the pool replaces dead connections once the database is back.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
@@ -148,6 +149,25 @@ coverage_commits = Table(
 )
 
 
+# The hot statements, built once: SQLAlchemy then finds their compiled form at once, where a
+# statement built anew for each call costs more than the database's answer to it.
+_LOCK = select(func.pg_advisory_xact_lock(WRITER_LOCK))
+_NOTIFY = select(func.pg_notify(CHANNEL, bindparam("commit_seq")))
+_HIGH_WATER = select(meta.c.value).where(meta.c.key == "commit_seq")
+_POINTER = select(pointers.c.pointer).where(
+    pointers.c.warehouse == bindparam("warehouse"),
+    pointers.c.kind == bindparam("kind"),
+    pointers.c.key == bindparam("key"),
+)
+_POINTERS = select(pointers.c.warehouse, pointers.c.kind, pointers.c.key, pointers.c.pointer).where(
+    tuple_(pointers.c.warehouse, pointers.c.kind, pointers.c.key).in_(bindparam("keys", expanding=True))
+)
+_NAMESPACE = select(namespaces.c.properties).where(
+    namespaces.c.warehouse == bindparam("warehouse"), namespaces.c.key == bindparam("key")
+)
+_IDEMPOTENT = select(idempotency.c.response).where(idempotency.c.key == bindparam("key"))
+
+
 def _starts_with(column: Any, prefix: bytes) -> Any:
     return and_(column >= prefix, column < prefix + END)
 
@@ -167,11 +187,7 @@ class _PostgresView(WriteView):
         found, row = self.txn.overlaid(namespaces, self._scope, namespace_key(namespace))
         if found:
             return None if row is None else json.loads(row["properties"])
-        raw = self._db.scalar(
-            select(namespaces.c.properties).where(
-                namespaces.c.warehouse == self._scope, namespaces.c.key == namespace_key(namespace)
-            )
-        )
+        raw = self._db.scalar(_NAMESPACE, {"warehouse": self._scope, "key": namespace_key(namespace)})
         return None if raw is None else json.loads(raw)
 
     def namespaces(
@@ -196,17 +212,14 @@ class _PostgresView(WriteView):
         )
         return self._sql().scalar(objects.limit(1)) is None and self._sql().scalar(children.limit(1)) is None
 
-    def _pointer_row(self, kind: str, ident: Identifier) -> Any:
-        return and_(pointers.c.warehouse == self._scope, pointers.c.kind == kind, pointers.c.key == ident.key)
-
     def prefetch(self, kind: str, idents: list[tuple[str, Identifier]]) -> None:
         wanted = [(scope, kind, ident.key) for scope, ident in idents]
         wanted = [key for key in wanted if not self.txn.overlaid(pointers, *key)[0]]
         if not wanted:
             return
-        columns = (pointers.c.warehouse, pointers.c.kind, pointers.c.key)
-        query = select(*columns, pointers.c.pointer).where(tuple_(*columns).in_(wanted))
-        found = {(w, k, key): pointer for w, k, key, pointer in self._sql().execute(query)}
+        found = {
+            (w, k, key): pointer for w, k, key, pointer in self._sql().execute(_POINTERS, {"keys": wanted})
+        }
         for key in wanted:  # what the database holds now: kept in the overlay, but never sent
             row = found.get(key)
             self.txn.overlay[(pointers.name, *key)] = (
@@ -217,7 +230,7 @@ class _PostgresView(WriteView):
         found, row = self.txn.overlaid(pointers, self._scope, kind, ident.key)
         if found:
             return None if row is None else Pointer.from_json(row["pointer"].encode())
-        raw = self._db.scalar(select(pointers.c.pointer).where(self._pointer_row(kind, ident)))
+        raw = self._db.scalar(_POINTER, {"warehouse": self._scope, "kind": kind, "key": ident.key})
         return None if raw is None else Pointer.from_json(raw.encode())
 
     def identifiers(
@@ -239,7 +252,7 @@ class _PostgresView(WriteView):
             return self.txn.appended[-1]
         if self.txn.high_water is None:
             # Read once: a read runs in one snapshot, a write holds the writer lock.
-            raw = self._db.scalar(select(meta.c.value).where(meta.c.key == "commit_seq"))
+            raw = self._db.scalar(_HIGH_WATER)
             self.txn.high_water = 0 if raw is None else int(raw)
         return self.txn.high_water
 
@@ -260,7 +273,7 @@ class _PostgresView(WriteView):
         found, row = self.txn.overlaid(idempotency, key)
         if found:
             return None if row is None else json.loads(row["response"])
-        raw = self._db.scalar(select(idempotency.c.response).where(idempotency.c.key == key))
+        raw = self._db.scalar(_IDEMPOTENT, {"key": key})
         return None if raw is None else json.loads(raw)
 
     def overlapping(self, location: str) -> list[tuple[str, str]]:
@@ -541,6 +554,7 @@ class _Transaction:
             db.exec_driver_sql(f"RELEASE SAVEPOINT {frame.name}")
 
 
+@functools.cache
 def _upsert_by_key(table: Table) -> Any:
     statement = insert(table)
     keys = [column.name for column in table.primary_key.columns]
@@ -550,6 +564,7 @@ def _upsert_by_key(table: Table) -> Any:
     return statement.on_conflict_do_update(index_elements=keys, set_=changed)
 
 
+@functools.cache
 def _delete_by_key(table: Table) -> Any:
     return delete(table).where(
         and_(*(column == bindparam(column.name) for column in table.primary_key.columns))
@@ -706,7 +721,7 @@ class PostgresStore(Store):
     @contextmanager
     def write(self) -> Iterator[WriteView]:
         with self._connection(self.engine) as connection, connection.begin():
-            connection.execute(select(func.pg_advisory_xact_lock(WRITER_LOCK)))
+            connection.execute(_LOCK)
             view = _PostgresView(connection)
             yield view
             if view.txn.appended:
@@ -714,7 +729,7 @@ class PostgresStore(Store):
             view.txn.flush(connection)
             if view.txn.appended:
                 # Delivered to listeners when, and only if, the transaction commits.
-                connection.execute(select(func.pg_notify(CHANNEL, str(view.txn.appended[-1]))))
+                connection.execute(_NOTIFY, {"commit_seq": str(view.txn.appended[-1])})
 
     def on_commit(self, callback: Callable[[int | None], None]) -> bool:
         with self._listener_lock:
