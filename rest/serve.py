@@ -55,6 +55,12 @@ def serve(settings: Settings) -> None:
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     _raise_open_files_limit()
+    if settings.shares_store():
+        from catalog.postgres_store import PostgresStore
+
+        # Reached, and its schema brought up to date, before any process serves: an unreachable
+        # database is one line at start, not a failed application start-up in each worker.
+        PostgresStore(settings.store_location()).close()
     common = {
         "host": settings.host,
         "port": settings.port,

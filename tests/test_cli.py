@@ -84,8 +84,20 @@ def test_help_version_and_tail_import_nothing_heavy() -> None:
             {},
             ["isbre lineage status", "cannot reach"],
         ),
+        (
+            ["serve", "--workers", "1"],
+            {"ISBRE_STORE": "postgresql://isbre@127.0.0.1:{port}/catalog"},
+            ["the catalog database is unavailable", "Connection refused"],
+        ),
     ],
-    ids=["port out of range", "port not a number", "misspelled key", "missing config", "no server"],
+    ids=[
+        "port out of range",
+        "port not a number",
+        "misspelled key",
+        "missing config",
+        "no server",
+        "no database",
+    ],
 )
 def test_ordinary_mistakes_are_one_line(
     tmp_path: Path, args: list[str], env: dict[str, str], words: list[str]
@@ -93,8 +105,10 @@ def test_ordinary_mistakes_are_one_line(
     config = tmp_path / "isbre.toml"
     config.write_text("prot = 9000\n")
     args = [arg.format(config=config, port=free_port()) for arg in args]
+    env = {name: value.format(port=free_port()) for name, value in env.items()}
     if args[0] == "serve":
         args += ["--warehouse", str(tmp_path / "warehouse")]
+        env["ISBRE_STATE_DIR"] = str(tmp_path / "state")
     one_line_error(isbre(*args, env=env), *words)
 
 
