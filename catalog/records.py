@@ -59,6 +59,7 @@ class CommitRecord:
     txn: str | None = None
     txn_size: int | None = None
     warehouse: str | None = None
+    actor: str | None = None  # the authenticated principal that asked for it
     # Stamped by the writer when the record enters the log.
     commit_seq: int = 0
     ts: int = 0

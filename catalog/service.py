@@ -87,6 +87,19 @@ def after_mutation(hook: Callable[[Batch, Any], None]) -> Iterator[None]:
         _after_mutation.reset(token)
 
 
+# Who asks for the next service operations (a principal's name); recorded in their commit records.
+_actor: ContextVar[str | None] = ContextVar("actor", default=None)
+
+
+@contextmanager
+def acting_as(actor: str | None) -> Iterator[None]:
+    token = _actor.set(actor)
+    try:
+        yield
+    finally:
+        _actor.reset(token)
+
+
 class ConflictingPropertiesError(ValueError):
     """A property key appears in both the updates and the removals of one request."""
 
@@ -229,13 +242,15 @@ class CatalogService:
         """Run `mutation` on the writer, seeing this warehouse and tagging its records with it;
         `reads`: the (kind, identifier) pointers it reads first."""
 
+        actor = _actor.get()  # read here: the mutation runs on the writer's thread
+
         def in_warehouse(batch: Batch) -> T:
             root = batch.view
-            batch.view, batch.warehouse = root.scoped(self.scope), self.name
+            batch.view, batch.warehouse, batch.actor = root.scoped(self.scope), self.name, actor
             try:
                 return mutation(batch)
             finally:
-                batch.view, batch.warehouse = root, None
+                batch.view, batch.warehouse, batch.actor = root, None, None
 
         return self.writer.execute(in_warehouse, [(kind, self.scope, ident) for kind, ident in reads])
 

@@ -37,10 +37,14 @@ class Batch:
         self.logged: list[CommitRecord] = []
         # The warehouse of the mutation running now (set by the catalog service around it).
         self.warehouse: str | None = None
+        # Who asked for it, when the caller is known (set likewise).
+        self.actor: str | None = None
 
     def log(self, record: CommitRecord) -> CommitRecord:
         if record.warehouse is None:
             record.warehouse = self.warehouse
+        if record.actor is None:
+            record.actor = self.actor
         # Keep `ts` from going backwards if the wall clock does.
         self.last_ts = max(now_us(), self.last_ts)
         record.stamp(self.view.commit_seq() + 1, self.last_ts)

@@ -19,6 +19,8 @@ from catalog import CatalogService
 from catalog.feed import CommitFeed
 from catalog.limits import Limits
 from catalog.warehouses import open_warehouses
+from console.routes import PREFIX as CONSOLE
+from console.routes import console_router
 from events import pull, sse
 from events.broadcast import Broadcaster
 from events.fanout import FanoutChannel, FanoutOptions, FanoutProcess, shared_socket
@@ -256,7 +258,15 @@ def create_app(settings: Settings, worker: bool = False) -> FastAPI:
             }
         )
 
+    @app.get("/v1/warehouses", dependencies=[Depends(READER)])
+    def list_warehouses() -> Response:
+        """isbre extension: the warehouses this server serves, by name (their catalog prefix)."""
+        served = [{"name": name, "default": name == settings.prefix} for name, _ in settings.served()]
+        return json_response({"warehouses": served})
+
     app.state.mounted = [(metrics.router, ""), (health.router, "")]
+    if settings.console:
+        app.state.mounted.append((console_router(), ""))
     app.state.mounted += [(router, "/v1/{prefix}") for router in _ROUTERS]
     for router, prefix in app.state.mounted:
         app.include_router(router, prefix=prefix)
@@ -275,7 +285,9 @@ def create_app(settings: Settings, worker: bool = False) -> FastAPI:
             )
             return json_response(body, status_code=status, headers={"Cache-Control": "no-store", **headers})
 
-        app.add_middleware(AuthMiddleware, authenticator=authenticator)
+        # The console's page and scripts hold no data: what they fetch is authenticated.
+        public = (CONSOLE,) if settings.console else ()
+        app.add_middleware(AuthMiddleware, authenticator=authenticator, public_prefixes=public)
     # Without authentication, only names of this server: a rebinding page's name is refused.
     hosts = None if settings.auth.enabled or "*" in settings.allowed_hosts else _served_names(settings)
     app.add_middleware(RequestGuard, max_body=int(settings.max_body_mb * (1 << 20)), allowed_hosts=hosts)

@@ -20,6 +20,7 @@ from urllib.parse import parse_qs, unquote_plus
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from catalog.service import acting_as
 from rest.settings import AuthSettings, Principal
 from rest.wire import send_error
 
@@ -102,12 +103,19 @@ class Authenticator:
 class AuthMiddleware:
     """Authentication only: who is calling. What they may do is decided by each route (rest/access.py)."""
 
-    def __init__(self, app: ASGIApp, authenticator: Authenticator) -> None:
+    def __init__(
+        self, app: ASGIApp, authenticator: Authenticator, public_prefixes: tuple[str, ...] = ()
+    ) -> None:
         self.app = app
         self.authenticator = authenticator
+        self.public_prefixes = public_prefixes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in PUBLIC:
+        if (
+            scope["type"] != "http"
+            or scope["path"] in PUBLIC
+            or scope["path"].startswith(self.public_prefixes)
+        ):
             await self.app(scope, receive, send)
             return
         header = dict(scope["headers"]).get(b"authorization", b"").decode(errors="replace")
@@ -121,7 +129,8 @@ class AuthMiddleware:
             await send_error(send, 401, "NotAuthorizedException", message, challenge)
             return
         scope = dict(scope, state={**scope.get("state", {}), "caller": caller})
-        await self.app(scope, receive, send)
+        with acting_as(caller.name):  # the commits it asks for name it
+            await self.app(scope, receive, send)
 
 
 def _basic_credentials(authorization: str) -> tuple[str, str] | None:

@@ -173,6 +173,7 @@ class Settings(BaseSettings):
         default_factory=list,
         description="Host names served with authentication off, besides loopback and `host`; '*': any.",
     )
+    console: bool = Field(True, description="Serve the web console at /ui (read-only, same port and auth).")
     max_page_size: int = Field(1000, ge=1, description="Largest pageSize a list request may ask for.")
     log_level: str = Field("info", description="Python logging level name.")
     auth: AuthSettings = Field(default_factory=AuthSettings)

@@ -16,7 +16,7 @@ from pyiceberg.exceptions import ForbiddenError, OAuthError, UnauthorizedError
 
 from rest.auth import sha256_hex
 from tests import duck
-from tests.server import IsbreServer, free_port, secured_server
+from tests.server import IsbreServer, free_port, secured_server, sse_records
 
 ID_SCHEMA_ARROW = pa.schema([pa.field("id", pa.int64(), nullable=False)])
 
@@ -58,6 +58,21 @@ def test_pyiceberg_with_credential_works_end_to_end(secured: IsbreServer) -> Non
     table = etl.create_table("sales.orders", schema=pa.schema([pa.field("n", pa.int64())]))
     table.append(pa.table({"n": pa.array([1, 2, 3], pa.int64())}))
     assert catalog(secured, "bi:bi-secret").load_table("sales.orders").scan().to_arrow().num_rows == 3
+
+
+def test_commit_records_name_the_principal_that_asked(secured: IsbreServer) -> None:
+    before = secured.high_water("static-dashboard-token")
+    catalog(secured, "admin:admin-secret").create_namespace("audited")
+    table = catalog(secured, "etl:etl-secret").create_table("audited.t", schema=ID_SCHEMA_ARROW)
+    with table.transaction() as txn:
+        txn.set_properties(owner="etl")
+    headers = {"Authorization": "Bearer static-dashboard-token"}
+    records = sse_records(secured, before + 3, headers, after=before)
+    assert [(r["kind"], r["actor"]) for r in records] == [
+        ("namespace.create", "admin"),
+        ("table.create", "etl"),
+        ("table.commit", "etl"),
+    ]
 
 
 def test_wrong_or_missing_credentials_are_401(secured: IsbreServer) -> None:

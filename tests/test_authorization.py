@@ -106,6 +106,11 @@ CASES: dict[tuple[str, str], Case] = {
     ("GET", "/health"): Case("public", lambda ns: Call("GET", "/health"), scoped=False),
     ("GET", "/metrics"): Case("public", lambda ns: Call("GET", "/metrics"), scoped=False),
     ("GET", "/v1/lineage/status"): Case("reader", lambda ns: Call("GET", "/v1/lineage/status"), False),
+    ("GET", "/v1/warehouses"): Case("reader", lambda ns: Call("GET", "/v1/warehouses"), scoped=False),
+    # The console's page and scripts: no data in them (what they fetch is authorized as above).
+    ("GET", "/ui"): Case("public", lambda ns: Call("GET", "/ui"), scoped=False),
+    ("GET", "/ui/"): Case("public", lambda ns: Call("GET", "/ui/"), scoped=False),
+    ("GET", "/ui/{name}"): Case("public", lambda ns: Call("GET", "/ui/app.js"), scoped=False),
     ("GET", f"{P}/namespaces"): Case(
         "reader", lambda ns: Call("GET", f"{P}/namespaces", query={"parent": ns})
     ),

@@ -1,0 +1,182 @@
+// The live commit feed: the event stream rendered as it arrives, at most once per frame.
+
+import { follow, get } from "./api.js";
+import { h, link, sparkline, timeOf } from "./dom.js";
+
+const KINDS = [
+  "table.commit",
+  "table.create",
+  "table.register",
+  "table.drop",
+  "table.rename",
+  "table.purge-incomplete",
+  "view.create",
+  "view.replace",
+  "view.register",
+  "view.drop",
+  "view.rename",
+  "namespace.create",
+  "namespace.update",
+  "namespace.drop",
+];
+const COLUMNS = [
+  ["seq", "seq"],
+  ["time", "time"],
+  ["kind", "kind"],
+  ["object", "object"],
+  ["operation", "operation"],
+  ["rows", "rows added"],
+  ["files", "files added"],
+  ["actor", "actor"],
+];
+const KEPT_ROWS = 500; // rows kept on the page; older ones leave it (they stay in the log)
+const RATE_SECONDS = 60;
+const DRAW_EVERY_MS = 100;
+
+export async function warehouseNames() {
+  const { warehouses } = await get("/v1/warehouses");
+  return warehouses.map((w) => w.name);
+}
+
+function objectName(record) {
+  return [...record.namespace, record.name].filter((part) => part !== null && part !== undefined).join(".");
+}
+
+function objectLink(record, warehouse) {
+  const name = objectName(record);
+  if (!record.name || record.kind.endsWith(".drop")) return name;
+  const page = record.kind.startsWith("view.") ? "view" : "table";
+  return link(name, page, warehouse, record.namespace.join("\x1f"), record.name);
+}
+
+function row(record, warehouse) {
+  const summary = record.summary || {};
+  return h(
+    "tr",
+    { "data-seq": record.commit_seq, class: "kind-" + record.kind.split(".")[0] },
+    h("td", { class: "num c-seq" }, record.commit_seq),
+    h("td", { class: "c-time" }, timeOf(record.ts)),
+    h("td", { class: "c-kind" }, record.kind),
+    h("td", { class: "c-object" }, objectLink(record, warehouse)),
+    h("td", { class: "c-operation" }, record.operation || ""),
+    h("td", { class: "num c-rows" }, summary.added_records ?? ""),
+    h("td", { class: "num c-files" }, summary.added_data_files ?? ""),
+    h("td", { class: "c-actor" }, record.actor || ""),
+  );
+}
+
+export async function feedPage(main, params, shell) {
+  const names = await warehouseNames();
+  let warehouse = params[0] && names.includes(params[0]) ? params[0] : names[0];
+  let stream = null;
+  let paused = false;
+  let pending = [];
+  let scheduled = false;
+  let shown = 0;
+  const perSecond = new Map(); // commit second -> commits
+
+  const body = h("tbody", {});
+  const count = h("span", { class: "muted" }, "waiting for commits");
+  const rate = h("span", { class: "rate" });
+  const namespace = h("input", { name: "namespace", placeholder: "namespace (sales or sales.eu)" });
+  const table = h("input", { name: "table", placeholder: "table (ns.table)" });
+  const kind = h("select", { name: "kind" }, h("option", { value: "" }, "every kind"), KINDS.map((k) => h("option", { value: k }, k)));
+  const where = h("select", { name: "warehouse" }, names.map((n) => h("option", { value: n, selected: n === warehouse }, n)));
+  const pause = h("button", { type: "button", class: "pause" }, "Pause");
+
+  function flush() {
+    scheduled = false;
+    if (!pending.length) return;
+    const fragment = document.createDocumentFragment();
+    for (let i = pending.length - 1; i >= 0; i--) fragment.append(row(pending[i], warehouse));
+    shown += pending.length;
+    pending = [];
+    body.prepend(fragment);
+    while (body.childElementCount > KEPT_ROWS) body.lastElementChild.remove();
+    count.textContent = `${shown} commits since the page opened` + (shown > KEPT_ROWS ? ` (the latest ${KEPT_ROWS} shown)` : "");
+    drawRate();
+  }
+
+  function receive(records) {
+    for (const record of records) {
+      const second = Math.floor(record.ts / 1e6);
+      perSecond.set(second, (perSecond.get(second) || 0) + 1);
+    }
+    pending.push(...records);
+    if (!scheduled) {
+      // Drawn at most ten times a second: each draw moves every row on the screen, and a
+      // draw per frame at hundreds of commits a second would cost the page its frame rate.
+      scheduled = true;
+      setTimeout(() => requestAnimationFrame(flush), DRAW_EVERY_MS);
+    }
+  }
+
+  function drawRate() {
+    const now = Math.floor(Date.now() / 1000);
+    const values = [];
+    for (let s = now - RATE_SECONDS + 1; s <= now; s++) values.push(perSecond.get(s) || 0);
+    for (const second of perSecond.keys()) if (second <= now - RATE_SECONDS) perSecond.delete(second);
+    // The last whole second: the current one is still filling.
+    rate.replaceChildren(sparkline(values), ` ${values[values.length - 2] ?? 0}/s`);
+  }
+
+  function open(after) {
+    stream = follow({
+      warehouse,
+      after,
+      namespace: namespace.value.trim(),
+      tables: table.value.trim() ? [table.value.trim()] : [],
+      kinds: kind.value ? [kind.value] : [],
+      onRecords: receive,
+      onState: (state, detail) => shell.connection(paused ? "paused" : state, detail),
+    });
+  }
+
+  async function restart() {
+    stream?.close();
+    body.replaceChildren();
+    shown = 0;
+    const { commit_seq } = await get(`/v1/${encodeURIComponent(warehouse)}/events/cursor`);
+    if (!paused) open(commit_seq);
+    else stream = { close() {}, last: commit_seq };
+  }
+
+  pause.addEventListener("click", () => {
+    paused = !paused;
+    pause.textContent = paused ? "Resume" : "Pause";
+    pause.setAttribute("aria-pressed", String(paused));
+    if (paused) {
+      const last = stream.last;
+      stream.close();
+      stream = { close() {}, last };
+      shell.connection("paused", `paused after commit ${last}`);
+    } else {
+      open(stream.last);
+    }
+  });
+  for (const input of [namespace, table, kind, where]) {
+    input.addEventListener("change", () => {
+      warehouse = where.value;
+      restart();
+    });
+  }
+
+  main.append(
+    h("h1", {}, "Commits"),
+    h("div", { class: "toolbar" }, where, namespace, table, kind, pause, rate),
+    count,
+    h(
+      "table",
+      { class: "feed" },
+      h("thead", {}, h("tr", {}, COLUMNS.map(([name, label]) => h("th", { class: "c-" + name }, label)))),
+      body,
+    ),
+  );
+  drawRate();
+  const ticker = setInterval(drawRate, 1000);
+  await restart();
+  return () => {
+    clearInterval(ticker);
+    stream?.close();
+  };
+}

@@ -1,0 +1,374 @@
+"""The web console at /ui, in a real headless Chromium against a real server.
+
+Screenshots of each page go to $ISBRE_CONSOLE_SCREENSHOTS when it is set (docs/console.md
+shows the ones taken with it set to docs/console), else to the test's temporary directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pyarrow as pa
+import pytest
+from playwright.sync_api import Browser, Page, expect
+from pyiceberg.catalog.rest import RestCatalog
+from pyiceberg.partitioning import PartitionField, PartitionSpec
+from pyiceberg.schema import Schema
+from pyiceberg.table.sorting import SortField, SortOrder
+from pyiceberg.transforms import IdentityTransform
+from pyiceberg.types import (
+    DoubleType,
+    ListType,
+    LongType,
+    MapType,
+    NestedField,
+    StringType,
+    StructType,
+    TimestampType,
+)
+from pyiceberg.view.metadata import SQLViewRepresentation, ViewRepresentation, ViewVersion
+
+from rest.auth import sha256_hex
+from tests.browser import Watched, chromium, chromium_path, watched
+from tests.server import IsbreServer, secured_server
+
+HOSTILE = "<img src=x onerror=alert(1)>"
+ORDERS = Schema(
+    NestedField(1, "id", LongType(), required=True, doc="order number"),
+    NestedField(2, "placed", TimestampType(), required=True),
+    NestedField(3, "amount", DoubleType()),
+    NestedField(
+        4,
+        "customer",
+        StructType(NestedField(5, "name", StringType()), NestedField(6, "country", StringType())),
+        doc="who ordered",
+    ),
+    NestedField(7, "tags", ListType(8, StringType(), element_required=False)),
+    NestedField(9, "attributes", MapType(10, StringType(), 11, StringType(), value_required=False)),
+    NestedField(12, "region", StringType()),
+    identifier_field_ids=[1],
+)
+browser_tests = pytest.mark.skipif(
+    chromium_path() is None, reason="no Chromium here: install Debian's chromium or set ISBRE_CHROMIUM"
+)
+
+
+def screenshot(page: Page, name: str, fallback: Path) -> None:
+    folder = Path(os.environ.get("ISBRE_CONSOLE_SCREENSHOTS") or fallback)
+    folder.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=folder / f"{name}.png", full_page=True)
+
+
+def rows(schema: pa.Schema, count: int, first: int = 0) -> pa.Table:
+    """Orders `first`.. with the nested columns left empty, in the table's Arrow schema."""
+    placed = 1_700_000_000_000_000
+    return pa.Table.from_pylist(
+        [
+            {"id": i, "placed": placed + i * 60_000_000, "amount": i * 1.5}
+            for i in range(first, first + count)
+        ],
+        schema=schema,
+    )
+
+
+def seed(catalog: RestCatalog) -> None:
+    """A small catalog with something on every page: nested namespaces, a partitioned and sorted
+    table with snapshots and a tag, declared lineage, sink coverage with a gap, a view."""
+    for namespace in ("sales", "sales.eu", "raw"):
+        catalog.create_namespace(namespace, {"owner": "data-eng"} if namespace == "sales" else {})
+    catalog.create_table("raw.customers", Schema(NestedField(1, "id", LongType(), required=True)))
+    spec = PartitionSpec(PartitionField(12, 1000, IdentityTransform(), "region"))
+    order = SortOrder(SortField(1, IdentityTransform()))
+    orders = catalog.create_table(
+        "sales.orders", ORDERS, partition_spec=spec, sort_order=order, properties={"comment": "every order"}
+    )
+    source = {"source-id": "kafka-prod", "topic": "orders"}
+    spans = [
+        {**source, "partition": 0, "start": 0, "end": 500},
+        {**source, "partition": 1, "start": 0, "end": 300},
+    ]
+    lineage = {
+        "isbre.lineage.job": "nightly.orders_load",
+        "isbre.lineage.inputs": json.dumps(
+            ["raw.customers", {"namespace": "kafka://prod", "name": "orders"}]
+        ),
+    }
+    orders.append(rows(orders.schema().as_arrow(), 500), {"isbre.sink.spans": json.dumps(spans), **lineage})
+    later = [{**source, "partition": 0, "start": 700, "end": 900}]
+    orders.append(rows(orders.schema().as_arrow(), 200, 700), {"isbre.sink.spans": json.dumps(later)})
+    orders = catalog.load_table("sales.orders")
+    orders.manage_snapshots().create_tag(orders.metadata.snapshots[0].snapshot_id, "first-load").commit()
+    version = ViewVersion(
+        version_id=1,
+        schema_id=0,
+        timestamp_ms=int(time.time() * 1000),
+        summary={"engine-name": "spark"},
+        representations=[
+            ViewRepresentation(
+                SQLViewRepresentation(
+                    type="sql", sql="SELECT id, amount FROM sales.orders WHERE amount > 100", dialect="spark"
+                )
+            )
+        ],
+        default_namespace=["sales"],
+    )
+    catalog.create_view("sales.big_orders", Schema(NestedField(1, "id", LongType())), version)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IsbreServer]:
+    started = IsbreServer(tmp_path_factory.mktemp("console") / "warehouse").start()
+    seed(RestCatalog("seed", uri=started.url))
+    yield started
+    started.stop()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with chromium() as launched:
+        yield launched
+
+
+@pytest.fixture
+def seen(browser: Browser) -> Iterator[Watched]:
+    found = watched(browser)
+    yield found
+    found.page.close()
+
+
+def open_page(seen: Watched, server: IsbreServer, route: str) -> Page:
+    seen.page.goto(f"{server.url}/ui/#/{route}")
+    return seen.page
+
+
+def live(page: Page) -> None:
+    expect(page.locator("#connection")).to_have_text("live")
+
+
+def test_console_is_served_with_a_strict_policy(server: IsbreServer) -> None:
+    page = httpx.get(f"{server.url}/ui/")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    policy = page.headers["content-security-policy"]
+    assert "script-src 'self'" in policy and "default-src 'none'" in policy and "unsafe" not in policy
+    assert page.headers["x-content-type-options"] == "nosniff"
+    assert httpx.get(f"{server.url}/ui/app.js").headers["content-type"].startswith("text/javascript")
+    # Only the files the console ships: no path reaches another file.
+    for name in ("../rest/app.py", "..%2Fpyproject.toml", "routes.py", "missing.js"):
+        assert httpx.get(f"{server.url}/ui/{name}").status_code == 404
+    assert httpx.get(f"{server.url}/ui", follow_redirects=False).headers["location"] == "/ui/"
+
+
+def test_console_can_be_switched_off(tmp_path: Path) -> None:
+    server = IsbreServer(tmp_path / "warehouse", env={"ISBRE_CONSOLE": "false"}).start()
+    try:
+        assert httpx.get(f"{server.url}/ui/").status_code == 404
+    finally:
+        server.stop()
+
+
+@browser_tests
+def test_every_page_loads_clean(server: IsbreServer, seen: Watched, tmp_path: Path) -> None:
+    """No console error, no uncaught exception, no request leaving loopback, on any page."""
+    ns = "sales"
+    open_page(seen, server, "feed").wait_for_selector("table.feed")
+    pages = {
+        "catalog": ("catalog", "section"),
+        "namespace": (f"namespace/isbre/{ns}", "text=orders"),
+        "table": (f"table/isbre/{ns}/orders", "table.schema"),
+        "view": (f"view/isbre/{ns}/big_orders", "pre.sql"),
+        "lineage": (f"lineage/isbre/{ns}/orders", "svg.graph"),
+        "coverage": (f"coverage/isbre/{ns}/orders", "svg.coverage"),
+        "operations": ("operations", "[data-figure=rate]"),
+    }
+    for name, (route, ready) in pages.items():  # the feed's picture is taken with commits in it, below
+        page = open_page(seen, server, route)
+        page.wait_for_selector(ready)
+        screenshot(page, name, tmp_path)
+    seen.clean()
+
+
+@browser_tests
+def test_a_commit_appears_in_the_feed_within_a_second(server: IsbreServer, seen: Watched) -> None:
+    page = open_page(seen, server, "feed")
+    live(page)
+    table = RestCatalog("writer", uri=server.url).load_table("sales.orders")
+    table.append(rows(table.schema().as_arrow(), 10, 5000))
+    acknowledged = time.monotonic()
+    seq = server.high_water()
+    row = page.locator(f'tr[data-seq="{seq}"]')
+    row.wait_for(timeout=1000)
+    assert time.monotonic() - acknowledged < 1.0
+    cells = row.locator("td").all_inner_texts()
+    assert cells[2:7] == ["table.commit", "sales.orders", "append", "10", "1"]
+    seen.clean()
+
+
+@browser_tests
+def test_pause_and_resume_misses_nothing(server: IsbreServer, seen: Watched, tmp_path: Path) -> None:
+    page = open_page(seen, server, "feed")
+    live(page)
+    page.get_by_role("button", name="Pause").click()
+    expect(page.locator("#connection")).to_have_text("paused")
+    before = server.high_water()
+    with httpx.Client(base_url=f"{server.url}/v1/isbre") as client:
+        for i in range(50):
+            answer = client.post("/namespaces/sales/properties", json={"updates": {"step": str(i)}})
+            assert answer.status_code == 200
+    time.sleep(0.5)
+    assert page.locator("table.feed tbody tr").count() == 0  # paused: nothing drawn meanwhile
+    page.get_by_role("button", name="Resume").click()
+    expected = [str(seq) for seq in range(before + 50, before, -1)]  # newest first
+    expect(page.locator("table.feed tbody tr")).to_have_count(50)
+    assert (
+        page.locator("table.feed tbody tr").evaluate_all("rows => rows.map(r => r.dataset.seq)") == expected
+    )
+    live(page)
+    screenshot(page, "feed", tmp_path)
+    seen.clean()
+
+
+@browser_tests
+def test_table_page_follows_a_schema_change(server: IsbreServer, seen: Watched) -> None:
+    page = open_page(seen, server, "table/isbre/sales/orders")
+    schema = page.locator("table.schema")
+    expect(schema).to_contain_text("order number")
+    table = RestCatalog("writer", uri=server.url).load_table("sales.orders")
+    # Nested fields under their parents, each with the id the catalog gave it.
+    for path, shown in (
+        ("customer.country", "country"),
+        ("attributes.value", "value"),
+        ("tags.element", "element"),
+    ):
+        field_id = table.schema().find_field(path).field_id
+        expect(schema.locator(f"[data-field-id='{field_id}'] td.depth-1")).to_have_text(shown)
+    live(page)
+    page.evaluate("window.notReloaded = true")
+    with table.update_schema() as update:
+        update.add_column("channel", StringType(), doc="where it was placed")
+    expect(schema.locator("tr", has_text="channel")).to_contain_text("where it was placed")
+    assert page.evaluate("window.notReloaded") is True
+    seen.clean()
+
+
+@browser_tests
+def test_lineage_graph_shows_declared_inputs_and_downstream(server: IsbreServer, seen: Watched) -> None:
+    page = open_page(seen, server, "lineage/isbre/sales/orders")
+    graph = page.locator("svg.graph")
+    expect(graph.locator("[data-dataset='raw.customers']")).to_be_visible()
+    expect(graph.locator("[data-dataset='orders']")).to_contain_text("kafka://prod")
+    expect(page.locator("main")).to_contain_text("nightly.orders_load")
+    # The other way: the input's page finds the table that declares it.
+    page = open_page(seen, server, "lineage/isbre/raw/customers")
+    expect(page.locator("svg.graph .node-output")).to_have_attribute("data-dataset", "sales.orders")
+    seen.clean()
+
+
+@browser_tests
+def test_coverage_shows_ranges_gaps_and_lag(server: IsbreServer, seen: Watched) -> None:
+    page = open_page(seen, server, "coverage/isbre/sales/orders")
+    first = page.locator("tr[data-partition='0']")
+    expect(first).to_contain_text("[500, 700)")  # the gap between the two loads
+    expect(first.locator("rect.gap")).to_have_count(1)
+    behind = page.locator("tr[data-partition='1'] td").last
+    expect(behind).to_have_text("600")  # partition 1 ends at 300, partition 0 at 900
+    seen.clean()
+
+
+@browser_tests
+def test_hostile_names_render_as_text(server: IsbreServer, seen: Watched) -> None:
+    catalog = RestCatalog("writer", uri=server.url)
+    catalog.create_namespace(HOSTILE)
+    page = open_page(seen, server, "feed")
+    live(page)
+    catalog.create_table((HOSTILE, HOSTILE), Schema(NestedField(1, HOSTILE, StringType(), doc=HOSTILE)))
+    expect(page.locator("table.feed tbody")).to_contain_text(f"{HOSTILE}.{HOSTILE}")
+    page.locator("table.feed tbody a").first.click()
+    expect(page.locator("h1")).to_have_text(HOSTILE)
+    expect(page.locator("table.schema")).to_contain_text(HOSTILE)
+    expect(open_page(seen, server, "catalog").locator("main section li", has_text=HOSTILE)).to_be_visible()
+    page = open_page(seen, server, f"namespace/isbre/{HOSTILE}")
+    expect(page.locator("main h1")).to_have_text(HOSTILE)
+    expect(page.locator("main section", has_text="Tables").locator("li")).to_have_text(HOSTILE)
+    assert page.locator("main img").count() == 0
+    seen.clean()
+
+
+PRINCIPALS = [
+    {
+        "name": "ops-admin",
+        "roles": ["admin"],
+        "client_id": "admin",
+        "secret_sha256": sha256_hex("admin-secret"),
+    },
+    {
+        "name": "sales-reader",
+        "roles": ["reader"],
+        "namespaces": ["sales"],
+        "client_id": "reader",
+        "secret_sha256": sha256_hex("reader-secret"),
+    },
+]
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IsbreServer]:
+    started = secured_server(tmp_path_factory.mktemp("console-auth") / "warehouse", PRINCIPALS)
+    admin = RestCatalog("admin", uri=started.url, credential="admin:admin-secret")
+    for namespace in ("sales", "other"):
+        admin.create_namespace(namespace)
+        admin.create_table(f"{namespace}.t", Schema(NestedField(1, "id", LongType(), required=True)))
+    yield started
+    started.stop()
+
+
+def sign_in(page: Page, client_id: str, secret: str) -> None:
+    page.get_by_label("Client id").fill(client_id)
+    page.get_by_label("Secret").fill(secret)
+    page.get_by_role("button", name="Sign in").click()
+
+
+@browser_tests
+def test_a_scoped_reader_sees_only_its_namespace(secured: IsbreServer, seen: Watched) -> None:
+    page = open_page(seen, secured, "catalog")
+    sign_in(page, "reader", "wrong")
+    expect(page.locator("form.signin .error")).to_contain_text("wrong secret")
+    seen.errors.clear()  # the browser logs the refused sign-in (401) as an error
+    sign_in(page, "reader", "reader-secret")
+    expect(page.locator("main section")).to_contain_text("sales")
+    assert "other" not in page.locator("main").inner_text()
+    page = open_page(seen, secured, "feed")
+    live(page)
+    admin = RestCatalog("admin", uri=secured.url, credential="admin:admin-secret")
+    for namespace in ("other", "sales"):
+        with admin.load_table(f"{namespace}.t").transaction() as txn:
+            txn.set_properties(touched="yes")
+    row = page.locator("table.feed tbody tr")
+    expect(row).to_have_count(1)
+    assert row.locator("td").all_inner_texts()[3:8] == ["sales.t", "", "", "", "ops-admin"]
+    page = open_page(seen, secured, "namespace/isbre/other")
+    expect(page.locator("main .error")).to_contain_text("may not use namespace other")
+    seen.errors.clear()  # the refused request (403), logged by the browser
+    # Nothing on the page writes: the console only reads, whatever the caller's role.
+    seen.clean()
+
+
+@browser_tests
+def test_an_expired_token_asks_to_sign_in_again(tmp_path: Path, seen: Watched) -> None:
+    server = secured_server(tmp_path / "warehouse", PRINCIPALS, ISBRE_AUTH__TOKEN_TTL_SECONDS="3")
+    try:
+        page = open_page(seen, server, "feed")
+        sign_in(page, "reader", "reader-secret")
+        live(page)
+        # The stream ends with the token; the console asks for credentials instead of failing.
+        expect(page.locator("form.signin .error")).to_contain_text("expired", timeout=10_000)
+        sign_in(page, "reader", "reader-secret")
+        live(page)
+        seen.errors.clear()  # requests refused with the expired token, logged by the browser
+        seen.clean()
+    finally:
+        server.stop()
