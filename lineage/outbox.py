@@ -48,6 +48,7 @@ class OutboxStatus:
     failures: int = 0
     last_error: str | None = None
     last_failure_at: float | None = None
+    last_delivery_at: float | None = None  # when a chunk of runs was last delivered
     mapping_errors: int = 0
     recent_failures: list[str] = field(default_factory=list)
 
@@ -118,6 +119,7 @@ class LineageOutbox:
                         self._deliver(event)
                 self._advance(records[-1].commit_seq)
                 self.status.delivered_seq = records[-1].commit_seq
+                self.status.last_delivery_at = time.time()
         except _Stopping:
             return
         except Exception:

@@ -33,6 +33,7 @@ def lineage_status(request: Request) -> dict[str, Any]:
         "failures": status.failures,
         "last_error": status.last_error,
         "last_failure_at": status.last_failure_at,
+        "last_delivery_at": status.last_delivery_at,
         "recent_failures": status.recent_failures,
         "mapping_errors": status.mapping_errors,
     }

@@ -35,6 +35,7 @@ from pyiceberg.view.metadata import SQLViewRepresentation, ViewRepresentation, V
 
 from rest.auth import sha256_hex
 from tests.browser import Watched, chromium, chromium_path, watched
+from tests.lineage_receiver import Receiver
 from tests.server import IsbreServer, secured_server
 
 HOSTILE = "<img src=x onerror=alert(1)>"
@@ -97,6 +98,9 @@ def seed(catalog: RestCatalog) -> None:
         "isbre.lineage.inputs": json.dumps(
             ["raw.customers", {"namespace": "kafka://prod", "name": "orders"}]
         ),
+        "isbre.lineage.column-lineage": json.dumps(
+            {"amount": [{"namespace": "kafka://prod", "name": "orders", "field": "total"}]}
+        ),
     }
     orders.append(rows(orders.schema().as_arrow(), 500), {"isbre.sink.spans": json.dumps(spans), **lineage})
     later = [{**source, "partition": 0, "start": 700, "end": 900}]
@@ -121,8 +125,17 @@ def seed(catalog: RestCatalog) -> None:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IsbreServer]:
-    started = IsbreServer(tmp_path_factory.mktemp("console") / "warehouse").start()
+def receiver() -> Iterator[Receiver]:
+    running = Receiver().start()
+    yield running
+    running.stop()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, receiver: Receiver) -> Iterator[IsbreServer]:
+    """A server with lineage on (delivered to a receiver), and the seeded catalog."""
+    env = {"ISBRE_LINEAGE_URL": receiver.url}
+    started = IsbreServer(tmp_path_factory.mktemp("console") / "warehouse", env=env).start()
     seed(RestCatalog("seed", uri=started.url))
     yield started
     started.stop()
@@ -233,6 +246,26 @@ def test_pause_and_resume_misses_nothing(server: IsbreServer, seen: Watched, tmp
 
 
 @browser_tests
+def test_feed_filters_are_the_streams_own(server: IsbreServer, seen: Watched) -> None:
+    page = open_page(seen, server, "feed")
+    live(page)
+    page.locator("select[name=kind]").select_option("table.commit")
+    page.locator("input[name=namespace]").fill("sales")
+    page.locator("input[name=namespace]").dispatch_event("change")
+    live(page)
+    catalog = RestCatalog("writer", uri=server.url)
+    catalog.update_namespace_properties("sales", updates={"filtered": "out"})  # another kind
+    with catalog.load_table("raw.customers").transaction() as txn:  # another namespace
+        txn.set_properties(filtered="out")
+    with catalog.load_table("sales.orders").transaction() as txn:
+        txn.set_properties(filtered="in")
+    seq = server.high_water()
+    expect(page.locator("table.feed tbody tr")).to_have_count(1)
+    expect(page.locator("table.feed tbody tr")).to_have_attribute("data-seq", str(seq))
+    seen.clean()
+
+
+@browser_tests
 def test_table_page_follows_a_schema_change(server: IsbreServer, seen: Watched) -> None:
     page = open_page(seen, server, "table/isbre/sales/orders")
     schema = page.locator("table.schema")
@@ -262,6 +295,12 @@ def test_lineage_graph_shows_declared_inputs_and_downstream(server: IsbreServer,
     expect(graph.locator("[data-dataset='raw.customers']")).to_be_visible()
     expect(graph.locator("[data-dataset='orders']")).to_contain_text("kafka://prod")
     expect(page.locator("main")).to_contain_text("nightly.orders_load")
+    columns = page.locator("section", has_text="Column lineage")
+    expect(columns.locator("tr", has_text="amount")).to_contain_text("kafka://prod/orders.total")
+    outbox = page.locator("section", has_text="Lineage outbox")
+    expect(outbox.locator("tr", has_text="delivering")).to_contain_text("true")
+    expect(outbox.locator("tr", has_text="backlog").locator("td")).to_have_text("0", timeout=15_000)
+    expect(outbox.locator("tr", has_text="events_sent").locator("td")).not_to_have_text("0")
     # The other way: the input's page finds the table that declares it.
     page = open_page(seen, server, "lineage/isbre/raw/customers")
     expect(page.locator("svg.graph .node-output")).to_have_attribute("data-dataset", "sales.orders")

@@ -185,6 +185,7 @@ def test_a_scripted_session_produces_exactly_the_expected_runs(
     assert drop["outputs"][0]["facets"]["lifecycleStateChange"]["lifecycleStateChange"] == "DROP"
     status = httpx.get(f"{lineage_server.url}/v1/lineage/status").json()
     assert status["enabled"] and status["backlog"] == 0 and status["events_sent"] == 2 * runs
+    assert time.time() - 60 < status["last_delivery_at"] <= time.time()
 
 
 def commit_properties(server: IsbreServer, table: str, count: int) -> float:

@@ -132,11 +132,15 @@ export async function feedPage(main, params, shell) {
     });
   }
 
+  let restarts = 0;
   async function restart() {
+    const mine = ++restarts;
     stream?.close();
     body.replaceChildren();
+    pending = [];
     shown = 0;
     const { commit_seq } = await get(`/v1/${encodeURIComponent(warehouse)}/events/cursor`);
+    if (mine !== restarts) return; // a later change of filters won the race: its stream is the one
     if (!paused) open(commit_seq);
     else stream = { close() {}, last: commit_seq };
   }

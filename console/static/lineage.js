@@ -2,11 +2,12 @@
 // isbre.lineage.*), the tables of this catalog that declare it as theirs, and the outbox.
 
 import { catalogPath, get, listAll } from "./api.js";
-import { clear, h, keyValues, route, section, svg } from "./dom.js";
+import { clear, dateTimeOf, h, keyValues, route, section, svg } from "./dom.js";
 import { splitNamespace, unlessForbidden } from "./catalog.js";
 import { redrawOnCommit } from "./live.js";
 
 const SCANNED_TABLES = 200; // most tables read to find downstream ones
+const RESCAN_MS = 30_000; // the scan is repeated on a redraw only when older than this
 
 function parsed(summary, key) {
   try {
@@ -125,8 +126,11 @@ function columnLineage(columns) {
 async function outbox() {
   const status = await get("/v1/lineage/status");
   if (!status.enabled) return h("p", { class: "muted" }, "Lineage is off on this server: no OpenLineage transport is configured.");
-  const { recent_failures: _recent, ...shown } = status;
-  return keyValues(shown);
+  const { recent_failures: recent, ...shown } = status;
+  for (const key of ["last_delivery_at", "last_failure_at"]) {
+    if (shown[key]) shown[key] = dateTimeOf(shown[key] * 1000);
+  }
+  return [keyValues(shown), recent.length ? h("ol", { class: "mono" }, recent.map((failure) => h("li", {}, failure))) : null];
 }
 
 export async function lineagePage(main, [warehouse, joined, name], shell) {
@@ -135,11 +139,16 @@ export async function lineagePage(main, [warehouse, joined, name], shell) {
   const content = h("div", {});
   const delivery = h("div", {});
   main.append(h("nav", { class: "crumbs" }, h("a", { href: route("table", warehouse, joined, name) }, full), " . lineage"), h("h1", {}, `Lineage of ${full}`), content, section("Lineage outbox", delivery));
-  const drawStatus = async () => clear(delivery).append(await outbox());
+  const drawStatus = async () => clear(delivery).append(...[await outbox()].flat().filter(Boolean));
+  let below = null;
+  let scannedAt = 0; // the downstream scan reads every table: not on every commit
   const draw = async () => {
     const { metadata } = await get(catalogPath(warehouse, namespace, "tables", name));
     const declared = declaredLineage(metadata, warehouse);
-    const below = await downstream(warehouse, full);
+    if (below === null || performance.now() - scannedAt > RESCAN_MS) {
+      below = await downstream(warehouse, full);
+      scannedAt = performance.now();
+    }
     const scanned = below.total > below.scanned ? `downstream found among the first ${below.scanned} of ${below.total} tables` : `downstream found among all ${below.total} tables you may read`;
     clear(content).append(
       section(
