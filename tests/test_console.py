@@ -190,7 +190,7 @@ def test_every_page_loads_clean(server: IsbreServer, seen: Watched, tmp_path: Pa
     ns = "sales"
     open_page(seen, server, "feed").wait_for_selector("table.feed")
     pages = {
-        "catalog": ("catalog", "section"),
+        "catalog": ("catalog", 'section li li a[href$="sales%1Feu"]'),  # nested namespaces, nested
         "namespace": (f"namespace/isbre/{ns}", "text=orders"),
         "table": (f"table/isbre/{ns}/orders", "table.schema"),
         "view": (f"view/isbre/{ns}/big_orders", "pre.sql"),
@@ -201,6 +201,9 @@ def test_every_page_loads_clean(server: IsbreServer, seen: Watched, tmp_path: Pa
     for name, (route, ready) in pages.items():  # the feed's picture is taken with commits in it, below
         page = open_page(seen, server, route)
         page.wait_for_selector(ready)
+        # Everything the page draws is in elements: stray text ("null", "undefined") is a slip.
+        stray = "[...document.querySelector('main').childNodes].filter(n => n.nodeType === 3)"
+        assert page.evaluate(f"{stray}.map(n => n.textContent)") == [], name
         screenshot(page, name, tmp_path)
     seen.clean()
 

@@ -5,6 +5,8 @@ import { clear, h, keyValues, link, section } from "./dom.js";
 import { warehouseNames } from "./feed.js";
 import { redrawOnCommit } from "./live.js";
 
+const SHOWN_NAMESPACES = 500; // on the catalog page, per warehouse
+
 export function splitNamespace(joined) {
   return joined ? joined.split("\x1f") : [];
 }
@@ -38,6 +40,35 @@ async function children(warehouse, namespace) {
   return listAll(catalogPath(warehouse) + parent, "namespaces");
 }
 
+// Every namespace of a warehouse the caller may list, level by level, up to `most`;
+// `complete` says whether all were read.
+export async function allNamespaces(warehouse, most = Infinity) {
+  const found = [];
+  const queue = [[]];
+  while (queue.length && found.length < most) {
+    const nested = await children(warehouse, queue.shift());
+    found.push(...nested);
+    queue.push(...nested);
+  }
+  return { found: found.slice(0, most), complete: !queue.length && found.length <= most };
+}
+
+// Nested lists: each namespace under its parent.
+function namespaceTree(warehouse, namespaces) {
+  const below = new Map();
+  for (const ns of namespaces) {
+    const parent = ns.slice(0, -1).join("\x1f");
+    if (!below.has(parent)) below.set(parent, []);
+    below.get(parent).push(ns);
+  }
+  const level = (parent) => {
+    const here = below.get(parent.join("\x1f")) || [];
+    if (!here.length) return null;
+    return h("ul", { class: "tree" }, here.map((ns) => h("li", {}, link(ns[ns.length - 1], "namespace", warehouse, ns.join("\x1f")), level(ns))));
+  };
+  return level([]) || h("p", { class: "muted" }, "no namespaces");
+}
+
 export async function catalogPage(main, params, shell) {
   const names = params[0] ? [params[0]] : await warehouseNames();
   const content = h("div", {});
@@ -45,8 +76,9 @@ export async function catalogPage(main, params, shell) {
   const draw = async () => {
     const cards = [];
     for (const warehouse of names) {
-      const namespaces = await children(warehouse, []);
-      cards.push(section(h("span", {}, "Warehouse ", link(warehouse, "catalog", warehouse)), list(namespaces.map((ns) => namespaceLink(warehouse, ns)), "no namespaces")));
+      const { found, complete } = await allNamespaces(warehouse, SHOWN_NAMESPACES);
+      const note = complete ? null : h("p", { class: "muted" }, `the first ${SHOWN_NAMESPACES} namespaces, level by level; open one to see what is under it`);
+      cards.push(section(h("span", {}, "Warehouse ", link(warehouse, "catalog", warehouse)), namespaceTree(warehouse, found), note));
     }
     clear(content).append(...cards);
   };

@@ -3,7 +3,7 @@
 
 import { catalogPath, get, listAll } from "./api.js";
 import { clear, dateTimeOf, h, keyValues, route, section, svg } from "./dom.js";
-import { splitNamespace, unlessForbidden } from "./catalog.js";
+import { allNamespaces, splitNamespace, unlessForbidden } from "./catalog.js";
 import { redrawOnCommit } from "./live.js";
 
 const SCANNED_TABLES = 200; // most tables read to find downstream ones
@@ -49,23 +49,10 @@ export function declaredLineage(metadata, warehouse) {
   return { inputs: [...inputs.values()], jobs: [...jobs], columns };
 }
 
-async function allNamespaces(warehouse) {
-  const found = [];
-  const queue = [[]];
-  while (queue.length) {
-    const parent = queue.shift();
-    const query = parent.length ? `?parent=${encodeURIComponent(parent.join("\x1f"))}` : "";
-    const children = await listAll(catalogPath(warehouse) + query, "namespaces");
-    found.push(...children);
-    queue.push(...children);
-  }
-  return found;
-}
-
 // Tables of this warehouse (those the caller may read) that declare `name` as an input.
 async function downstream(warehouse, name) {
   const tables = [];
-  for (const namespace of await allNamespaces(warehouse)) {
+  for (const namespace of (await allNamespaces(warehouse)).found) {
     tables.push(...(await unlessForbidden(listAll(catalogPath(warehouse, namespace, "tables"), "identifiers"), [])));
   }
   const scanned = tables.slice(0, SCANNED_TABLES);

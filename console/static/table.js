@@ -123,7 +123,7 @@ function header(kind, warehouse, namespace, name, extra = []) {
   return [
     h("nav", { class: "crumbs" }, link(warehouse, "catalog", warehouse), " . ", link(namespace.join("."), "namespace", warehouse, namespace.join("\x1f")), " . ", kind),
     h("h1", {}, name),
-    extra.length ? h("nav", { class: "tabs" }, extra) : null,
+    ...(extra.length ? [h("nav", { class: "tabs" }, extra)] : []),
   ];
 }
 
