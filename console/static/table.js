@@ -86,6 +86,7 @@ function sortOrder(metadata, names) {
   );
 }
 
+const SHOWN_SNAPSHOTS = 200; // the newest; a table may keep thousands
 const SUMMARY_SHOWN = ["added-records", "deleted-records", "added-data-files", "deleted-data-files", "total-records", "total-data-files"];
 
 function timeline(metadata) {
@@ -96,10 +97,11 @@ function timeline(metadata) {
   }
   const snapshots = [...(metadata.snapshots || [])].sort((a, b) => b["timestamp-ms"] - a["timestamp-ms"]);
   if (!snapshots.length) return h("p", { class: "muted" }, "no snapshots");
-  return h(
+  const more = snapshots.length - SHOWN_SNAPSHOTS;
+  const list = h(
     "ol",
     { class: "timeline" },
-    snapshots.map((s) => {
+    snapshots.slice(0, SHOWN_SNAPSHOTS).map((s) => {
       const summary = s.summary || {};
       const shown = SUMMARY_SHOWN.filter((k) => k in summary).map((k) => `${k} ${summary[k]}`);
       return h(
@@ -111,6 +113,7 @@ function timeline(metadata) {
       );
     }),
   );
+  return [list, more > 0 ? h("p", { class: "muted" }, `and ${more} older snapshots`) : null];
 }
 
 function metadataLog(metadata) {
