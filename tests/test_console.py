@@ -196,7 +196,6 @@ def test_every_page_loads_clean(server: IsbreServer, seen: Watched, tmp_path: Pa
         "view": (f"view/isbre/{ns}/big_orders", "pre.sql"),
         "lineage": (f"lineage/isbre/{ns}/orders", "svg.graph"),
         "coverage": (f"coverage/isbre/{ns}/orders", "svg.coverage"),
-        "operations": ("operations", "[data-figure=rate]"),
     }
     for name, (route, ready) in pages.items():  # the feed's picture is taken with commits in it, below
         page = open_page(seen, server, route)
@@ -245,6 +244,24 @@ def test_pause_and_resume_misses_nothing(server: IsbreServer, seen: Watched, tmp
     )
     live(page)
     screenshot(page, "feed", tmp_path)
+    seen.clean()
+
+
+@browser_tests
+def test_operations_reads_rate_and_latency_off_the_metrics(
+    server: IsbreServer, seen: Watched, tmp_path: Path
+) -> None:
+    page = open_page(seen, server, "operations")
+    expect(page.locator("[data-component=store]")).to_contain_text("ok")
+    with httpx.Client(base_url=f"{server.url}/v1/isbre") as client:
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:  # commits across two polls of /metrics
+            client.post("/namespaces/raw/properties", json={"updates": {"at": str(time.time())}})
+            time.sleep(0.05)
+    expect(page.locator("[data-figure=p50] strong")).to_contain_text("ms")
+    assert float(page.locator("[data-figure=rate] strong").inner_text().removesuffix("/s")) > 0
+    expect(page.locator("[data-figure=seq] strong")).to_have_text(str(server.high_water()), timeout=5000)
+    screenshot(page, "operations", tmp_path)
     seen.clean()
 
 

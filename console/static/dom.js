@@ -71,6 +71,7 @@ export function section(title, ...content) {
 
 // A line of values over time as a small SVG (rate sparklines).
 export function sparkline(values, width = 240, height = 36) {
+  if (values.length < 2) values = [values[0] ?? 0, values[0] ?? 0]; // a line needs two points
   const top = Math.max(1, ...values);
   const step = values.length > 1 ? width / (values.length - 1) : width;
   const points = values.map((v, i) => `${(i * step).toFixed(1)},${(height - 2 - (v / top) * (height - 4)).toFixed(1)}`);

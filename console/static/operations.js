@@ -2,7 +2,7 @@
 // open event streams.
 
 import { get } from "./api.js";
-import { clear, h, section, sparkline, status } from "./dom.js";
+import { clear, dateTimeOf, h, section, sparkline, status } from "./dom.js";
 
 const POLL_MS = 2000;
 const HISTORY = 60; // samples kept for the sparklines
@@ -29,9 +29,15 @@ function quantile(before, after, name, q) {
   return buckets.find((b) => b.count >= q * total).le;
 }
 
+function leaf(name, value) {
+  if (name === "status") return status(value);
+  if (name.endsWith("_at") && typeof value === "number") return dateTimeOf(value * 1000); // Unix seconds
+  return String(value);
+}
+
 function tree(name, value) {
   if (value === null || typeof value !== "object") {
-    return h("li", {}, h("span", { class: "key" }, name), " ", name === "status" ? status(value) : String(value));
+    return h("li", {}, h("span", { class: "key" }, name), " ", leaf(name, value));
   }
   const label = value.status ? [h("span", { class: "key" }, name), " ", status(value.status)] : [h("span", { class: "key" }, name)];
   const children = Object.entries(value).filter(([key]) => key !== "status");
