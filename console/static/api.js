@@ -56,6 +56,11 @@ export async function signIn(clientId, secret) {
   session.token = answer.access_token;
 }
 
+export async function warehouseNames() {
+  const { warehouses } = await get("/v1/warehouses");
+  return warehouses.map((w) => w.name);
+}
+
 // A namespace in a path: its levels joined by the unit separator, as the REST spec says.
 export function namespacePath(namespace) {
   return encodeURIComponent(namespace.join("\x1f"));

@@ -1,8 +1,7 @@
 // Warehouses and namespaces: what each holds, with its properties.
 
-import { ApiError, catalogPath, get, listAll } from "./api.js";
+import { ApiError, catalogPath, get, listAll, warehouseNames } from "./api.js";
 import { clear, h, keyValues, link, section } from "./dom.js";
-import { warehouseNames } from "./feed.js";
 import { redrawOnCommit } from "./live.js";
 
 const SHOWN_NAMESPACES = 500; // on the catalog page, per warehouse

@@ -1,6 +1,6 @@
 // The live commit feed: the event stream rendered as it arrives, at most once per frame.
 
-import { follow, get } from "./api.js";
+import { follow, get, warehouseNames } from "./api.js";
 import { h, link, sparkline, timeOf } from "./dom.js";
 
 const KINDS = [
@@ -32,11 +32,6 @@ const COLUMNS = [
 const KEPT_ROWS = 500; // rows kept on the page; older ones leave it (they stay in the log)
 const RATE_SECONDS = 60;
 const DRAW_EVERY_MS = 100;
-
-export async function warehouseNames() {
-  const { warehouses } = await get("/v1/warehouses");
-  return warehouses.map((w) => w.name);
-}
 
 function objectName(record) {
   return [...record.namespace, record.name].filter((part) => part !== null && part !== undefined).join(".");

@@ -57,10 +57,7 @@ export async function operationsPage(main, params, shell) {
   let at = 0;
 
   async function poll() {
-    const [body, text] = await Promise.all([
-      fetch("/health").then((r) => r.json()),
-      fetch("/metrics").then((r) => r.text()),
-    ]);
+    const [body, text] = await Promise.all([get("/health"), get("/metrics")]);
     clear(health).append(h("ul", { class: "tree" }, tree("isbre", body)));
     const now = performance.now();
     const after = parseMetrics(text);
