@@ -11,8 +11,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import threading
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +22,7 @@ from pyiceberg.serializers import FromInputFile
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.view.metadata import ViewMetadata
 
+from catalog.lru import Lru
 from catalog.object_storage import ObjectStorageIO
 from catalog.store import InsufficientStorageError, is_disk_full
 
@@ -158,23 +157,13 @@ class Loaded(Generic[M]):
     json: bytes
 
 
-class MetadataCache(Generic[M]):
-    """An LRU of parsed metadata files, keyed by location."""
+class MetadataCache(Lru[str, Loaded[M]]):
+    """Parsed metadata files, keyed by location."""
 
     def __init__(self, io: FileIO, parse: Callable[[FileIO, str], M], capacity: int = 1024) -> None:
+        super().__init__(capacity)
         self._io = io
         self._parse = parse
-        self._capacity = capacity
-        self._entries: OrderedDict[str, Loaded[M]] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def peek(self, location: str) -> Loaded[M] | None:
-        """The cached entry, or None; never touches storage."""
-        with self._lock:
-            entry = self._entries.get(location)
-            if entry is not None:
-                self._entries.move_to_end(location)
-            return entry
 
     def get(self, location: str) -> Loaded[M]:
         entry = self.peek(location)
@@ -184,13 +173,6 @@ class MetadataCache(Generic[M]):
         entry = Loaded(metadata, metadata_json(metadata))
         self.put(location, entry)
         return entry
-
-    def put(self, location: str, entry: Loaded[M]) -> None:
-        with self._lock:
-            self._entries[location] = entry
-            self._entries.move_to_end(location)
-            while len(self._entries) > self._capacity:
-                self._entries.popitem(last=False)
 
 
 def parse_table_metadata(io: FileIO, location: str) -> TableMetadata:

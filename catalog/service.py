@@ -41,6 +41,7 @@ from catalog.coverage import Coverage, snapshot_spans
 from catalog.identifiers import Identifier, check_namespace
 from catalog.limits import Limits
 from catalog.locations import LocationNotAllowedError, LocationPolicy, inside, normalized
+from catalog.lru import Lru
 from catalog.metadata_files import (
     Loaded,
     MetadataCache,
@@ -67,6 +68,7 @@ TABLE, VIEW = "table", "view"
 # (commits from this process take their table's lock and do not race each other).
 MAX_COMMIT_ATTEMPTS = 32
 LOCK_STRIPES = 64
+TABLE_POINTERS = 65_536
 # Expired Idempotency-Keys removed per writer transaction: each step holds the writer well under 10 ms.
 TRIM_CHUNK = 500
 _MISSING: dict[str, type[Exception]] = {TABLE: NoSuchTableError, VIEW: NoSuchViewError}
@@ -195,6 +197,8 @@ class CatalogService:
         self.writer = writer or Writer(store, max_batch=max_batch, max_queue=max_queue, on_fatal=on_fatal)
         self.table_files: MetadataCache[TableMetadata] = MetadataCache(self.io, parse_table_metadata)
         self.view_files: MetadataCache[ViewMetadata] = MetadataCache(self.io, parse_view_metadata)
+        # The pointer of each table as this process last committed or loaded it (maybe stale).
+        self._table_pointers: Lru[Identifier, Pointer] = Lru(TABLE_POINTERS)
         self._stripes = [threading.Lock() for _ in range(LOCK_STRIPES)]
         if not scope:
             self._index_locations()
@@ -421,6 +425,7 @@ class CatalogService:
             pointer = view.pointer(TABLE, ident)
         if pointer is None:
             raise NoSuchTableError(f"Table does not exist: {ident}")
+        self._table_pointers.put(ident, pointer)
         return pointer
 
     def load_table(self, ident: Identifier) -> TableState:
@@ -507,20 +512,34 @@ class CatalogService:
         if len(set(idents)) != len(idents):
             raise ValueError("A transaction may change each table only once")
         with self._staging(TABLE, idents):
+            # Stage against the pointers this process last saw, when it saw them all: the writer
+            # swaps only if each is still current, so a stale one costs an attempt, never a
+            # wrong commit. Whatever an attempt from memory fails on, it is tried again from
+            # the store before it is answered (another server may have moved the table).
+            remembered = [self._table_pointers.peek(ident) for ident in idents]
+            bases = None if None in remembered else remembered
             for _ in range(MAX_COMMIT_ATTEMPTS):
-                with self.store.read(self.scope, snapshot=False) as view:  # the writer checks them again
-                    bases = [view.pointer(TABLE, ident) for ident in idents]
-                staged = [
-                    stage(change, base, self.table_files.get(base.metadata_location) if base else None)
-                    for change, base in zip(changes, bases, strict=True)
-                ]
-                for entry in staged:
-                    if entry.moved:  # set-location, and a create by updates
-                        self._check_place(entry.metadata.location, "Table location", places)
+                from_store = bases is None
+                if bases is None:
+                    with self.store.read(self.scope, snapshot=False) as view:
+                        bases = [view.pointer(TABLE, ident) for ident in idents]
+                try:
+                    staged = [
+                        stage(change, base, self.table_files.get(base.metadata_location) if base else None)
+                        for change, base in zip(changes, bases, strict=True)
+                    ]
+                    for entry in staged:
+                        if entry.moved:  # set-location, and a create by updates
+                            self._check_place(entry.metadata.location, "Table location", places)
+                except Exception:
+                    if from_store:
+                        raise
+                    bases = None
+                    continue
                 try:
                     return self._swap(staged, txn)
                 except _Stale:
-                    continue
+                    bases = None
         raise CommitFailedException(
             f"Gave up after {MAX_COMMIT_ATTEMPTS} attempts lost to concurrent commits"
         )
@@ -569,6 +588,7 @@ class CatalogService:
             raise
         for entry in staged:
             self.table_files.put(entry.metadata_location, Loaded(entry.metadata, entry.json))
+            self._table_pointers.put(entry.ident, entry.pointer)
         return states
 
     def drop_table(self, ident: Identifier, purge: bool = False) -> None:

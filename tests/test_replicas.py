@@ -124,6 +124,47 @@ def test_concurrent_commits_to_one_table_through_both_replicas(
     assert retried, "six writers on one table never conflicted: the test did not test retries"
 
 
+def test_a_replica_commits_on_what_the_other_replica_made_since(pair: list[IsbreServer]) -> None:
+    """A replica stages a commit on the table as it last saw it; when the other replica has moved
+    the table since, the commit is judged on the table as it is now, not as remembered."""
+    namespace, _ = create_namespace(pair[0])
+    body = {"name": "t", "schema": ID_SCHEMA}
+    httpx.post(f"{pair[0].url}/v1/isbre/namespaces/{namespace}/tables", json=body).raise_for_status()
+    through_a, through_b = (f"{s.url}/v1/isbre/namespaces/{namespace}/tables/t" for s in pair)
+
+    def commit(url: str, schema_id: int | None, value: str) -> httpx.Response:
+        asserted = (
+            []
+            if schema_id is None
+            else [{"type": "assert-current-schema-id", "current-schema-id": schema_id}]
+        )
+        updates = [{"action": "set-properties", "updates": {"through": value}}]
+        return httpx.post(url, json={"requirements": asserted, "updates": updates}, timeout=30)
+
+    assert commit(through_a, 0, "a").status_code == 200  # A now remembers schema 0
+    wider = {
+        **ID_SCHEMA,
+        "schema-id": 1,
+        "fields": [*ID_SCHEMA["fields"], {"id": 2, "name": "v", "type": "string", "required": False}],
+    }
+    updates = [
+        {"action": "add-schema", "schema": wider, "last-column-id": 2},
+        {"action": "set-current-schema", "schema-id": -1},
+    ]
+    httpx.post(through_b, json={"updates": updates}, timeout=30).raise_for_status()
+
+    answer = commit(through_a, 1, "a again")  # holds only on what B made
+    assert answer.status_code == 200, answer.text
+    metadata = answer.json()["metadata"]
+    assert metadata["current-schema-id"] == 1 and metadata["properties"]["through"] == "a again"
+    answer = commit(through_a, 0, "stale")  # holds only on what A saw before
+    assert answer.status_code == 409 and answer.json()["error"]["type"] == "CommitFailedException"
+
+    httpx.delete(through_b, timeout=30).raise_for_status()
+    answer = commit(through_a, None, "gone")
+    assert answer.status_code == 404 and answer.json()["error"]["type"] == "NoSuchTableException"
+
+
 def test_commit_seq_is_gapless_across_both_replicas_under_load(pair: list[IsbreServer]) -> None:
     before = pair[0].high_water()
     acknowledged: list[str] = []
