@@ -1,27 +1,61 @@
 """isbre on PostgreSQL with one and two replicas, beside PyIceberg's SqlCatalog on the same
-PostgreSQL server doing the same commits (clients in processes), and how soon a commit made
-through one replica reaches an event stream on the other."""
+PostgreSQL server doing the same commits (clients in processes), where each spends its CPU, and
+how soon a commit made through one replica reaches an event stream on the other."""
 
 from __future__ import annotations
 
 import os
+import statistics
 import threading
 import time
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
 import httpx
+import psutil
 from pyiceberg.catalog.sql import SqlCatalog
 
 from events.client import subscribe
 from tests.bench.harness import RUNS, Report, median_of, percentile
-from tests.bench.workers import isbre_rate, load_rate, prepare, sql_rate
+from tests.bench.workers import ClientRun, isbre_rate, isbre_run, load_rate, prepare, sql_rate, sql_run
 from tests.postgres import PostgresServer
 from tests.server import IsbreServer
 
 WRITER_COUNTS = (1, 4, 16)
 COMMITS_TOTAL = 640
 LATENCY_COMMITS = 200
+CPU_WRITERS = 16
+
+
+def cpu_seconds(process: psutil.Process, exited_children: bool = False) -> float:
+    """CPU time so far of `process` and its live descendants, and with `exited_children` of the
+    children it has reaped (PostgreSQL's backends that ended)."""
+    total = 0.0
+    for each in (process, *process.children(recursive=True)):
+        try:
+            times = each.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+        if exited_children and each is process:
+            total += times.children_user + times.children_system
+    return total
+
+
+def cpu_per_commit(
+    run: Callable[[], ClientRun], commits: int, servers: list[IsbreServer], database: PostgresServer
+) -> list[float]:
+    """Milliseconds of CPU per commit spent by the isbre servers, the client processes and
+    PostgreSQL during `run`, and the commits per second it reached."""
+    postmaster = psutil.Process(int((database.home / "data" / "postmaster.pid").read_text().split()[0]))
+    processes = [psutil.Process(server.process.pid) for server in servers if server.process]
+    before = sum(cpu_seconds(p) for p in processes), cpu_seconds(postmaster, exited_children=True)
+    clients = run()
+    after = sum(cpu_seconds(p) for p in processes), cpu_seconds(postmaster, exited_children=True)
+    server, postgres = ((b - a) * 1000 / commits for a, b in zip(before, after, strict=True))
+    client = clients.cpu_seconds * 1000 / commits
+    return [server, client, postgres, server + client + postgres, commits / clients.seconds]
 
 
 def cross_replica_latency(source: IsbreServer, stream: IsbreServer) -> list[float]:
@@ -64,6 +98,11 @@ def run(workdir: Path) -> list[Report]:
         f"loadTable on PostgreSQL, clients in processes, requests per second, median of {RUNS} runs",
         ["clients", "isbre 1 replica", "isbre 2 replicas", "ratio"],
     )
+    cpu = Report(
+        f"CPU per commit at {CPU_WRITERS} writers: the isbre servers, the client processes and "
+        f"PostgreSQL, milliseconds, median of {RUNS} runs of {COMMITS_TOTAL} commits",
+        ["", "isbre servers", "clients", "PostgreSQL", "all", "commits/s"],
+    )
     latency = Report(
         f"Cross-replica event latency: commit on replica A to its SSE event on replica B, "
         f"{LATENCY_COMMITS} commits, milliseconds",
@@ -86,6 +125,15 @@ def run(workdir: Path) -> list[Report]:
             two = median_of(RUNS, partial(isbre_rate, servers, writers, per_writer))
             sql = median_of(RUNS, partial(sql_rate, sql_uri, warehouse, writers, per_writer))
             commits.add(str(writers), one, two, sql, f"{two / sql:.1f}x")
+        per_writer = COMMITS_TOTAL // CPU_WRITERS
+        runs = {
+            "isbre, 1 replica": (servers[:1], partial(isbre_run, servers[:1], CPU_WRITERS, per_writer)),
+            "isbre, 2 replicas": (servers, partial(isbre_run, servers, CPU_WRITERS, per_writer)),
+            "SqlCatalog": ([], partial(sql_run, sql_uri, warehouse, CPU_WRITERS, per_writer)),
+        }
+        for name, (measured, run) in runs.items():
+            samples = [cpu_per_commit(run, COMMITS_TOTAL, measured, database) for _ in range(RUNS)]
+            cpu.add(name, *(statistics.median(column) for column in zip(*samples, strict=True)))
         for clients in (4, 16):
             requests = max(20, 4000 // clients)
             one = median_of(RUNS, partial(load_rate, servers[:1], clients, requests))
@@ -97,7 +145,7 @@ def run(workdir: Path) -> list[Report]:
         for server in servers:
             server.stop()
         database.stop()
-    return [commits, loads, latency]
+    return [commits, cpu, loads, latency]
 
 
 if __name__ == "__main__":

@@ -14,7 +14,9 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
+from multiprocessing.sharedctypes import Synchronized
 from multiprocessing.synchronize import Barrier
 from pathlib import Path
 
@@ -66,21 +68,41 @@ def _loaders(urls: list[str], requests: int, clients: list[str], start: Barrier)
     _threads(work, clients, start)
 
 
+_cpu_at_start = 0.0  # in a client process: its CPU time when the barrier let it go
+
+
 def _threads(work: Callable[[str], None], items: list[str], start: Barrier) -> None:
+    global _cpu_at_start
     threads = [threading.Thread(target=work, args=(item,)) for item in items]
     start.wait()
+    _cpu_at_start = time.process_time()
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
 
 
-def in_processes(target: Callable[..., None], groups: list[list[str]], *leading: object) -> float:
-    """Seconds from the moment every client process is ready until the last one is done; each
-    process runs `target(*leading, group, barrier)`."""
+def _counted(target: Callable[..., None], spent: Synchronized, *args: object) -> None:
+    """Runs `target(*args)` and adds the CPU time it took after the barrier to `spent`."""
+    target(*args)
+    with spent.get_lock():
+        spent.value += time.process_time() - _cpu_at_start
+
+
+@dataclass
+class ClientRun:
+    seconds: float  # from the moment every client process was ready until the last one was done
+    cpu_seconds: float  # the client processes' CPU time in that span
+
+
+def in_processes(target: Callable[..., None], groups: list[list[str]], *leading: object) -> ClientRun:
+    """Each client process runs `target(*leading, group, barrier)`."""
     context = multiprocessing.get_context("spawn")
     ready = context.Barrier(len(groups) + 1)
-    processes = [context.Process(target=target, args=(*leading, group, ready)) for group in groups]
+    spent = context.Value("d", 0.0)
+    processes = [
+        context.Process(target=_counted, args=(target, spent, *leading, group, ready)) for group in groups
+    ]
     for process in processes:
         process.start()
     ready.wait()
@@ -89,7 +111,7 @@ def in_processes(target: Callable[..., None], groups: list[list[str]], *leading:
         process.join()
         if process.exitcode != 0:
             raise RuntimeError(f"a client process failed ({process.exitcode})")
-    return time.perf_counter() - begun
+    return ClientRun(time.perf_counter() - begun, spent.value)
 
 
 def prepare(server: IsbreServer) -> None:
@@ -103,37 +125,41 @@ def _split(items: list[str], parts: int) -> list[list[str]]:
     return [items[i::parts] for i in range(parts) if items[i::parts]]
 
 
-def isbre_rate(servers: IsbreServer | list[IsbreServer], writers: int, commits: int) -> float:
-    """Commits per second of `writers` writers, each on its own table, spread over `servers` (replicas
-    of one catalog)."""
+def isbre_run(servers: IsbreServer | list[IsbreServer], writers: int, commits: int) -> ClientRun:
+    """`writers` writers making `commits` commits each, each on its own table, spread over `servers`
+    (replicas of one catalog)."""
     urls = [s.url for s in (servers if isinstance(servers, list) else [servers])]
     run = uuid.uuid4().hex[:8]
     tables = [f"i{run}_{w}" for w in range(writers)]
     for table in tables:
         body = {"name": table, "schema": SCHEMA_JSON}
         httpx.post(f"{urls[0]}/v1/isbre/namespaces/bench/tables", json=body).raise_for_status()
-    groups = _split(tables, client_processes(writers))
-    seconds = in_processes(_isbre_writers, groups, urls, commits)
-    return writers * commits / seconds
+    return in_processes(_isbre_writers, _split(tables, client_processes(writers)), urls, commits)
 
 
-def sql_rate(uri: str, warehouse: str, writers: int, commits: int) -> float:
+def isbre_rate(servers: IsbreServer | list[IsbreServer], writers: int, commits: int) -> float:
+    """Commits per second (see `isbre_run`)."""
+    return writers * commits / isbre_run(servers, writers, commits).seconds
+
+
+def sql_run(uri: str, warehouse: str, writers: int, commits: int) -> ClientRun:
     catalog = SqlCatalog("bench", uri=uri, warehouse=warehouse)
     run = uuid.uuid4().hex[:8]
     tables = [f"s{run}_{w}" for w in range(writers)]
     for table in tables:
         catalog.create_table(("bench", table), schema=SCHEMA)
     catalog.close()
-    groups = _split(tables, client_processes(writers))
-    seconds = in_processes(_sql_writers, groups, uri, warehouse, commits)
-    return writers * commits / seconds
+    return in_processes(_sql_writers, _split(tables, client_processes(writers)), uri, warehouse, commits)
+
+
+def sql_rate(uri: str, warehouse: str, writers: int, commits: int) -> float:
+    return writers * commits / sql_run(uri, warehouse, writers, commits).seconds
 
 
 def load_rate(servers: IsbreServer | list[IsbreServer], clients: int, requests: int) -> float:
     urls = [s.url for s in (servers if isinstance(servers, list) else [servers])]
     groups = _split([str(c) for c in range(clients)], client_processes(clients))
-    seconds = in_processes(_loaders, groups, urls, requests)
-    return clients * requests / seconds
+    return clients * requests / in_processes(_loaders, groups, urls, requests).seconds
 
 
 def run(workdir: Path) -> list[Report]:
