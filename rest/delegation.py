@@ -17,11 +17,13 @@ import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlparse
 
 from catalog import CatalogService
-from catalog.locations import inside, normalized
+from catalog.locations import normalized
 from catalog.object_storage import ObjectStorageIO, S3Options, s3_object
+from rest import s3_signer
+from rest.models import SignRequest
+from rest.s3_signer import SigningRefusedError
 from rest.settings import DelegationSettings
 
 log = logging.getLogger(__name__)
@@ -30,14 +32,9 @@ HEADER = "x-iceberg-access-delegation"
 VENDED, SIGNING = "vended-credentials", "remote-signing"
 READS = ("s3:GetObject", "s3:GetObjectVersion")
 WRITES = ("s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts")
-READ_METHODS = frozenset({"GET", "HEAD"})
 # Credentials are handed out again while they have at least this share of their lifetime left.
 REUSE_SHARE = 0.5
 MAX_CACHED = 4096
-
-
-class SigningRefusedError(Exception):
-    """The signer will not sign this request for this caller (403)."""
 
 
 def wanted(header: str | None) -> set[str]:
@@ -160,36 +157,27 @@ class Delegation:
                 self._sts_client = boto3.session.Session().client("sts", **arguments)
             return self._sts_client
 
-    def sign(self, location: str, write_allowed: bool, request: dict[str, Any]) -> dict[str, Any]:
-        """Sign an S3 request (the REST signer protocol's body) if it stays inside `location`."""
+    def sign(self, location: str, write_allowed: bool, request: SignRequest) -> dict[str, Any]:
+        """Sign an S3 request (the REST signer protocol's body) if it is an operation of the
+        allow-list (rest/s3_signer.py) that stays inside the table at `location`."""
         if not self.signs or not location.startswith("s3://"):
             raise ValueError(
                 "Remote signing is off for this table: it is not on object storage, "
                 "or its warehouse does not sign"
             )
-        method = str(request.get("method", "")).upper()
-        uri = str(request.get("uri", ""))
-        if method not in READ_METHODS and not write_allowed:
-            raise SigningRefusedError(f"A reader may not sign a {method} request")
-        target = self._object_of(uri)
-        table = normalized(location)
-        if target is None or not (inside(target, table) or _lists_inside(uri, target, table)):
-            raise SigningRefusedError(f"{method} {uri} is outside the table's location")
-        return self._signed(method, uri, request.get("headers") or {})
-
-    def _object_of(self, uri: str) -> str | None:
-        """The s3:// location a request URI names, for this warehouse's addressing style."""
+        if request.provider not in (None, "s3"):
+            raise ValueError(f"This signer signs S3 requests only, not provider {request.provider!r}")
         assert self.options is not None
-        parsed = urlparse(uri)
-        path = unquote(parsed.path)
-        endpoint_host = urlparse(self.options.endpoint or "").hostname
-        if self.options.path_style or parsed.hostname == endpoint_host:
-            bucket, _, key = path.lstrip("/").partition("/")
-        else:  # virtual-hosted: bucket.s3.<region>.amazonaws.com
-            bucket, key = (parsed.hostname or "").split(".", 1)[0], path.lstrip("/")
-        if not bucket or ".." in key.split("/"):
-            return None
-        return f"s3://{bucket}/{key}".rstrip("/")
+        bucket, table_key = s3_object(normalized(location))
+        endpoint = s3_signer.Endpoint.of(self.options, bucket)
+        parsed = s3_signer.parse(endpoint, request.method, request.uri, request.headers, request.body)
+        if parsed.role == "writer" and not write_allowed:
+            raise SigningRefusedError(f"A reader may not sign {parsed.operation.name}")
+        if not s3_signer.inside_table(parsed, table_key):
+            raise SigningRefusedError(
+                f"Not signed: {parsed.operation.name} reaches outside the table's location {location}"
+            )
+        return self._signed(parsed)
 
     def _credentials(self) -> Any:
         """The server's own credentials, found once (botocore sessions are not safe to create on
@@ -209,30 +197,16 @@ class Delegation:
                 raise RuntimeError("The server has no S3 credentials to sign with")
             return self._own.get_frozen_credentials()
 
-    def _signed(self, method: str, uri: str, headers: dict[str, Any]) -> dict[str, Any]:
+    def _signed(self, parsed: s3_signer.S3Request) -> dict[str, Any]:
         from botocore.auth import S3SigV4Auth
         from botocore.awsrequest import AWSRequest
         from botocore.config import Config
 
         assert self.options is not None
-        kept = {
-            name: ", ".join(value) if isinstance(value, list) else str(value)
-            for name, value in headers.items()
-            if name.lower()
-            not in ("authorization", "x-amz-date", "x-amz-security-token", "x-amz-content-sha256")
-        }
-        request = AWSRequest(method=method, url=uri, headers=kept)
-        # The body never reaches the signer: sign the request with an unsigned payload.
-        request.context["client_config"] = Config(s3={"payload_signing_enabled": False})
+        request = AWSRequest(method=parsed.method, url=parsed.uri, headers=parsed.headers, data=parsed.body)
+        # The payload is signed only where the signer has judged it (DeleteObjects): the signature then
+        # holds the client to that body. Other bodies never reach the signer.
+        signed_payload = parsed.body is not None
+        request.context["client_config"] = Config(s3={"payload_signing_enabled": signed_payload})
         S3SigV4Auth(self._credentials(), "s3", self.options.region).add_auth(request)
-        return {"uri": uri, "headers": {name: [value] for name, value in request.headers.items()}}
-
-
-def _lists_inside(uri: str, target: str, table: str) -> bool:
-    """A listing of the table's bucket (ListObjectsV2) whose `prefix` lies inside the table."""
-    bucket = s3_object(table)[0]
-    prefixes = parse_qs(urlparse(uri).query).get("prefix")
-    if target != f"s3://{bucket}" or not prefixes:
-        return False
-    listed = f"s3://{bucket}/{prefixes[0]}".rstrip("/")
-    return ".." not in prefixes[0].split("/") and (listed == table or inside(listed, table))
+        return {"uri": parsed.uri, "headers": {name: [value] for name, value in request.headers.items()}}

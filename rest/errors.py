@@ -18,7 +18,7 @@ from catalog.store import InsufficientStorageError, StoreUnavailableError
 from catalog.writer import StoreGrowthError, WriterClosedError, WriterOverloadedError
 from events.subscription import CursorExpiredError
 from rest.access import ForbiddenError
-from rest.delegation import SigningRefusedError
+from rest.s3_signer import SigningRefusedError
 from rest.wire import BodyTooLargeError
 
 log = logging.getLogger(__name__)

@@ -93,11 +93,15 @@ class ReportMetricsRequest(IcebergBaseModel):
 
 
 class SignRequest(IcebergBaseModel):
-    """An S3 request to sign (Iceberg's S3 signer protocol); its body never comes along."""
+    """An S3 request to sign (the spec's RemoteSignRequest). Its body comes along only where the
+    signer must judge it (DeleteObjects); rest/s3_signer.py bounds headers, URI and body."""
 
     model_config = ConfigDict(extra="ignore")
 
     method: str = Field(pattern=r"^[A-Za-z]{1,16}$")
     region: str
-    uri: str = Field(max_length=8192)
+    uri: str
     headers: dict[str, list[str]] = Field(default_factory=dict)
+    body: str | None = None
+    provider: str | None = None
+    properties: dict[str, str] = Field(default_factory=dict)

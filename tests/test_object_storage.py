@@ -3,6 +3,7 @@ on loopback, engines holding no S3 credentials of their own, and a local warehou
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -18,6 +19,7 @@ import httpx
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pytest
+from botocore.exceptions import ClientError
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.utils.concurrent import ExecutorFactory
 
@@ -145,14 +147,14 @@ def test_duckdb_reads_and_writes_through_vended_credentials(
     assert sorted(table.scan().to_arrow()["id"].to_pylist()) == [1, 2, 3]
 
 
-def vended(server: IsbreServer, token: str, table: str) -> dict[str, str]:
+def vended(server: IsbreServer, token: str, table: str, namespace: str = "confined") -> dict[str, str]:
     response = httpx.get(
-        f"{server.url}/v1/isbre/namespaces/confined/tables/{table}/credentials",
+        f"{server.url}/v1/isbre/namespaces/{namespace}/tables/{table}/credentials",
         headers={"Authorization": f"Bearer {token}"},
     )
     response.raise_for_status()
     (credential,) = response.json()["storage-credentials"]
-    assert credential["prefix"].startswith("s3://lake/wh/confined/")
+    assert credential["prefix"].startswith(f"s3://lake/wh/{namespace}/")
     return credential["config"]
 
 
@@ -246,6 +248,130 @@ def test_the_signer_signs_inside_the_table_only_and_no_writes_for_readers(
         assert response.status_code == 403, (method, uri, response.text)
         assert response.json()["error"]["type"] == "ForbiddenException"
     assert sign(on_s3, WRITER, "a", "PUT", f"{moto.endpoint}/{a_root}/data/x.parquet").status_code == 200
+
+
+def signed_send(
+    server: IsbreServer,
+    token: str,
+    table: str,
+    method: str,
+    uri: str,
+    headers: dict[str, str] | None = None,
+    body: bytes | None = None,
+) -> tuple[httpx.Response, httpx.Response | None]:
+    """(the signer's answer, the store's answer to the signed request, when it was signed)."""
+    headers = dict(headers or {})
+    if body is not None:
+        headers["Content-MD5"] = base64.b64encode(hashlib.md5(body).digest()).decode()
+    answer = httpx.post(
+        f"{server.url}/v1/isbre/namespaces/signing2/tables/{table}/sign",
+        json={
+            "method": method,
+            "region": REGION,
+            "uri": uri,
+            "headers": {name: [value] for name, value in headers.items()},
+            "body": body.decode() if body is not None else None,
+        },
+        headers={"Authorization": f"Bearer {token}"},
+    )
+    if answer.status_code != 200:
+        return answer, None
+    signed = answer.json()
+    sent = {name: ", ".join(values) for name, values in signed["headers"].items()}
+    return answer, httpx.request(method, signed["uri"], headers=sent, content=body)
+
+
+def deletion(*keys: str) -> bytes:
+    objects = "".join(f"<Object><Key>{key}</Key></Object>" for key in keys)
+    return f'<Delete xmlns="http://s3.amazonaws.com/doc/2006-03-01/">{objects}</Delete>'.encode()
+
+
+def test_what_the_signer_signs_a_real_s3_does_and_nothing_outside_the_table(
+    on_s3: IsbreServer, moto: MotoS3
+) -> None:
+    """The attacks that got other tables' objects deleted, copied and listed through the signer."""
+    a_root, b_root, a_file, b_file = two_tables(on_s3, moto, "signing2")
+    a_key, endpoint = a_root.removeprefix("lake/"), moto.endpoint
+    s3 = moto.client("s3")
+    s3.put_object(Bucket="lake", Key=f"{a_key}/data/scratch.bin", Body=b"x")
+    # DeleteObjects "for the table's prefix" whose body names another namespace's object.
+    answer, _ = signed_send(
+        on_s3, WRITER, "a", "POST", f"{endpoint}/lake?delete&prefix={a_key}/", body=deletion(b_file)
+    )
+    assert answer.status_code == 403, answer.text
+    answer, _ = signed_send(on_s3, WRITER, "a", "POST", f"{endpoint}/lake?delete", body=deletion(b_file))
+    assert answer.status_code == 403, answer.text
+    # Copies of another table's object into this one, by CopyObject and UploadPartCopy.
+    for query in ("", "?uploadId=u&partNumber=1"):
+        answer, _ = signed_send(
+            on_s3, WRITER, "a", "PUT", f"{endpoint}/lake/{a_key}/data/stolen{query}",
+            {"x-amz-copy-source": f"lake/{b_file}"},
+        )  # fmt: skip
+        assert answer.status_code == 403, answer.text
+    # The whole bucket listed by a second prefix; bucket policy and ACL reads and writes.
+    for method, uri in (
+        ("GET", f"{endpoint}/lake?list-type=2&prefix=&prefix={a_key}/"),
+        ("PUT", f"{endpoint}/lake?policy&prefix={a_key}/"),
+        ("PUT", f"{endpoint}/lake?lifecycle&prefix={a_key}/"),
+        ("GET", f"{endpoint}/lake?acl&prefix={a_key}/"),
+        ("GET", f"{endpoint}/lake?policy"),
+    ):
+        for token in (READER, WRITER):
+            answer, _ = signed_send(on_s3, token, "a", method, uri)
+            assert answer.status_code == 403, (method, uri, answer.text)
+    assert b_file in moto.keys("lake", b_root.removeprefix("lake/"))
+
+    # What is inside the table works as signed.
+    answer, listing = signed_send(on_s3, READER, "a", "GET", f"{endpoint}/lake?list-type=2&prefix={a_key}/")
+    assert listing is not None and listing.status_code == 200, answer.text
+    assert a_file in listing.text and b_file not in listing.text
+    answer, copied = signed_send(
+        on_s3,
+        WRITER,
+        "a",
+        "PUT",
+        f"{endpoint}/lake/{a_key}/data/copy.parquet",
+        {"x-amz-copy-source": f"lake/{a_file}"},
+    )
+    assert copied is not None and copied.status_code == 200, (answer.text, copied.text)
+    answer, deleted = signed_send(
+        on_s3, WRITER, "a", "POST", f"{endpoint}/lake?delete", body=deletion(f"{a_key}/data/scratch.bin")
+    )
+    assert deleted is not None and deleted.status_code == 200, (answer.text, deleted.text)
+    assert f"{a_key}/data/scratch.bin" not in moto.keys("lake", a_key)
+    # The signature holds the client to the body that was judged.
+    answer, _ = signed_send(
+        on_s3, WRITER, "a", "POST", f"{endpoint}/lake?delete", body=deletion(f"{a_key}/data/copy.parquet")
+    )
+    signed = answer.json()
+    forged = httpx.post(
+        signed["uri"],
+        headers={name: ", ".join(values) for name, values in signed["headers"].items()},
+        content=deletion(b_file),
+    )
+    assert forged.status_code in (400, 403), forged.text
+    assert b_file in moto.keys("lake", b_root.removeprefix("lake/"))
+
+
+def test_a_vended_credential_lists_and_copies_inside_its_table_only(on_s3: IsbreServer, moto: MotoS3) -> None:
+    a_root, _, a_file, b_file = two_tables(on_s3, moto, "vended2")
+    config = vended(on_s3, WRITER, "a", "vended2")
+    client = moto.client(
+        "s3",
+        aws_access_key_id=config["s3.access-key-id"],
+        aws_secret_access_key=config["s3.secret-access-key"],
+        aws_session_token=config["s3.session-token"],
+    )
+    a_key = a_root.removeprefix("lake/")
+    listed = client.list_objects_v2(Bucket="lake", Prefix=f"{a_key}/")
+    assert [item["Key"] for item in listed["Contents"]] == moto.keys("lake", f"{a_key}/")
+    for wider in ("", "wh/", "wh/vended2/", a_key):
+        with pytest.raises(ClientError, match=DENIED):
+            client.list_objects_v2(Bucket="lake", Prefix=wider)
+    client.copy_object(Bucket="lake", Key=f"{a_key}/data/copy.parquet", CopySource=f"lake/{a_file}")
+    with pytest.raises(ClientError, match=DENIED):
+        client.copy_object(Bucket="lake", Key=f"{a_key}/data/stolen.parquet", CopySource=f"lake/{b_file}")
+    assert f"{a_key}/data/stolen.parquet" not in moto.keys("lake", a_key)
 
 
 def test_a_local_and_an_s3_warehouse_side_by_side(on_s3: IsbreServer) -> None:

@@ -7,7 +7,7 @@ import platform
 import tempfile
 from pathlib import Path
 
-from tests.bench import commits, events, lineage, load_table, object_storage, replicas, sinks, workers
+from tests.bench import commits, events, lineage, load_table, object_storage, replicas, signing, sinks, workers
 
 
 def main() -> None:
@@ -17,6 +17,7 @@ def main() -> None:
         reports = [
             commits.run(Path(workdir)),
             object_storage.run(Path(workdir)),
+            signing.run(Path(workdir)),
             load_table.run(Path(workdir)),
             *workers.run(Path(workdir)),
             *replicas.run(Path(workdir)),
