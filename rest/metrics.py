@@ -14,6 +14,7 @@ from catalog.store import StoreUnavailableError
 from catalog.writer import WriterStats
 from events.sse import open_streams
 from rest.access import PUBLIC
+from rest.labels import labels, method_label
 from rest.shared_counters import Counts
 
 router = APIRouter(dependencies=[Depends(PUBLIC)])
@@ -29,7 +30,7 @@ def _histogram(name: str, help_text: str, stats: WriterStats) -> str:
     samples, cumulative = [], 0
     for bound, count in zip((*stats.latency_bounds, float("inf")), stats.latency_counts, strict=True):
         cumulative += count
-        samples.append((f'_bucket{{le="{"+Inf" if bound == float("inf") else bound}"}}', cumulative))
+        samples.append(("_bucket" + labels(le="+Inf" if bound == float("inf") else bound), cumulative))
     samples += [("_sum", stats.latency_sum), ("_count", cumulative)]
     lines = [f"# HELP {name} {help_text}", f"# TYPE {name} histogram"]
     return "\n".join(lines + [f"{name}{suffix} {value:g}" for suffix, value in samples])
@@ -78,7 +79,7 @@ class RequestMetrics:
         finally:
             method = scope["method"]
             template = route[0] if route else self.templates.find(method, scope["path"])
-            self.counter[(method, template, status[0])] += 1
+            self.counter[(method_label(method), template, status[0])] += 1
 
 
 ROUTE_KEY = "isbre.route"
@@ -177,7 +178,7 @@ def metrics(request: Request) -> Response:
             "isbre_metrics_reports_total",
             "counter",
             "Scan and commit reports received from clients.",
-            [(f'{{type="{kind}"}}', count) for kind, count in sorted(reports.items())],
+            [(labels(type=kind), count) for kind, count in sorted(reports.items())],
         ),
     ]
     blocks.append(
@@ -198,7 +199,7 @@ def metrics(request: Request) -> Response:
             "counter",
             "HTTP requests by method, route template and status ('unmatched': refused before routing).",
             [
-                (f'{{method="{method}",route="{route}",status="{status}"}}', count)
+                (labels(method=method, route=route, status=status), count)
                 for (method, route, status), count in sorted(requests.items())
             ],
         )

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from catalog.writer import WriterStats
+from rest.labels import method_label, report_type
 
 FOLDER = "isbre-workers"
 
@@ -49,8 +50,14 @@ class Counts:
     def from_json(cls, text: str) -> Counts:
         raw: dict[str, Any] = json.loads(text)
         writer = WriterStats(**{**raw["writer"], "latency_bounds": tuple(raw["writer"]["latency_bounds"])})
-        requests = Counter({(m, r, int(s)): c for m, r, s, c in raw["requests"]})
-        return cls(writer, requests, Counter(raw["reports"]), raw["streams"])
+        # Files another process wrote: only their numbers are taken as they are.
+        requests: Counter[tuple[str, str, int]] = Counter()
+        for method, route, status, count in raw["requests"]:
+            requests[(method_label(str(method)), str(route), int(status))] += int(count)
+        reports: Counter[str] = Counter()
+        for kind, count in dict(raw["reports"]).items():
+            reports[report_type(str(kind))] += int(count)
+        return cls(writer, requests, reports, int(raw["streams"]))
 
     def add(self, other: Counts) -> None:
         self.writer.batches += other.writer.batches

@@ -19,6 +19,7 @@ from catalog.metadata_files import metadata_json
 from rest.access import InNamespace, ManagesNamespace, ReadsNamespace, Writer, WritesNamespace
 from rest.delegation import HEADER, VENDED, Delegation, wanted
 from rest.idempotency import NO_CONTENT, TABLE, idempotent_mutation
+from rest.labels import report_type
 from rest.models import (
     CommitTableRequest,
     CommitTransactionRequest,
@@ -144,13 +145,11 @@ def load_credentials(request: Request, target: ReadsNamespace, table: str) -> Re
 def sign_request(
     request: Request, target: ReadsNamespace, table: str, raw: bytes = Depends(raw_body)
 ) -> Response:
-    """The S3 remote signer (Iceberg's S3 signer protocol) for one table's objects: a reader may
-    sign reads, a writer writes too; nothing outside the table's location is signed."""
+    """The S3 remote signer (Iceberg's S3 signer protocol) for one table's objects: the operations
+    of rest/s3_signer.py's allow-list, reads for a reader, inside the table's location only."""
     body = parse(SignRequest, raw)
     state = service(request).load_table(target.ident(table))
-    signed = _delegation(request).sign(
-        state.metadata.location, target.access.may("writer"), body.model_dump()
-    )
+    signed = _delegation(request).sign(state.metadata.location, target.access.may("writer"), body)
     return JSONResponse(signed, headers={"Cache-Control": "no-store"})
 
 
@@ -253,8 +252,8 @@ def report_metrics(
     does, the report is accepted and counted)."""
     report = parse(ReportMetricsRequest, raw)
     ident = target.ident(table)
-    request.app.state.metrics_reports[report.report_type] += 1
-    log.debug("metrics report %s for %s", report.report_type, ident)
+    request.app.state.metrics_reports[report_type(report.report_type)] += 1
+    log.debug("metrics report %s for %s", report_type(report.report_type), ident)
     return Response(status_code=204)
 
 
