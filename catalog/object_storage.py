@@ -128,7 +128,9 @@ class ObjectStorageIO(PyArrowFileIO):
         if not path.startswith("s3://"):
             super().delete(location)
             return
-        bucket, key = s3_object(path)
+        self.delete_key(*s3_object(path))
+
+    def delete_key(self, bucket: str, key: str) -> None:
         self.client.delete_object(Bucket=bucket, Key=key)
 
     def remove_empty_markers(self, location: str) -> None:

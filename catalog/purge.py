@@ -1,26 +1,23 @@
 """Deleting a dropped table's files, confined and best effort.
 
 Every path comes from metadata that a client wrote (manifest lists, manifests,
-data files, statistics, the metadata log), so each is checked before it is
-deleted; the caller decides what may go. A file that cannot be read or deleted
-does not stop the purge: the rest is still deleted, and the report says what
-was left behind.
+data files, statistics, the metadata log), so each goes through the table's
+confined deleter (catalog/deletion.py), which removes only what lies inside the
+table's own resolved location. A file that cannot be read or deleted does not
+stop the purge: the rest is still deleted, and the report says what was left
+behind.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import ManifestFile
 from pyiceberg.table.metadata import TableMetadata
 
-from catalog.metadata_files import local_path
-from catalog.object_storage import ObjectStorageIO
+from catalog.deletion import OutsideTableError, TableFiles
 
 # How many paths of each kind a purge record lists.
 LISTED = 20
@@ -77,43 +74,34 @@ def _manifest_paths(io: FileIO, metadata: TableMetadata, report: PurgeReport) ->
 
 
 def purge_files(
-    io: FileIO, metadata: TableMetadata | None, extra: list[str], deletable: Callable[[str], bool]
+    io: FileIO, metadata: TableMetadata | None, extra: list[str], files: TableFiles | None
 ) -> PurgeReport:
-    """Delete the files `metadata` names (and `extra`) for which `deletable(path)` holds."""
+    """Delete the files `metadata` names (and `extra`) through `files`, the table's deleter (None:
+    the table's location itself may not be deleted from, so everything is left behind)."""
     report = PurgeReport(metadata.location if metadata else None)
-    files: dict[str, str] = {}
+    named: dict[str, str] = {}
     if metadata is not None:
-        files |= _manifest_paths(io, metadata, report)
-        files |= {entry.metadata_file: "previous metadata" for entry in metadata.metadata_log}
-        files |= {stat.statistics_path: "statistics" for stat in metadata.statistics}
-        files |= {stat.statistics_path: "partition statistics" for stat in metadata.partition_statistics}
-    files |= {path: "metadata" for path in extra}
-    for path, kind in files.items():
-        if not deletable(path):
+        named |= _manifest_paths(io, metadata, report)
+        named |= {entry.metadata_file: "previous metadata" for entry in metadata.metadata_log}
+        named |= {stat.statistics_path: "statistics" for stat in metadata.statistics}
+        named |= {stat.statistics_path: "partition statistics" for stat in metadata.partition_statistics}
+    named |= {path: "metadata" for path in extra}
+    for path, kind in named.items():
+        if files is None:
             report.skipped.append(path)
             continue
         try:
-            io.delete(path)
+            files.delete(path)
             report.deleted += 1
+        except OutsideTableError:
+            report.skipped.append(path)
         except FileNotFoundError:
             continue  # already gone
         except Exception as exc:
             report.problems.append(f"{kind} {path}: {_described(exc)}")
-    if metadata is not None and (root := local_path(metadata.location)) is not None:
-        _remove_empty_dirs(root)  # only empty ones: they hold nothing of anyone
-    elif metadata is not None and isinstance(io, ObjectStorageIO):
+    if files is not None:
         try:
-            io.remove_empty_markers(metadata.location)
+            files.remove_empty_directories()  # only empty ones: they hold nothing of anyone
         except Exception as exc:
-            report.problems.append(f"directory markers under {metadata.location}: {_described(exc)}")
+            report.problems.append(f"directories under {files.location}: {_described(exc)}")
     return report
-
-
-def _remove_empty_dirs(root: Path) -> None:
-    if not root.is_dir():
-        return
-    for directory in sorted((p for p in root.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
-        with contextlib.suppress(OSError):
-            directory.rmdir()  # only empty ones go
-    with contextlib.suppress(OSError):
-        root.rmdir()

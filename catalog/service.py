@@ -15,7 +15,6 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -38,6 +37,7 @@ from pyiceberg.table.sorting import SortOrder
 from pyiceberg.view.metadata import ViewMetadata, ViewVersion
 
 from catalog.coverage import Coverage, snapshot_spans
+from catalog.deletion import TableFiles
 from catalog.identifiers import Identifier, check_namespace
 from catalog.limits import Limits
 from catalog.locations import LocationNotAllowedError, LocationPolicy, inside, normalized
@@ -56,7 +56,14 @@ from catalog.metadata_files import (
 from catalog.purge import PurgeIncompleteError, PurgeReport, purge_files
 from catalog.records import CommitRecord, now_us
 from catalog.store import Pointer, ReadView, Store, WriteView
-from catalog.tables import Staged, TableChange, commit_record, next_metadata_location, stage
+from catalog.tables import (
+    Staged,
+    TableChange,
+    check_carried_paths,
+    commit_record,
+    next_metadata_location,
+    stage,
+)
 from catalog.views import ViewRequirement, ViewUpdate, new_view_metadata, update_view_metadata
 from catalog.writer import Batch, Writer
 
@@ -401,10 +408,26 @@ class CatalogService:
             if inside(found, place) or inside(place, found):
                 raise LocationNotAllowedError(f"{what} {location!r} is in or around the catalog's own store")
 
-    def _check_place(self, location: str, what: str, places: LocationPolicy | None) -> None:
-        """Where a table or view may live, before anything is written (the overlap check is `_claim`)."""
+    def _check_place(
+        self, location: str, what: str, places: LocationPolicy | None, writes_to: str | None = ""
+    ) -> None:
+        """Where a table or view may live: allowed, and away from the store. `writes_to`: for a place
+        isbre is about to write a metadata file in, the object moving there ("" for a new one): the
+        place must not be in or around another object's before anything is written (the writer
+        checks overlaps again when it claims the place, `_claim`); None for a register, which
+        writes nothing."""
         (places or self.locations).check(location, what)
         self._check_protected(location, what)
+        if writes_to is None:
+            return
+        with self.store.read(self.scope) as view:
+            others = [
+                place for place, holder in view.overlapping(normalized(location)) if holder != writes_to
+            ]
+        if others:
+            raise LocationNotAllowedError(
+                f"{what} {location!r} overlaps the files of another table or view, at {others[0]}"
+            )
 
     @staticmethod
     def _claim(view: WriteView, owner: str, location: str, what: str, moving: bool = True) -> None:
@@ -530,7 +553,8 @@ class CatalogService:
                     ]
                     for entry in staged:
                         if entry.moved:  # set-location, and a create by updates
-                            self._check_place(entry.metadata.location, "Table location", places)
+                            owner = str(entry.metadata.table_uuid) if entry.base else ""
+                            self._check_place(entry.metadata.location, "Table location", places, owner)
                 except Exception:
                     if from_store:
                         raise
@@ -629,8 +653,7 @@ class CatalogService:
                 None, problems=[f"metadata {pointer.metadata_location}: {type(exc).__name__}"]
             )
         else:
-            deletable = partial(self._deletable, normalized(metadata.location))
-            report = purge_files(self.io, metadata, [pointer.metadata_location], deletable)
+            report = purge_files(self.io, metadata, [pointer.metadata_location], self._table_files(metadata))
         if not report.left_behind:
             return
 
@@ -657,17 +680,21 @@ class CatalogService:
                 f"{record.commit_seq} (kind table.purge-incomplete)"
             )
 
-    def _deletable(self, root: str, path: str) -> bool:
-        """Whether a purge of the table at `root` may delete `path`."""
+    def _table_files(self, metadata: TableMetadata) -> TableFiles | None:
+        """The deleter of a dropped table's files (None when its location may not be deleted from)."""
+
+        def claimed_by_other(location: str) -> bool:
+            # The dropped table is no longer indexed: anyone here is another.
+            with self.store.read(self.scope) as view:
+                return bool(view.overlapping(location))
+
         try:
-            found = normalized(path)
-        except LocationNotAllowedError:
-            return False
-        if not inside(found, root) or found == root or any(inside(found, p) for p in self.protected):
-            return False
-        # The dropped table is no longer indexed: anyone here is another.
-        with self.store.read(self.scope) as view:
-            return not view.overlapping(found)
+            return TableFiles(
+                self.io, metadata.location, self.locations.roots, self.protected, claimed_by_other
+            )
+        except LocationNotAllowedError as exc:
+            log.warning("purge deletes nothing at %s: %s", metadata.location, exc)
+            return None
 
     def rename_table(self, source: Identifier, target: Identifier) -> None:
         self._rename(TABLE, source, target)
@@ -702,7 +729,8 @@ class CatalogService:
         places: LocationPolicy | None = None,
     ) -> TableState:
         loaded = _read_for_register(self.table_files, places or self.locations, metadata_location)
-        self._check_place(loaded.metadata.location, "Table location", places)
+        self._check_place(loaded.metadata.location, "Table location", places, writes_to=None)
+        check_carried_paths(loaded.metadata)
         # Whatever coverage the snapshots still declare (expired ones are gone with their summaries).
         spans = [span for snapshot in loaded.metadata.snapshots for span in snapshot_spans(snapshot)]
 
@@ -783,7 +811,7 @@ class CatalogService:
                     return current
                 moved = metadata.location != current.metadata.location
                 if moved:
-                    self._check_place(metadata.location, "View location", places)
+                    self._check_place(metadata.location, "View location", places, str(metadata.view_uuid))
                 base = Pointer(current.metadata_location, current.metadata.view_uuid)
                 try:
                     return self._swap_view(ident, base, metadata, moved)
@@ -845,7 +873,7 @@ class CatalogService:
         self, ident: Identifier, metadata_location: str, places: LocationPolicy | None = None
     ) -> ViewState:
         loaded = _read_for_register(self.view_files, places or self.locations, metadata_location)
-        self._check_place(loaded.metadata.location, "View location", places)
+        self._check_place(loaded.metadata.location, "View location", places, writes_to=None)
 
         def mutation(batch: Batch) -> ViewState:
             _require_namespace(batch.view, ident.namespace)

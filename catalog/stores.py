@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 from catalog.lmdb_store import LmdbStore
+from catalog.metadata_files import file_uri
 from catalog.store import Store
 
 
@@ -29,7 +30,7 @@ def open_store(
 
 def store_files(store: Store) -> tuple[str, ...]:
     """Locations no table may take: the store's own files, when it has any."""
-    return (store.path.as_uri(),) if isinstance(store, LmdbStore) else ()
+    return (file_uri(store.path),) if isinstance(store, LmdbStore) else ()
 
 
 # A helper process (the events fan-out, the lineage worker) learns its store from the environment:

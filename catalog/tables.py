@@ -88,6 +88,9 @@ def stage(change: TableChange, base: Pointer | None, current: Loaded[TableMetada
             return Staged(change.ident, base, current.metadata, current.json, base.metadata_location, False)
         metadata = updated
     _check_statistics(metadata, change.updates)
+    for update in change.updates:
+        if isinstance(update, AddSnapshotUpdate):
+            check_path(update.snapshot.manifest_list, "manifest list")
     location = next_metadata_location(metadata.location, base.metadata_location if base else None)
     added = [u.snapshot for u in change.updates if isinstance(u, AddSnapshotUpdate)]
     spans = tuple(span for snapshot in added for span in snapshot_spans(snapshot))
@@ -105,6 +108,24 @@ def _created_by_updates(change: TableChange) -> TableMetadata:
     if not metadata.location:
         raise ValueError("A create by updates needs a set-location update")
     return metadata
+
+
+def check_path(path: str, what: str) -> None:
+    """A path metadata carries must have one spelling (catalog/locations.py): 400 otherwise."""
+    try:
+        normalized(path)
+    except LocationNotAllowedError as exc:
+        raise ValueError(f"Invalid {what} path: {exc}") from exc
+
+
+def check_carried_paths(metadata: TableMetadata) -> None:
+    """Every path of whole metadata (a register): manifest lists, previous metadata, statistics."""
+    for snapshot in metadata.snapshots:
+        check_path(snapshot.manifest_list, "manifest list")
+    for entry in metadata.metadata_log:
+        check_path(entry.metadata_file, "previous metadata file")
+    for statistics in (*metadata.statistics, *metadata.partition_statistics):
+        check_path(statistics.statistics_path, "statistics")
 
 
 def _check_statistics(metadata: TableMetadata, updates: tuple[TableUpdate, ...]) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 from pyiceberg.table.metadata import TableMetadata
 
 from catalog.limits import Limits
-from catalog.metadata_files import local_path
+from catalog.metadata_files import file_uri, local_path
 from catalog.object_storage import ObjectStorageIO, S3Options
 from catalog.service import CatalogService
 from catalog.stores import open_store, store_files
@@ -67,7 +67,7 @@ def open_warehouses(
         services.append(
             CatalogService(
                 opened,
-                root.as_uri() if root is not None else warehouse.root,
+                file_uri(root) if root is not None else warehouse.root,
                 io=None if root is not None else ObjectStorageIO(warehouse.s3 or S3Options()),
                 max_batch=max_batch,
                 max_queue=max_queue,

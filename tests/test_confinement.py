@@ -21,6 +21,7 @@ from catalog import CatalogService, Identifier
 from catalog.locations import LocationNotAllowedError
 from catalog.metadata_files import local_path
 from rest.auth import sha256_hex
+from tests.crafted import crafted_snapshot
 from tests.server import ID_SCHEMA, IsbreServer, secured_server
 
 P = "/v1/isbre"
@@ -237,6 +238,80 @@ def test_a_scoped_principal_registers_and_places_only_inside_its_scope(scoped: I
         headers={"Authorization": "Bearer sa"},
     )
     assert relocated.status_code == 403, relocated.text
+
+
+def test_a_purge_through_encoded_separators_dot_dot_and_links_deletes_nothing_outside(
+    scoped: IsbreServer, tmp_path: Path
+) -> None:
+    """The attack that deleted a file outside the warehouse, another namespace's metadata and the
+    store: locations read one way when decoded and another by the kernel, and data files reaching
+    out through a literal `q%2F...` directory, `..` and a planted symbolic link."""
+    root = RestCatalog("r", uri=scoped.url, token="root")
+    for namespace in ("sales", "other"):
+        root.create_namespace_if_not_exists(namespace)
+    other_metadata, _ = table_with_data(root, "other", "kept")
+    outside = tmp_path / "outside" / "secret.txt"
+    outside.parent.mkdir()
+    outside.write_text("not the table's")
+    targets = [outside, Path(local_path(other_metadata) or ""), scoped.warehouse / "isbre.lmdb" / "data.mdb"]
+    admin = {"Authorization": "Bearer sa"}
+    base = f"{scoped.url}{P}/namespaces/sales"
+    sales = (scoped.warehouse / "sales").as_uri()
+    other_location = root.load_table("other.kept").metadata.location
+    for location in (
+        f"{sales}/q%2Fr%2F",
+        f"{sales}/q%2fr",
+        f"{sales}/a/../b",
+        f"{sales}/%2E%2E/x",
+        f"{sales}/x;y",
+    ):
+        refused = httpx.post(
+            f"{base}/tables", json={"name": "bad", "schema": ID_SCHEMA, "location": location}, headers=admin
+        )
+        assert refused.status_code == 400, (location, refused.text)
+    for location in (f"{other_location}?", f"{other_location}#x"):
+        refused = httpx.post(
+            f"{base}/tables", json={"name": "bad", "schema": ID_SCHEMA, "location": location}, headers=admin
+        )
+        assert refused.status_code in (400, 403), (location, refused.text)
+
+    catalog = RestCatalog("sa", uri=scoped.url, token="sa")
+    table = catalog.create_table("sales.crafted", schema=pa.schema([pa.field("id", pa.int64())]))
+    own = local_path(table.metadata.location)
+    assert own is not None
+    # What an engine with access to its table's directory can plant there.
+    decoy = own / "data" / "q%2Fr%2Fs%2Ft%2F"
+    decoy.mkdir(parents=True)
+    (own / "link").symlink_to(outside.parent)
+    (own / "data" / "real.parquet").write_bytes(b"PAR1")
+    up = "/".join([".."] * 4)  # from the decoy: data, the table, sales, the warehouse
+    victim = Path(local_path(other_metadata) or "").relative_to(scoped.warehouse)
+    reaching = [
+        f"{decoy}/{up}/isbre.lmdb/data.mdb",
+        f"{decoy.as_posix()}/{up}/{victim}",
+        f"{own}/link/secret.txt",
+        str(outside),
+        f"{own.as_uri()}/data/q%2Fr%2Fs%2Ft%2F/{up}/isbre.lmdb/data.mdb",
+    ]
+    url = f"{base}/tables/crafted"
+    for manifest_list in (f"{decoy}/{up}/sales/x.avro", f"{own}/metadata/q%2F..%2F..%2Fx.avro"):
+        updates = crafted_snapshot(
+            table.metadata, manifest_list, [], write_list_at=str(own / "metadata" / "l.avro")
+        )
+        refused = httpx.post(url, json={"updates": updates}, headers=admin)
+        assert refused.status_code == 400, refused.text
+    updates = crafted_snapshot(
+        table.metadata,
+        f"{own}/metadata/snap-crafted.avro",
+        [(f"{own}/metadata/crafted-m0.avro", [*reaching, str(own / "data" / "real.parquet")])],
+    )
+    assert httpx.post(url, json={"updates": updates}, headers=admin).status_code == 200
+    dropped = httpx.delete(f"{url}?purgeRequested=true", headers=admin)
+    assert dropped.status_code == 204, dropped.text
+    for target in targets:
+        assert target.exists(), f"{target} was deleted"
+    assert not (own / "data" / "real.parquet").exists()
+    assert root.load_table("other.kept").scan().to_arrow().num_rows == 3
 
 
 def test_a_store_made_before_the_location_index_gets_one(tmp_path: Path) -> None:
