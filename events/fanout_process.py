@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import resource
@@ -28,6 +29,7 @@ from pathlib import Path
 
 from catalog import CatalogService
 from catalog.feed import CommitFeed
+from catalog.store import StoreUnavailableError
 from catalog.stores import helper_store
 from events.broadcast import Broadcaster
 from events.fanout import StreamRequest, until_expiry
@@ -143,7 +145,11 @@ class FanoutServer:
             log.error("out of file descriptors: a subscriber was disconnected (raise `ulimit -n`)")
             return
         connection = socket.socket(fileno=fds[0])
-        self.broadcaster.publish_from_log()
+        try:
+            self._catch_up()
+        except StoreUnavailableError as exc:
+            _refuse_unavailable(connection, exc)
+            return
         ended = asyncio.Event()
         task = asyncio.get_running_loop().create_task(
             self._stream(connection, StreamRequest.decode(message), ended)
@@ -151,6 +157,14 @@ class FanoutServer:
         self.streams[task] = (ended, channel)
         task.add_done_callback(self._forget)
         self._report(channel)
+
+    def _catch_up(self) -> None:
+        """Read what the log gained. After the database came back, the first query can meet a
+        connection that died with it: that one is tried again on a fresh connection."""
+        try:
+            self.broadcaster.publish_from_log()
+        except StoreUnavailableError:
+            self.broadcaster.publish_from_log()
 
     def _forget(self, task: asyncio.Task[None]) -> None:
         _, channel = self.streams.pop(task, (None, None))
@@ -195,6 +209,10 @@ class FanoutServer:
                     await writer.drain()
             except CursorExpiredError as exc:
                 writer.write(_chunk(expired_frame(exc)))
+            except StoreUnavailableError:
+                log.warning(
+                    "a stream ended: the store cannot be reached (its client resumes from its cursor)"
+                )
             if expired.is_set() and not gone.is_set():
                 writer.write(_chunk(token_expired_frame()))
             if not gone.is_set():
@@ -206,6 +224,20 @@ class FanoutServer:
             for helper in helpers:
                 helper.cancel()
             writer.close()
+
+
+def _refuse_unavailable(connection: socket.socket, exc: StoreUnavailableError) -> None:
+    """Answer a handed-over connection 503, as the server answers any request while its store is down."""
+    body = json.dumps({"error": {"message": str(exc), "type": "ServiceUnavailableException", "code": 503}})
+    head = (
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\n"
+        f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+    )
+    with contextlib.suppress(OSError):
+        connection.setblocking(True)
+        connection.settimeout(1.0)
+        connection.sendall(head.encode() + body.encode())
+    connection.close()
 
 
 def main(argv: list[str] | None = None) -> int:

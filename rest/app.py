@@ -275,7 +275,11 @@ def create_app(settings: Settings, worker: bool = False) -> FastAPI:
     app.add_middleware(RouteCapture)
     if settings.auth.enabled:
         authenticator = Authenticator(settings.auth)
-        failures = FailureLimit(settings.auth.max_failed_logins, settings.auth.failed_login_window_seconds)
+        failures = FailureLimit(
+            settings.auth.max_failed_logins,
+            settings.auth.failed_login_window_seconds,
+            settings.state_path() / "failed-logins.sqlite3",
+        )
 
         @app.post("/v1/oauth/tokens", dependencies=[Depends(PUBLIC)])
         async def issue_token(request: Request) -> Response:

@@ -14,8 +14,12 @@ import hashlib
 import hmac
 import json
 import secrets
+import sqlite3
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import parse_qs, unquote_plus
 
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -25,6 +29,8 @@ from rest.settings import AuthSettings, Principal
 from rest.wire import send_error
 
 PUBLIC = frozenset({"/v1/oauth/tokens", "/live", "/ready", "/health", "/metrics"})
+# Public routes that say more to an admin: a token is verified when one comes, never required.
+MORE_TO_ADMINS = frozenset({"/health"})
 RANK = {"reader": 0, "writer": 1, "admin": 2}
 
 
@@ -48,7 +54,13 @@ class Caller:
     expires_at: float | None = None  # when the token ends (None: a static token)
 
     def may_use(self, namespace: tuple[str, ...]) -> bool:
+        if self.rank < 0:
+            return False
         return not self.namespaces or any(namespace[: len(n)] == n for n in self.namespaces)
+
+
+# Who calls a public route without credentials while authentication is on: below every role.
+ANONYMOUS = Caller("anonymous", -1, ())
 
 
 def _caller(principal: Principal, expires_at: float | None = None) -> Caller:
@@ -111,16 +123,17 @@ class AuthMiddleware:
         self.public_prefixes = public_prefixes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (
-            scope["type"] != "http"
-            or scope["path"] in PUBLIC
-            or scope["path"].startswith(self.public_prefixes)
+        if scope["type"] != "http" or (
+            scope["path"] in PUBLIC - MORE_TO_ADMINS or scope["path"].startswith(self.public_prefixes)
         ):
             await self.app(scope, receive, send)
             return
         header = dict(scope["headers"]).get(b"authorization", b"").decode(errors="replace")
         token = header[7:] if header[:7].lower() == "bearer " else ""
         caller = self.authenticator.verify(token) if token else None
+        if caller is None and scope["path"] in MORE_TO_ADMINS:
+            await self.app(dict(scope, state={**scope.get("state", {}), "caller": ANONYMOUS}), receive, send)
+            return
         if caller is None:
             message = (
                 "Bad or expired credentials" if token else "Authentication required: send a bearer token"
@@ -147,30 +160,58 @@ def _basic_credentials(authorization: str) -> tuple[str, str] | None:
 class FailureLimit:
     """Refuses a client id for a while after repeated wrong secrets: guessing costs time.
 
-    Failures are counted per client id (known or not) in a window; the table of ids
-    is bounded, oldest first, so random ids cannot grow it without limit.
+    Failures are counted per client id (known or not) in a window, in a small SQLite file in the
+    server's state directory, so that every worker process of the server counts them together
+    (a guesser gets no more tries by reaching another worker). The table is bounded: random ids
+    cannot grow it without limit.
     """
 
-    def __init__(self, failures: int, window_s: float, tracked: int = 10_000) -> None:
+    def __init__(self, failures: int, window_s: float, path: Path, tracked: int = 10_000) -> None:
         self._failures = failures
         self._window = window_s
         self._tracked = tracked
-        self._seen: dict[str, list[float]] = {}
+        self._path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with self._connection() as db:
+            db.execute("CREATE TABLE IF NOT EXISTS failures (client_id TEXT NOT NULL, at REAL NOT NULL)")
+            db.execute("CREATE INDEX IF NOT EXISTS by_client ON failures (client_id, at)")
+
+    @contextmanager
+    def _connection(self) -> Iterator[sqlite3.Connection]:
+        db = sqlite3.connect(self._path, timeout=10, isolation_level=None)
+        try:
+            yield db
+        finally:
+            db.close()
 
     def retry_after(self, client_id: str) -> int:
         """Seconds until `client_id` may try again; 0 when it may now."""
-        now = time.monotonic()
-        recent = [t for t in self._seen.get(client_id, ()) if now - t < self._window]
+        now = time.time()
+        with self._connection() as db:
+            recent = [
+                at
+                for (at,) in db.execute(
+                    "SELECT at FROM failures WHERE client_id = ? AND at > ? ORDER BY at DESC LIMIT ?",
+                    (client_id, now - self._window, self._failures),
+                )
+            ]
         if len(recent) < self._failures:
             return 0
-        return max(1, int(recent[0] + self._window - now + 0.999))
+        return max(1, int(recent[-1] + self._window - now + 0.999))
 
     def failed(self, client_id: str) -> None:
-        now = time.monotonic()
-        recent = [t for t in self._seen.pop(client_id, ()) if now - t < self._window]
-        self._seen[client_id] = [*recent, now][-self._failures :]
-        while len(self._seen) > self._tracked:
-            del self._seen[next(iter(self._seen))]
+        now = time.time()
+        with self._connection() as db:
+            db.execute("BEGIN IMMEDIATE")
+            db.execute("DELETE FROM failures WHERE at <= ?", (now - self._window,))
+            db.execute("INSERT INTO failures VALUES (?, ?)", (client_id, now))
+            (count,) = db.execute("SELECT count(*) FROM failures").fetchone()
+            if count > self._tracked * self._failures:  # the oldest go first
+                db.execute(
+                    "DELETE FROM failures WHERE rowid IN (SELECT rowid FROM failures ORDER BY at LIMIT ?)",
+                    (count - self._tracked * self._failures,),
+                )
+            db.execute("COMMIT")
 
 
 def token_response(

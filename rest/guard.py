@@ -57,6 +57,9 @@ class RequestGuard:
         await self.app(scope, _bounded(receive, limit), send)
 
     def _refusal(self, scope: Scope, headers: dict[bytes, bytes]) -> tuple[int, str, str] | None:
+        if sum(1 for name, _ in scope["headers"] if name == b"host") > 1:
+            # Which one counts differs between proxies, servers and this check: one, or none at all.
+            return 400, "BadRequestException", "A request may carry one Host header, not several"
         if self.allowed_hosts is not None:
             host = _host_name(headers.get(b"host", b"").decode("latin-1").strip().lower())
             if host not in self.allowed_hosts:

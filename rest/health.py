@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, Request, Response
 from catalog import CatalogService
 from catalog.store import StoreUnavailableError
 from events.sse import events_health
-from rest.access import PUBLIC, READER
+from rest.access import PUBLIC, READER, access
 from rest.wire import json_response
 
 router = APIRouter()
@@ -70,8 +70,24 @@ def ready(request: Request) -> Response:
     return json_response({"status": "ok"})
 
 
+def _statuses_only(body: dict[str, Any]) -> dict[str, Any]:
+    """What anyone may know of the server's health: each component's status, no paths, hosts,
+    users or process ids."""
+    components = {name: {"status": part["status"]} for name, part in body["components"].items()}
+    return {"status": body["status"], "components": components}
+
+
 @router.get("/health", dependencies=PROBE)
 def health(request: Request) -> Response:
+    """The state of each component; the details (store path or database, processes, lineage) only
+    for an admin, or for anyone while authentication is off."""
+    status, body = _health(request)
+    if not access(request).may("admin"):
+        body = _statuses_only(body)
+    return json_response(body, status_code=status)
+
+
+def _health(request: Request) -> tuple[int, dict[str, Any]]:
     service = request.app.state.service
     try:
         floor, high = service.log_bounds()
@@ -80,9 +96,7 @@ def health(request: Request) -> Response:
     except StoreUnavailableError as exc:
         # The database is down: nothing can be served until it is back (each server reconnects).
         store = {"status": "down", **service.store.describe(), "reason": str(exc)}
-        return json_response(
-            {"status": "down", "process": os.getpid(), "components": {"store": store}}, status_code=503
-        )
+        return 503, {"status": "down", "process": os.getpid(), "components": {"store": store}}
     # Lineage that is failing, or whose worker is restarting, delays events but loses none:
     # the catalog is degraded, not down.
     degraded = lineage.get("enabled") and (
@@ -102,4 +116,4 @@ def health(request: Request) -> Response:
             "lineage": {"status": "degraded" if degraded else "ok", **lineage},
         },
     }
-    return json_response(body)
+    return 200, body

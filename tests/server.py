@@ -116,7 +116,9 @@ class IsbreServer:
             self.process.wait()
 
 
-def secured_server(warehouse: Path, principals: list[dict[str, object]], **env: str) -> IsbreServer:
+def secured_server(
+    warehouse: Path, principals: list[dict[str, object]], workers: int = 1, **env: str
+) -> IsbreServer:
     """A server with authentication on for `principals`, started; waits on /live (the harness's
     usual probe needs a token then)."""
     settings = {
@@ -124,7 +126,7 @@ def secured_server(warehouse: Path, principals: list[dict[str, object]], **env: 
         "ISBRE_AUTH__TOKEN_SECRET": "test-signing-key",
         "ISBRE_AUTH__PRINCIPALS": json.dumps(principals),
     }
-    server = IsbreServer(warehouse, env=settings | env)
+    server = IsbreServer(warehouse, env=settings | env, workers=workers)
     server.ready_path = "/live"
     return server.start()
 

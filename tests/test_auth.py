@@ -253,3 +253,16 @@ def test_the_body_limit_holds_before_authorization_reads_the_body(tmp_path: Path
         assert response.json()["error"]["type"] == "RequestEntityTooLargeException"
     finally:
         server.stop()
+
+
+def test_health_tells_the_unauthenticated_only_statuses(secured: IsbreServer) -> None:
+    admin = token(secured, "admin", "admin-secret").json()["access_token"]
+    reader = token(secured, "bi", "bi-secret").json()["access_token"]
+    for headers in ({}, {"Authorization": f"Bearer {reader}"}, {"Authorization": "Bearer forged"}):
+        body = httpx.get(f"{secured.url}/health", headers=headers).json()
+        assert set(body) == {"status", "components"}
+        assert all(set(part) == {"status"} for part in body["components"].values()), body
+        text = json.dumps(body)
+        assert str(secured.warehouse) not in text and "isbre.lmdb" not in text
+    full = httpx.get(f"{secured.url}/health", headers={"Authorization": f"Bearer {admin}"}).json()
+    assert "process" in full and "path" in json.dumps(full["components"]["store"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -50,6 +51,30 @@ def test_a_foreign_host_header_is_refused_without_auth(server: IsbreServer, name
     assert httpx.head(url).status_code == 204
     for host in (f"localhost:{server.port}", f"127.0.0.1:{server.port}", "localhost"):
         assert httpx.get(url, headers={"Host": host}).status_code == 200
+
+
+def raw_request(server: IsbreServer, request: bytes) -> bytes:
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as connection:
+        connection.sendall(request)
+        answer = b""
+        while chunk := connection.recv(65536):
+            answer += chunk
+    return answer
+
+
+def test_two_host_headers_are_refused(server: IsbreServer, namespace: str) -> None:
+    """Judged on one and acted on by another is no judgement: a request names one host."""
+    path = f"{P}/namespaces/{namespace}".encode()
+    for hosts in (
+        (b"localhost", b"rebind.evil.example"),
+        (b"rebind.evil.example", b"localhost"),
+        (b"localhost",) * 2,
+    ):
+        head = b"DELETE " + path + b" HTTP/1.1\r\n" + b"".join(b"Host: %s\r\n" % host for host in hosts)
+        answer = raw_request(server, head + b"Connection: close\r\n\r\n")
+        assert answer.startswith(b"HTTP/1.1 400"), answer[:200]
+        assert b"one Host header" in answer
+    assert httpx.head(f"{server.url}{P}/namespaces/{namespace}").status_code == 204
 
 
 # -- client input is never a 500

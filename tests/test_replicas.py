@@ -300,6 +300,14 @@ def test_kill_9_of_a_replica_under_load(tmp_path: Path, request: pytest.FixtureR
         receiver.stop()
 
 
+def first_stream_answer(server: IsbreServer) -> int:
+    """The status of a new event stream, once its first frame came (a 503 has none to wait for)."""
+    with httpx.stream("GET", f"{server.url}/v1/events", params={"after": 0}, timeout=10) as stream:
+        if stream.status_code == 200:
+            assert next(stream.iter_lines()).startswith("retry:")
+        return stream.status_code
+
+
 def test_postgres_stopped_under_load_gives_503s_and_service_resumes(tmp_path: Path) -> None:
     database = PostgresServer.start()  # its own: stopping it must not disturb other tests
     try:
@@ -329,6 +337,10 @@ def test_postgres_stopped_under_load_gives_503s_and_service_resumes(tmp_path: Pa
         assert scrape.status_code == 200 and "isbre_store_up 0" in scrape.text
         time.sleep(2.0)
         database.resume()
+        # The first stream each replica opens after the restart is served or refused, never left
+        # without an answer (the events fan-out process meets the dead connection first).
+        for each in pair:
+            assert first_stream_answer(each) in (200, 503)
         during = len(statuses)
         wait_until(lambda: statuses[during:].count(200) > 20, 30, "service did not resume by itself")
         stop.set()

@@ -14,8 +14,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from rest.auth import sha256_hex
 from tests.lineage_receiver import Receiver
-from tests.server import ID_SCHEMA, IsbreServer, on_threads
+from tests.server import ID_SCHEMA, IsbreServer, on_threads, secured_server
+from tests.test_metrics import exposition_is_well_formed
 
 
 @pytest.fixture(scope="module")
@@ -31,11 +33,13 @@ def create(server: IsbreServer, namespace: str, name: str) -> None:
     httpx.post(url, json={"name": name, "schema": ID_SCHEMA}).raise_for_status()
 
 
-def answering_processes(server: IsbreServer, connections: int = 40) -> set[int]:
-    """The worker processes that answer fresh connections."""
+def answering_processes(
+    server: IsbreServer, connections: int = 40, headers: dict[str, str] | None = None
+) -> set[int]:
+    """The worker processes that answer fresh connections (`headers`: an admin's, with auth on)."""
     found = set()
     for _ in range(connections):
-        with httpx.Client() as client:  # a new connection each time: the kernel spreads them
+        with httpx.Client(headers=headers) as client:  # a new connection each time: the kernel spreads them
             found.add(client.get(f"{server.url}/health").json()["process"])
     return found
 
@@ -200,6 +204,46 @@ def descendants(pid: int) -> list[int]:
         for child in (task / "children").read_text().split():
             found += [int(child), *descendants(int(child))]
     return found
+
+
+def test_a_crafted_counter_file_cannot_forge_metrics_lines(two: IsbreServer) -> None:
+    """Each worker sums the others' counter files into /metrics: what a file says is data."""
+    folder = two.warehouse / "isbre-workers"
+    httpx.get(f"{two.url}/metrics").raise_for_status()
+    real = json.loads(next(folder.glob("*.json")).read_text())
+    crafted = dict(
+        real,
+        requests=[['GET",route="x"} 1\nisbre_commit_seq 999999\n#', "/v1/config\nforged 1", 200, 1]],
+        reports={"scan-report\nisbre_store_up 0": 5},
+    )
+    path = folder / f"{os.getpid()}.json"  # a process that is alive: its file is summed
+    path.write_text(json.dumps(crafted))
+    try:
+        for _ in range(6):  # the scrape reaches one worker or the other
+            text = httpx.get(f"{two.url}/metrics").text
+            plain = exposition_is_well_formed(text)
+            assert plain["isbre_commit_seq"] != "999999" and plain["isbre_store_up"] == "1"
+            assert 'isbre_metrics_reports_total{type="other"} 5' in text
+    finally:
+        path.unlink()
+
+
+def test_the_failed_login_limit_holds_across_workers(tmp_path: Path) -> None:
+    principals = [
+        {"name": "etl", "roles": ["writer"], "client_id": "etl", "secret_sha256": sha256_hex("right")},
+        {"name": "root", "roles": ["admin"], "token_sha256": sha256_hex("root")},
+    ]
+    server = secured_server(tmp_path / "warehouse", principals, workers=2, ISBRE_AUTH__MAX_FAILED_LOGINS="5")
+    try:
+        answers = []
+        for _ in range(10):
+            with httpx.Client() as client:  # a new connection each time: both workers answer some
+                form = {"grant_type": "client_credentials", "client_id": "etl", "client_secret": "wrong"}
+                answers.append(client.post(f"{server.url}/v1/oauth/tokens", data=form).status_code)
+        assert answers == [401] * 5 + [429] * 5, answers
+        assert len(answering_processes(server, headers={"Authorization": "Bearer root"})) == 2
+    finally:
+        server.stop()
 
 
 def test_kill_9_of_one_worker_under_load(tmp_path: Path) -> None:
