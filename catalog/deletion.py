@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 from pyiceberg.io import FileIO
@@ -32,40 +33,53 @@ class OutsideTableError(LocationNotAllowedError):
 
 
 def _resolved(location: str) -> Path | None:
-    path = local_path(location)
+    path = local_path(normalized(location))
     return Path(os.path.realpath(path)) if path is not None else None
 
 
-class TableFiles:
-    """Deletes files of the table at `location`, and nothing else.
+@dataclass(frozen=True)
+class _Place:
+    location: str  # normalized
+    local: Path | None  # its path as written, on local disk
+    resolved: Path | None  # that path resolved, judged to lie in the warehouse
 
+
+class TableFiles:
+    """Deletes files of one table, and nothing else.
+
+    `places`: where the table's files go (its location, and its `write.metadata.path` if set);
     `roots`: where tables may live (normalized locations); `protected`: the store's own files;
     `claimed_by_other(location)`: whether another table or view holds that place."""
 
     def __init__(
         self,
         io: FileIO,
-        location: str,
+        places: Iterable[str],
         roots: Iterable[str],
         protected: Iterable[str] = (),
         claimed_by_other: Callable[[str], bool] = lambda _: False,
     ) -> None:
         self._io = io
         self._claimed_by_other = claimed_by_other
-        self.location = normalized(location)
-        self._local = local_path(self.location)
-        self._root: Path | None = None  # the resolved local root, once judged
-        if self._local is not None:
-            root = Path(os.path.realpath(self._local))
-            resolved_roots = [r for r in (_resolved(each) for each in roots) if r is not None]
-            if not any(root == r or r in root.parents for r in resolved_roots):
-                raise OutsideTableError(f"The table's location {location!r} resolves outside the warehouse")
-            for place in (p for p in (_resolved(each) for each in protected) if p is not None):
-                if root == place or place in root.parents or root in place.parents:
-                    raise OutsideTableError(f"The table's location {location!r} is in or around the store")
-            self._root = root
-        elif not self.location.startswith("s3://") or not isinstance(io, ObjectStorageIO):
-            raise OutsideTableError(f"isbre deletes files on local disk and S3 only, not at {location!r}")
+        resolved_roots = [r for r in (_resolved(each) for each in roots) if r is not None]
+        guarded = [p for p in (_resolved(each) for each in protected) if p is not None]
+        self._places = [self._judged(place, resolved_roots, guarded) for place in places]
+        self.location = self._places[0].location
+
+    def _judged(self, location: str, roots: list[Path], protected: list[Path]) -> _Place:
+        found = normalized(location)
+        local = local_path(found)
+        if local is None:
+            if not found.startswith("s3://") or not isinstance(self._io, ObjectStorageIO):
+                raise OutsideTableError(f"isbre deletes files on local disk and S3 only, not at {location!r}")
+            return _Place(found, None, None)
+        resolved = Path(os.path.realpath(local))
+        if not any(resolved == r or r in resolved.parents for r in roots):
+            raise OutsideTableError(f"The table's place {location!r} resolves outside the warehouse")
+        for place in protected:
+            if resolved == place or place in resolved.parents or resolved in place.parents:
+                raise OutsideTableError(f"The table's place {location!r} is in or around the store")
+        return _Place(found, Path(os.path.normpath(local)), resolved)
 
     def delete(self, path: str) -> None:
         """Delete `path` if it is the table's: OutsideTableError if not, FileNotFoundError if gone."""
@@ -73,49 +87,52 @@ class TableFiles:
             found = normalized(path)
         except LocationNotAllowedError as exc:
             raise OutsideTableError(str(exc)) from exc
-        if not inside(found, self.location) or found == self.location or self._claimed_by_other(found):
-            raise OutsideTableError(f"{path!r} is not under the table's location {self.location}")
-        if self._root is None:
+        place = next((p for p in self._places if inside(found, p.location) and found != p.location), None)
+        if place is None or self._claimed_by_other(found):
+            raise OutsideTableError(f"{path!r} is not under the table's places ({self.location}, ...)")
+        if place.resolved is None:
             bucket, key = s3_object(found)
-            root_bucket, root_key = s3_object(self.location)
+            root_bucket, root_key = s3_object(place.location)
             if bucket != root_bucket or not key.startswith(root_key + "/"):
-                raise OutsideTableError(f"{path!r} is not under the table's location {self.location}")
+                raise OutsideTableError(f"{path!r} is not under the table's location {place.location}")
             assert isinstance(self._io, ObjectStorageIO)
             self._io.delete_key(bucket, key)
             return
         found_path = local_path(found)
-        assert found_path is not None and self._local is not None
-        self._unlink_below_root(found_path.relative_to(os.path.normpath(self._local)).parts, path)
-
-    def _unlink_below_root(self, parts: tuple[str, ...], path: str) -> None:
-        assert self._root is not None
-        directory = os.open(self._root, _WALK)
-        try:
-            for part in parts[:-1]:
-                try:
-                    below = os.open(part, _WALK, dir_fd=directory)
-                except FileNotFoundError:
-                    raise
-                except OSError as exc:  # ELOOP or ENOTDIR: a symbolic link or a file, not a directory
-                    raise OutsideTableError(f"{path!r} passes through a link or a file: {part!r}") from exc
-                os.close(directory)
-                directory = below
-            os.unlink(parts[-1], dir_fd=directory)
-        finally:
-            os.close(directory)
+        assert found_path is not None and place.local is not None
+        _unlink_below(place.resolved, found_path.relative_to(place.local).parts, path)
 
     def remove_empty_directories(self) -> None:
-        """Remove the empty directories under the table's root, and the root if it is empty then;
-        on S3 the zero-byte "directory" objects that no longer hold anything."""
-        if self._root is None:
-            assert isinstance(self._io, ObjectStorageIO)
-            self._io.remove_empty_markers(self.location)
-            return
-        if not self._root.is_dir():
-            return
-        for _, directories, _, parent in os.fwalk(self._root, topdown=False, follow_symlinks=False):
-            for name in directories:
-                with contextlib.suppress(OSError):
-                    os.rmdir(name, dir_fd=parent)  # only empty ones go; a link is no directory here
-        with contextlib.suppress(OSError):
-            self._root.rmdir()
+        """Remove the empty directories under each of the table's places, and the places themselves
+        if they are empty then; on S3 the zero-byte "directory" objects that no longer hold anything."""
+        for place in self._places:
+            if place.resolved is None:
+                assert isinstance(self._io, ObjectStorageIO)
+                self._io.remove_empty_markers(place.location)
+                continue
+            if not place.resolved.is_dir():
+                continue
+            for _, directories, _, parent in os.fwalk(place.resolved, topdown=False, follow_symlinks=False):
+                for name in directories:
+                    with contextlib.suppress(OSError):
+                        os.rmdir(name, dir_fd=parent)  # only empty ones go; a link is no directory here
+            with contextlib.suppress(OSError):
+                place.resolved.rmdir()
+
+
+def _unlink_below(root: Path, parts: tuple[str, ...], path: str) -> None:
+    """Unlink `root/parts...` reaching it from `root`'s descriptor, following no link on the way."""
+    directory = os.open(root, _WALK)
+    try:
+        for part in parts[:-1]:
+            try:
+                below = os.open(part, _WALK, dir_fd=directory)
+            except FileNotFoundError:
+                raise
+            except OSError as exc:  # ELOOP or ENOTDIR: a symbolic link or a file, not a directory
+                raise OutsideTableError(f"{path!r} passes through a link or a file: {part!r}") from exc
+            os.close(directory)
+            directory = below
+        os.unlink(parts[-1], dir_fd=directory)
+    finally:
+        os.close(directory)

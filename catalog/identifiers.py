@@ -1,12 +1,17 @@
-"""Namespace and object names: validation and their keys in the store.
+"""Namespace and object names: validation, their keys in the store, and the path segment each becomes.
 
-A name reaches the filesystem (as part of a table's default location), so
-anything that could escape or confuse a path is refused here, once, for every
-caller.
+A name may hold anything the Iceberg spec allows (`/` and `\\` too) but
+control characters and lone surrogates, which store keys use or cannot hold,
+and `.` and `..`, which clients' URL handling rewrites. A name never reaches a
+path as it is: a table's default location is made from `path_segment(name)`,
+which keeps a plain name readable and replaces any other by a safe spelling
+with a digest of the name.
 """
 
 from __future__ import annotations
 
+import hashlib
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -39,9 +44,23 @@ def check_name(name: object, what: str = "name") -> str:
     if name in (".", ".."):
         raise InvalidIdentifierError(f"{what} must not be {name!r}")
     for ch in name:
-        if ch in "/\\" or ord(ch) < 0x20 or ord(ch) == 0x7F or 0xD800 <= ord(ch) <= 0xDFFF:
-            raise InvalidIdentifierError(f"{what} {name!r} contains a path separator or control character")
+        if ord(ch) < 0x20 or ord(ch) == 0x7F or 0xD800 <= ord(ch) <= 0xDFFF:
+            raise InvalidIdentifierError(f"{what} {name!r} contains a control character")
     return name
+
+
+_PLAIN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+
+
+def path_segment(name: str) -> str:
+    """The directory name a namespace level or table name becomes: the name itself when it is plain
+    (ASCII letters, digits, `_`, `.`, `-`, not starting with a dot), otherwise its plain characters
+    with `_` for the rest, `~` and 16 hex digits of its SHA-256: distinct names, distinct segments,
+    and nothing of the name (`/`, `\\`, `..`, `%`, spaces) reaches a path."""
+    if _PLAIN.fullmatch(name):
+        return name
+    readable = re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:64].lstrip(".") or "_"
+    return f"{readable}~{hashlib.sha256(name.encode()).hexdigest()[:16]}"
 
 
 def check_namespace(namespace: object) -> tuple[str, ...]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,15 +19,17 @@ from typing import Any, Generic, TypeVar
 from urllib.parse import urlparse
 
 from pyiceberg.io import FileIO
-from pyiceberg.serializers import FromInputFile
-from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.serializers import Compressor
+from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil
 from pyiceberg.view.metadata import ViewMetadata
 
+from catalog.format_v3 import TableMetadataV3, as_v3
 from catalog.lru import Lru
 from catalog.object_storage import ObjectStorageIO
 from catalog.store import InsufficientStorageError, is_disk_full
 
 M = TypeVar("M", TableMetadata, ViewMetadata)
+_FORMAT_V3 = re.compile(rb'"format-version"\s*:\s*3\b')
 
 
 def local_path(location: str) -> Path | None:
@@ -186,7 +189,12 @@ class MetadataCache(Lru[str, Loaded[M]]):
 
 
 def parse_table_metadata(io: FileIO, location: str) -> TableMetadata:
-    return FromInputFile.table_metadata(io.new_input(location))
+    input_file = io.new_input(location)
+    with input_file.open() as stream, Compressor.get_compressor(location).stream_decompressor(stream) as raw:
+        text = raw.read()
+    if _FORMAT_V3.search(text):  # PyIceberg parses v3 into a model that cannot be written
+        return as_v3(TableMetadataV3.model_validate_json(text))
+    return TableMetadataUtil.parse_raw(text)
 
 
 def parse_view_metadata(io: FileIO, location: str) -> ViewMetadata:

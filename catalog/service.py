@@ -32,13 +32,13 @@ from pyiceberg.io import FileIO
 from pyiceberg.io.pyarrow import PyArrowFileIO
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
-from pyiceberg.table.metadata import TableMetadata, new_table_metadata
+from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.sorting import SortOrder
 from pyiceberg.view.metadata import ViewMetadata, ViewVersion
 
 from catalog.coverage import Coverage, snapshot_spans
 from catalog.deletion import TableFiles
-from catalog.identifiers import Identifier, check_namespace
+from catalog.identifiers import Identifier, check_namespace, path_segment
 from catalog.limits import Limits
 from catalog.locations import LocationNotAllowedError, LocationPolicy, inside, normalized
 from catalog.lru import Lru
@@ -53,15 +53,19 @@ from catalog.metadata_files import (
     remove_quietly,
     write_durably,
 )
+from catalog.metadata_updates import check_unique_ids
 from catalog.purge import PurgeIncompleteError, PurgeReport, purge_files
 from catalog.records import CommitRecord, now_us
 from catalog.store import Pointer, ReadView, Store, WriteView
 from catalog.tables import (
+    METADATA_PATH,
     Staged,
     TableChange,
     check_carried_paths,
     commit_record,
+    new_metadata,
     next_metadata_location,
+    places_of,
     stage,
 )
 from catalog.views import ViewRequirement, ViewUpdate, new_view_metadata, update_view_metadata
@@ -154,11 +158,22 @@ def _require_namespace(view: WriteView, namespace: tuple[str, ...]) -> dict[str,
     return properties
 
 
-def _require_free(view: WriteView, ident: Identifier) -> None:
-    if view.pointer(TABLE, ident) is not None:
-        raise TableAlreadyExistsError(f"Table already exists: {ident}")
-    if view.pointer(VIEW, ident) is not None:
-        raise ViewAlreadyExistsError(f"View already exists: {ident}")
+_EXISTS: dict[str, type[Exception]] = {TABLE: TableAlreadyExistsError, VIEW: ViewAlreadyExistsError}
+
+
+def _require_free(view: WriteView, ident: Identifier, kind: str, renamed: Identifier | None = None) -> None:
+    """`ident` names no table and no view, for a new `kind` (or one `renamed` there), in the Java
+    reference's words: clients match on them."""
+    for found in (TABLE, VIEW):
+        if view.pointer(found, ident) is None:
+            continue
+        if renamed is not None:
+            message = f"Cannot rename {renamed} to {ident}. {found.capitalize()} already exists"
+        elif found == kind:
+            message = f"{found.capitalize()} already exists: {ident}"
+        else:
+            message = f"{found.capitalize()} with same name already exists: {ident}"
+        raise _EXISTS[found](message)
 
 
 def _read_for_register(cache: MetadataCache[Any], policy: LocationPolicy, location: str) -> Loaded[Any]:
@@ -318,7 +333,8 @@ class CatalogService:
         """Where the namespace's tables go by default: its `location` property, or under the warehouse."""
         with self.store.read(self.scope) as view:
             properties = view.namespace(namespace) or {}
-        return properties.get("location", "").rstrip("/") or "/".join((self.warehouse, *namespace))
+        default = "/".join((self.warehouse, *(path_segment(level) for level in namespace)))
+        return properties.get("location", "").rstrip("/") or default
 
     def create_namespace(
         self, namespace: tuple[str, ...], properties: dict[str, str], places: LocationPolicy | None = None
@@ -400,7 +416,7 @@ class CatalogService:
     def _default_location(self, namespace: tuple[str, ...], name: str, object_uuid: uuid.UUID) -> str:
         with self.store.read(self.scope) as view:
             _require_namespace(view, namespace)
-        return f"{self.namespace_location(namespace)}/{name}-{object_uuid.hex}"
+        return f"{self.namespace_location(namespace)}/{path_segment(name)}-{object_uuid.hex}"
 
     def _check_protected(self, location: str, what: str) -> None:
         found = normalized(location)
@@ -422,26 +438,46 @@ class CatalogService:
             return
         with self.store.read(self.scope) as view:
             others = [
-                place for place, holder in view.overlapping(normalized(location)) if holder != writes_to
+                place
+                for place, holder in view.overlapping(normalized(location))
+                if _object(holder) != writes_to
             ]
         if others:
             raise LocationNotAllowedError(
                 f"{what} {location!r} overlaps the files of another table or view, at {others[0]}"
             )
 
+    def _check_places(
+        self, where: tuple[str, ...], what: str, places: LocationPolicy | None, writes_to: str | None = ""
+    ) -> None:
+        """`_check_place` for each place of a table or view (`catalog.tables.places`)."""
+        for place, name in zip(where, (f"{what} location", f"{what} {METADATA_PATH}"), strict=False):
+            self._check_place(place, name, places, writes_to)
+
     @staticmethod
     def _claim(view: WriteView, owner: str, location: str, what: str, moving: bool = True) -> None:
         """Index `location` as `owner`'s, unless another table or view lives in, at or around it.
 
-        `moving`: `owner` is already in the catalog and changes its place (its old place is no
-        conflict); otherwise any object found there, even one with the same uuid, is another."""
+        `moving`: `owner` is already in the catalog and changes its place (its old place, and its
+        other place, are no conflict); otherwise any object found there, even one with the same
+        uuid, is another."""
         found = normalized(location)
         for other, other_owner in view.overlapping(found):
-            if other_owner != owner or not moving:
+            if _object(other_owner) != _object(owner) or not moving:
                 raise LocationNotAllowedError(
                     f"{what} {location!r} overlaps the files of another table or view, at {other}"
                 )
         view.place(owner, found)
+
+    def _claim_places(
+        self, view: WriteView, owner: str, where: tuple[str, ...], what: str, moving: bool = True
+    ) -> None:
+        """Index every place of the object `owner`: its location, and its metadata path if it has one."""
+        self._claim(view, owner, where[0], f"{what} location", moving)
+        if len(where) > 1:
+            self._claim(view, owner + _METADATA_PLACE, where[1], f"{what} {METADATA_PATH}")
+        else:
+            view.unplace(owner + _METADATA_PLACE)
 
     def table_pointer(self, ident: Identifier) -> Pointer:
         with self.store.read(self.scope, snapshot=False) as view:
@@ -494,15 +530,15 @@ class CatalogService:
     ) -> TableState:
         with self.store.read(self.scope) as view:
             _require_namespace(view, ident.namespace)
-            _require_free(view, ident)
+            _require_free(view, ident, TABLE)
         table_uuid = uuid.uuid4()
         location = (location or "").rstrip("/") or self._default_location(
             ident.namespace, ident.name, table_uuid
         )
-        self._check_place(location, "Table location", places)
+        self._check_places(places_of(location, properties or {}), "Table", places)
         self.limits.check_properties(properties or {}, "Table")
-        metadata = new_table_metadata(
-            schema, partition_spec, sort_order, location, dict(properties or {}), table_uuid=table_uuid
+        metadata = new_metadata(
+            schema, partition_spec, sort_order, location, dict(properties or {}), table_uuid
         )
         if stage_only:
             if (root := local_path(location)) is not None:
@@ -510,9 +546,8 @@ class CatalogService:
                 # manifests), and not every engine creates directories on a local disk.
                 make_dirs_durably(root / "metadata")
             return TableState(ident, None, metadata, metadata_json(metadata))
-        staged = Staged(
-            ident, None, metadata, metadata_json(metadata), next_metadata_location(location, None), True
-        )
+        first = next_metadata_location(location, metadata.properties, None)
+        staged = Staged(ident, None, metadata, metadata_json(metadata), first, True)
         return self._swap([staged], txn=None)[0]
 
     def coverage(self, ident: Identifier, snapshot_id: int | None = None) -> TableCoverage:
@@ -552,9 +587,9 @@ class CatalogService:
                         for change, base in zip(changes, bases, strict=True)
                     ]
                     for entry in staged:
-                        if entry.moved:  # set-location, and a create by updates
+                        if entry.moved:  # set-location, a metadata path, a create by updates
                             owner = str(entry.metadata.table_uuid) if entry.base else ""
-                            self._check_place(entry.metadata.location, "Table location", places, owner)
+                            self._check_places(entry.places, "Table", places, owner)
                 except Exception:
                     if from_store:
                         raise
@@ -592,10 +627,10 @@ class CatalogService:
                         raise _Stale
                     if entry.base is None:
                         _require_namespace(batch.view, entry.ident.namespace)
-                        _require_free(batch.view, entry.ident)
+                        _require_free(batch.view, entry.ident, TABLE)
                 for entry in staged:
                     if entry.moved:
-                        self._claim(batch.view, entry.pointer.uuid, entry.metadata.location, "Table location")
+                        self._claim_places(batch.view, entry.pointer.uuid, entry.places, "Table")
                     if entry.changed:
                         batch.view.put_pointer(TABLE, entry.ident, entry.pointer)
                         record = batch.log(commit_record(entry, txn, txn_size))
@@ -626,7 +661,7 @@ class CatalogService:
             if pointer is None:
                 raise _MISSING[kind](f"{kind.capitalize()} does not exist: {ident}")
             batch.view.delete_pointer(kind, ident)
-            batch.view.unplace(pointer.uuid)
+            _unplace(batch.view, pointer.uuid)
             if kind == TABLE:
                 batch.view.drop_coverage(pointer.uuid)
             batch.log(
@@ -689,9 +724,8 @@ class CatalogService:
                 return bool(view.overlapping(location))
 
         try:
-            return TableFiles(
-                self.io, metadata.location, self.locations.roots, self.protected, claimed_by_other
-            )
+            where = places_of(metadata.location, metadata.properties)
+            return TableFiles(self.io, where, self.locations.roots, self.protected, claimed_by_other)
         except LocationNotAllowedError as exc:
             log.warning("purge deletes nothing at %s: %s", metadata.location, exc)
             return None
@@ -705,7 +739,7 @@ class CatalogService:
             if pointer is None:
                 raise _MISSING[kind](f"{kind.capitalize()} does not exist: {source}")
             _require_namespace(batch.view, target.namespace)
-            _require_free(batch.view, target)
+            _require_free(batch.view, target, kind, renamed=source)
             batch.view.delete_pointer(kind, source)
             batch.view.put_pointer(kind, target, pointer)
             batch.log(
@@ -729,8 +763,10 @@ class CatalogService:
         places: LocationPolicy | None = None,
     ) -> TableState:
         loaded = _read_for_register(self.table_files, places or self.locations, metadata_location)
-        self._check_place(loaded.metadata.location, "Table location", places, writes_to=None)
+        where = places_of(loaded.metadata.location, loaded.metadata.properties)
+        self._check_places(where, "Table", places, writes_to=None)
         check_carried_paths(loaded.metadata)
+        check_unique_ids(loaded.metadata)
         # Whatever coverage the snapshots still declare (expired ones are gone with their summaries).
         spans = [span for snapshot in loaded.metadata.snapshots for span in snapshot_spans(snapshot)]
 
@@ -740,11 +776,12 @@ class CatalogService:
             if existing is not None and not overwrite:
                 raise TableAlreadyExistsError(f"Table already exists: {ident}")
             if batch.view.pointer(VIEW, ident) is not None:
-                raise ViewAlreadyExistsError(f"View already exists: {ident}")
+                raise ViewAlreadyExistsError(f"View with same name already exists: {ident}")
             pointer = Pointer(metadata_location, str(loaded.metadata.table_uuid))
             if existing is not None:
-                batch.view.unplace(existing.uuid)
-            self._claim(batch.view, pointer.uuid, loaded.metadata.location, "Table location", moving=False)
+                _unplace(batch.view, existing.uuid)
+            where = places_of(loaded.metadata.location, loaded.metadata.properties)
+            self._claim_places(batch.view, pointer.uuid, where, "Table", moving=False)
             batch.view.put_pointer(TABLE, ident, pointer)
             record = batch.log(
                 CommitRecord(
@@ -790,7 +827,7 @@ class CatalogService:
         location = (location or "").rstrip("/") or self._default_location(
             ident.namespace, ident.name, view_uuid
         )
-        self._check_place(location, "View location", places)
+        self._check_places(places_of(location, properties or {}), "View", places)
         metadata = new_view_metadata(view_uuid, location, schema, version, dict(properties or {}))
         return self._swap_view(ident, None, metadata, moved=True)
 
@@ -809,9 +846,10 @@ class CatalogService:
                 metadata = update_view_metadata(current.metadata, updates)
                 if metadata == current.metadata:
                     return current
-                moved = metadata.location != current.metadata.location
+                where = places_of(metadata.location, metadata.properties)
+                moved = where != places_of(current.metadata.location, current.metadata.properties)
                 if moved:
-                    self._check_place(metadata.location, "View location", places, str(metadata.view_uuid))
+                    self._check_places(where, "View", places, str(metadata.view_uuid))
                 base = Pointer(current.metadata_location, current.metadata.view_uuid)
                 try:
                     return self._swap_view(ident, base, metadata, moved)
@@ -828,7 +866,8 @@ class CatalogService:
         self.limits.check_properties(metadata.properties, "View")
         self.limits.check_metadata(data, "View")
         self.limits.check_room(self._local_warehouse)
-        location = next_metadata_location(metadata.location, base.metadata_location if base else None)
+        previous = base.metadata_location if base else None
+        location = next_metadata_location(metadata.location, metadata.properties, previous)
         pointer = Pointer(location, metadata.view_uuid)
         write_durably(self.io, location, data)
 
@@ -839,9 +878,10 @@ class CatalogService:
                 raise _Stale
             if base is None:
                 _require_namespace(batch.view, ident.namespace)
-                _require_free(batch.view, ident)
+                _require_free(batch.view, ident, VIEW)
             if moved:
-                self._claim(batch.view, metadata.view_uuid, metadata.location, "View location")
+                where = places_of(metadata.location, metadata.properties)
+                self._claim_places(batch.view, metadata.view_uuid, where, "View")
             batch.view.put_pointer(VIEW, ident, pointer)
             batch.log(
                 CommitRecord(
@@ -873,14 +913,13 @@ class CatalogService:
         self, ident: Identifier, metadata_location: str, places: LocationPolicy | None = None
     ) -> ViewState:
         loaded = _read_for_register(self.view_files, places or self.locations, metadata_location)
-        self._check_place(loaded.metadata.location, "View location", places, writes_to=None)
+        where = places_of(loaded.metadata.location, loaded.metadata.properties)
+        self._check_places(where, "View", places, writes_to=None)
 
         def mutation(batch: Batch) -> ViewState:
             _require_namespace(batch.view, ident.namespace)
-            _require_free(batch.view, ident)
-            self._claim(
-                batch.view, loaded.metadata.view_uuid, loaded.metadata.location, "View location", moving=False
-            )
+            _require_free(batch.view, ident, VIEW)
+            self._claim_places(batch.view, loaded.metadata.view_uuid, where, "View", moving=False)
             batch.view.put_pointer(VIEW, ident, Pointer(metadata_location, loaded.metadata.view_uuid))
             batch.log(
                 CommitRecord(
@@ -991,6 +1030,20 @@ class CatalogService:
             removed += step
             if step < chunk:
                 return removed
+
+
+# The location index holds an object's metadata path under its uuid with this suffix.
+_METADATA_PLACE = "#metadata"
+
+
+def _object(owner: str) -> str:
+    """The uuid of the table or view that holds an indexed place."""
+    return owner.removesuffix(_METADATA_PLACE)
+
+
+def _unplace(view: WriteView, owner: str) -> None:
+    view.unplace(owner)
+    view.unplace(owner + _METADATA_PLACE)
 
 
 def _every_pointer(view: ReadView, kind: str, parent: tuple[str, ...] = ()) -> Iterator[Pointer]:

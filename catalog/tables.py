@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
 
 from pyiceberg.exceptions import NoSuchTableError
-from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.partitioning import PartitionSpec
+from pyiceberg.schema import Schema
+from pyiceberg.table.metadata import TableMetadata, new_table_metadata
+from pyiceberg.table.sorting import SortOrder
 from pyiceberg.table.update import (
     AddSnapshotUpdate,
     AssertCreate,
@@ -22,20 +25,21 @@ from pyiceberg.table.update import (
     SetStatisticsUpdate,
     TableRequirement,
     TableUpdate,
-    _apply_table_update,
-    _TableMetadataUpdateContext,
-    _update_table_metadata_log,
-    update_table_metadata,
 )
-from pyiceberg.utils.datetime import datetime_to_millis
+from pyiceberg.types import NestedField, StructType
 
 from catalog.coverage import Span, snapshot_spans
+from catalog.format_v3 import AnyTableUpdate, as_v3
 from catalog.identifiers import Identifier
 from catalog.locations import LocationNotAllowedError, inside, normalized
 from catalog.metadata_files import Loaded, metadata_json
+from catalog.metadata_updates import apply_updates, check_unique_ids
 from catalog.records import CommitRecord, summary_counters
+from catalog.requirements import check_requirement
 from catalog.store import Pointer
 
+# Where a table's or view's metadata files go, instead of `<location>/metadata` (Iceberg's property).
+METADATA_PATH = "write.metadata.path"
 _VERSIONED = re.compile(r"^(\d+)-[0-9a-fA-F-]{36}\.(gz\.)?metadata\.json$")
 
 
@@ -43,7 +47,7 @@ _VERSIONED = re.compile(r"^(\d+)-[0-9a-fA-F-]{36}\.(gz\.)?metadata\.json$")
 class TableChange:
     ident: Identifier
     requirements: tuple[TableRequirement, ...]
-    updates: tuple[TableUpdate, ...]
+    updates: tuple[AnyTableUpdate, ...]
 
 
 @dataclass
@@ -56,30 +60,89 @@ class Staged:
     changed: bool
     updates: tuple[TableUpdate, ...] = ()
     spans: tuple[Span, ...] = ()
-    previous_location: str | None = None  # the table's location before this change
+    previous_places: tuple[str, ...] | None = None  # the table's places before this change
 
     @property
     def pointer(self) -> Pointer:
         return Pointer(self.metadata_location, str(self.metadata.table_uuid))
 
     @property
+    def places(self) -> tuple[str, ...]:
+        return places_of(self.metadata.location, self.metadata.properties)
+
+    @property
     def moved(self) -> bool:
-        """Whether the change creates the table or changes its location."""
-        return self.changed and self.metadata.location != self.previous_location
+        """Whether the change creates the table or changes where its files go."""
+        return self.changed and self.places != self.previous_places
 
 
-def next_metadata_location(table_location: str, previous: str | None) -> str:
+def places_of(location: str, properties: Mapping[str, str]) -> tuple[str, ...]:
+    """Where a table's or view's files go: its location, and its `write.metadata.path` if set."""
+    path = properties.get(METADATA_PATH, "").rstrip("/")
+    return (location.rstrip("/"), path) if path else (location.rstrip("/"),)
+
+
+def next_metadata_location(location: str, properties: Mapping[str, str], previous: str | None) -> str:
+    """A new metadata file: in `write.metadata.path`, or `<location>/metadata`, numbered after
+    `previous` as the Java library numbers them."""
     version = 0
     if previous is not None and (match := _VERSIONED.match(previous.rsplit("/", 1)[-1])):
         version = int(match.group(1)) + 1
-    return f"{table_location.rstrip('/')}/metadata/{version:05d}-{uuid.uuid4()}.metadata.json"
+    directory = properties.get(METADATA_PATH, "").rstrip("/") or f"{location.rstrip('/')}/metadata"
+    return f"{directory}/{version:05d}-{uuid.uuid4()}.metadata.json"
+
+
+# Properties the Java reference persists on every new table unless the create sets them.
+CREATE_DEFAULTS = {"write.parquet.compression-codec": "zstd"}
+
+
+def new_metadata(
+    schema: Schema,
+    spec: PartitionSpec,
+    order: SortOrder,
+    location: str,
+    properties: dict[str, str],
+    table_uuid: uuid.UUID,
+) -> TableMetadata:
+    """A new table's metadata: PyIceberg's, with fresh ids, the columns' default values kept (its
+    fresh-id pass drops `initial-default` and `write-default`) and the reference's persisted
+    defaults; format version 3 in isbre's writable model."""
+    metadata = new_table_metadata(
+        schema, spec, order, location, {**CREATE_DEFAULTS, **properties}, table_uuid
+    )
+    fresh = metadata.schemas[0]
+    kept = Schema(
+        *(_with_defaults(new, given) for new, given in zip(fresh.fields, schema.fields, strict=True)),
+        schema_id=fresh.schema_id,
+        identifier_field_ids=fresh.identifier_field_ids,
+    )
+    return as_v3(metadata.model_copy(update={"schemas": [kept]}))
+
+
+def _with_defaults(fresh: NestedField, given: NestedField) -> NestedField:
+    field_type = fresh.field_type
+    if isinstance(field_type, StructType) and isinstance(given.field_type, StructType):
+        field_type = StructType(
+            *(_with_defaults(a, b) for a, b in zip(field_type.fields, given.field_type.fields, strict=True))
+        )
+    if field_type is fresh.field_type and given.initial_default is None and given.write_default is None:
+        return fresh
+    return NestedField(
+        fresh.field_id,
+        fresh.name,
+        field_type,
+        fresh.required,
+        fresh.doc,
+        initial_default=given.initial_default,
+        write_default=given.write_default,
+    )
 
 
 def stage(change: TableChange, base: Pointer | None, current: Loaded[TableMetadata] | None) -> Staged:
     if base is None and not any(isinstance(r, AssertCreate) for r in change.requirements):
         raise NoSuchTableError(f"Table does not exist: {change.ident}")
     for requirement in change.requirements:
-        requirement.validate(current.metadata if current else None)
+        check_requirement(requirement, current.metadata if current else None)
     if current is None:
         metadata = _created_by_updates(change)
     else:
@@ -87,21 +150,30 @@ def stage(change: TableChange, base: Pointer | None, current: Loaded[TableMetada
         if updated is None:
             return Staged(change.ident, base, current.metadata, current.json, base.metadata_location, False)
         metadata = updated
+        metadata.spec().check_compatible(metadata.schema())
+        metadata.sort_order().check_compatible(metadata.schema())
+    check_unique_ids(metadata)
     _check_statistics(metadata, change.updates)
     for update in change.updates:
         if isinstance(update, AddSnapshotUpdate):
             check_path(update.snapshot.manifest_list, "manifest list")
-    location = next_metadata_location(metadata.location, base.metadata_location if base else None)
+    location = next_metadata_location(
+        metadata.location, metadata.properties, base.metadata_location if base else None
+    )
     added = [u.snapshot for u in change.updates if isinstance(u, AddSnapshotUpdate)]
     spans = tuple(span for snapshot in added for span in snapshot_spans(snapshot))
     json = metadata_json(metadata)
-    previous = current.metadata.location if current else None
+    previous = places_of(current.metadata.location, current.metadata.properties) if current else None
     return Staged(change.ident, base, metadata, json, location, True, change.updates, spans, previous)
 
 
 def _created_by_updates(change: TableChange) -> TableMetadata:
     try:
-        metadata = update_table_metadata(_empty_metadata(), change.updates, enforce_validation=True)
+        metadata = apply_updates(_empty_metadata(), change.updates, None)
+        if metadata is None:
+            raise ValueError("A create by updates needs updates")
+        # Validated whole, as PyIceberg's own catalogs validate a create.
+        metadata = as_v3(type(metadata).model_validate(metadata.model_dump()))
     except (StopIteration, LookupError, AttributeError, TypeError) as exc:
         # PyIceberg's machinery assumes a complete create (a schema, a spec, a location).
         raise ValueError(f"Incomplete create by updates: {type(exc).__name__} {exc}".strip()) from exc
@@ -152,32 +224,6 @@ def _check_statistics(metadata: TableMetadata, updates: tuple[TableUpdate, ...])
             raise ValueError(
                 f"The {what} file {found.statistics_path!r} is outside the table's location {root}"
             )
-
-
-def apply_updates(
-    base: TableMetadata, updates: tuple[TableUpdate, ...], location: str
-) -> TableMetadata | None:
-    """PyIceberg's `update_table_metadata` for an existing table, without its closing deep copy.
-
-    The deep copy guards callers that mutate metadata in place; isbre never
-    does (cached metadata is shared read-only), and the copy was a quarter of
-    a commit's CPU. Each update is still applied by PyIceberg's own functions.
-    Returns None when the updates change nothing.
-    """
-    context = _TableMetadataUpdateContext()
-    metadata = base
-    for update in updates:
-        metadata = _apply_table_update(update, metadata, context)
-    if not context.has_changes():
-        return None
-    metadata = _update_table_metadata_log(metadata, location, base.last_updated_ms)
-    if metadata.last_updated_ms == base.last_updated_ms:
-        metadata = metadata.model_copy(
-            update={"last_updated_ms": datetime_to_millis(datetime.now().astimezone())}
-        )
-    metadata.spec().check_compatible(metadata.schema())
-    metadata.sort_order().check_compatible(metadata.schema())
-    return metadata
 
 
 def _empty_metadata() -> TableMetadata:

@@ -57,7 +57,9 @@ class AssertViewUUID(IcebergBaseModel):
 
     def validate_against(self, metadata: ViewMetadata) -> None:
         if str(self.uuid) != metadata.view_uuid:
-            raise CommitFailedException(f"View UUID does not match: {self.uuid} != {metadata.view_uuid}")
+            raise CommitFailedException(
+                f"Requirement failed: view UUID does not match: expected {metadata.view_uuid} != {self.uuid}"
+            )
 
 
 ViewRequirement = Annotated[AssertViewUUID, Field(discriminator="type")]
@@ -138,6 +140,19 @@ def _same_definition(a: ViewVersion, b: ViewVersion) -> bool:
     return all(getattr(a, key) == getattr(b, key) for key in keys)
 
 
+class InvalidViewVersionError(ValueError):
+    """A view version the Java reference refuses with IllegalArgumentException (400, that type)."""
+
+
+def check_dialects(version: ViewVersion) -> None:
+    dialects = [r.root.dialect.lower() for r in version.representations]
+    for dialect in dialects:
+        if dialects.count(dialect) > 1:
+            raise InvalidViewVersionError(
+                f"Invalid view version: Cannot add multiple queries for dialect {dialect}"
+            )
+
+
 @_apply.register
 def _(update: AddViewVersionUpdate, builder: _Builder) -> None:
     version = update.view_version
@@ -147,9 +162,7 @@ def _(update: AddViewVersionUpdate, builder: _Builder) -> None:
         version = version.model_copy(update={"schema_id": builder.last_schema_id})
     if version.schema_id not in {s.schema_id for s in builder.schemas}:
         raise ValueError(f"View version refers to an unknown schema: {version.schema_id}")
-    dialects = [r.root.dialect.lower() for r in version.representations]
-    if len(dialects) != len(set(dialects)):
-        raise ValueError(f"View version has more than one representation per dialect: {dialects}")
+    check_dialects(version)
     for known in builder.versions:
         if _same_definition(known, version):
             builder.last_version_id = known.version_id

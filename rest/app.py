@@ -51,7 +51,9 @@ def advertised_endpoints() -> list[str]:
     for module_router in _ROUTERS:
         for route in module_router.routes:
             if isinstance(route, APIRoute):
-                found.extend(f"{method} /v1/{{prefix}}{route.path}" for method in sorted(route.methods))
+                found.extend(
+                    f"{method} /v1/{{prefix}}{route.path_format}" for method in sorted(route.methods)
+                )
     return found
 
 
@@ -239,11 +241,13 @@ def create_app(settings: Settings, worker: bool = False) -> FastAPI:
     def get_config(request: Request, warehouse: str | None = Query(None)) -> Response:
         services: dict[str, CatalogService] = request.app.state.services
         # A warehouse is named by its name, or by its root as configured or as served.
+        # PyIceberg's own Spark defaults write the root with a trailing slash.
+        wanted = warehouse.rstrip("/") if warehouse else warehouse
         found = next(
             (
                 name
                 for name, spec in settings.served()
-                if warehouse in (None, name, spec.root, services[name].warehouse)
+                if wanted in (None, name, spec.root.rstrip("/"), services[name].warehouse)
             ),
             None,
         )
@@ -306,11 +310,11 @@ def served_routes(app: FastAPI) -> Iterator[tuple[str, str, APIRoute]]:
     """(method, path, route) for every route the app serves: its own and its routers'."""
     for route in app.routes:
         if isinstance(route, APIRoute):
-            yield from ((method, route.path, route) for method in sorted(route.methods))
+            yield from ((method, route.path_format, route) for method in sorted(route.methods))
     for router, prefix in app.state.mounted:
         for route in router.routes:
             if isinstance(route, APIRoute):
-                yield from ((method, prefix + route.path, route) for method in sorted(route.methods))
+                yield from ((method, prefix + route.path_format, route) for method in sorted(route.methods))
 
 
 def _served_names(settings: Settings) -> frozenset[str]:

@@ -37,6 +37,15 @@ REUSE_SHARE = 0.5
 MAX_CACHED = 4096
 
 
+@dataclass(frozen=True)
+class TableAccess:
+    """A LoadTableResult's `config`, `storage-credentials` and `remote-signing-config`."""
+
+    config: dict[str, str] = field(default_factory=dict)
+    credentials: list[dict[str, Any]] = field(default_factory=list)
+    remote_signing: dict[str, Any] | None = None
+
+
 def wanted(header: str | None) -> set[str]:
     return {mode.strip().lower() for mode in (header or "").split(",") if mode.strip()}
 
@@ -92,26 +101,30 @@ class Delegation:
 
     def table_config(
         self, modes: set[str], location: str, write: bool, signer: tuple[str, str] | None
-    ) -> tuple[dict[str, str], list[dict[str, Any]]]:
-        """(config, storage-credentials) for a table at `location`; `signer`: (server URL, the
-        table's signer path) for remote signing."""
+    ) -> TableAccess:
+        """What a client gets for a table at `location`; `signer`: (server URL, the table's signer
+        path) for remote signing."""
         if self.options is None or not location.startswith("s3://"):
-            return {}, []
+            return TableAccess()
         config = self.options.client_properties()
         if VENDED in modes and self.vends:
             credentials = {**config, **self.credentials(location, write)}
-            return credentials, [{"prefix": location, "config": credentials}]
+            return TableAccess(credentials, [{"prefix": location, "config": credentials}])
         if SIGNING in modes and self.signs and signer is not None:
             config |= {
                 "s3.remote-signing-enabled": "true",
                 "s3.signer": "S3V4RestSigner",
+                # The spec's deprecated keys, for clients that do not read remote-signing-config; the
+                # signer is at the spec's default path for the table, so that config holds nothing.
                 "s3.signer.uri": signer[0],
                 "s3.signer.endpoint": signer[1],
+                "signer.uri": signer[0],
+                "signer.endpoint": signer[1],
                 # PyIceberg signs through its fsspec FileIO only.
                 "py-io-impl": "pyiceberg.io.fsspec.FsspecFileIO",
             }
-            return config, []
-        return {}, []
+            return TableAccess(config, [], {"properties": {}, "headers": {}})
+        return TableAccess()
 
     def credentials(self, location: str, write: bool) -> dict[str, str]:
         """Temporary credentials for the table at `location`, reused while fresh enough."""

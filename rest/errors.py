@@ -15,6 +15,7 @@ from catalog.limits import MetadataTooLargeError
 from catalog.purge import PurgeIncompleteError
 from catalog.service import ConflictingPropertiesError
 from catalog.store import InsufficientStorageError, StoreUnavailableError
+from catalog.views import InvalidViewVersionError
 from catalog.writer import StoreGrowthError, WriterClosedError, WriterOverloadedError
 from events.subscription import CursorExpiredError
 from rest.access import ForbiddenError
@@ -45,6 +46,7 @@ _KNOWN: list[tuple[type[BaseException], int, str]] = [
     (InsufficientStorageError, 507, "InsufficientStorageException"),
     (StoreGrowthError, 507, "InsufficientStorageException"),
     (PurgeIncompleteError, 500, "PurgeIncompleteException"),
+    (InvalidViewVersionError, 400, "IllegalArgumentException"),
     (ice.ValidationError, 400, "BadRequestException"),
     (pydantic.ValidationError, 400, "BadRequestException"),
     (RequestValidationError, 400, "BadRequestException"),

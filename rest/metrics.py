@@ -97,7 +97,7 @@ class RouteCapture:
         finally:
             route, holder = scope.get("route"), scope.get(ROUTE_KEY)
             if route is not None and holder is not None:
-                holder.append(getattr(route, "path", "?"))
+                holder.append(getattr(route, "path_format", None) or getattr(route, "path", "?"))
 
 
 def own_counts(state: State) -> Counts:

@@ -11,10 +11,11 @@ from pydantic import ConfigDict, Field
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table.sorting import SortOrder
-from pyiceberg.table.update import TableRequirement, TableUpdate
+from pyiceberg.table.update import TableRequirement
 from pyiceberg.typedef import IcebergBaseModel
 from pyiceberg.view.metadata import ViewVersion
 
+from catalog.format_v3 import AnyTableUpdate
 from catalog.identifiers import Identifier
 from catalog.views import ViewRequirement, ViewUpdate
 
@@ -56,7 +57,7 @@ class RegisterTableRequest(IcebergBaseModel):
 class CommitTableRequest(IcebergBaseModel):
     identifier: TableIdentifierModel | None = None
     requirements: tuple[TableRequirement, ...] = ()
-    updates: tuple[TableUpdate, ...] = ()
+    updates: tuple[AnyTableUpdate, ...] = ()
 
 
 class CommitTransactionRequest(IcebergBaseModel):

@@ -82,26 +82,26 @@ def create_namespace(request: Request, access: Admin, raw: bytes = Depends(raw_b
     return json_response({"namespace": body.namespace, "properties": properties})
 
 
-@router.get("/namespaces/{namespace}")
+@router.get("/namespaces/{namespace:name}")
 def load_namespace(request: Request, target: ReadsNamespace) -> Response:
     properties = service(request).load_namespace(target.namespace)
     return json_response({"namespace": list(target.namespace), "properties": properties})
 
 
-@router.head("/namespaces/{namespace}")
+@router.head("/namespaces/{namespace:name}")
 def namespace_exists(request: Request, target: ReadsNamespace) -> Response:
     service(request).load_namespace(target.namespace)
     return Response(status_code=204)
 
 
-@router.delete("/namespaces/{namespace}")
+@router.delete("/namespaces/{namespace:name}")
 @idempotent_mutation(NO_CONTENT)
 def drop_namespace(request: Request, target: ManagesNamespace) -> Response:
     service(request).drop_namespace(target.namespace)
     return Response(status_code=204)
 
 
-@router.post("/namespaces/{namespace}/properties")
+@router.post("/namespaces/{namespace:name}/properties")
 @idempotent_mutation(CHANGED)
 def update_properties(request: Request, target: ManagesNamespace, raw: bytes = Depends(raw_body)) -> Response:
     body = parse(UpdateNamespacePropertiesRequest, raw)

@@ -1,4 +1,5 @@
-"""Catalog routes live under `/v1/<prefix>/`; this middleware serves the unprefixed aliases.
+"""Catalog routes live under `/v1/<prefix>/`; this middleware serves the unprefixed aliases, and keeps
+a name's encoded `/` inside its path segment (rest/wire.py, `routed_path`).
 
 Clients that skip `/v1/config` use `/v1/namespaces/...` directly. Rewriting
 those paths once, before routing, keeps a single copy of every route (route
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from rest.wire import send_error
+from rest.wire import routed_path, send_error
 
 # First path segments under /v1/ that begin a catalog route.
 CATALOG_ROOTS = frozenset({"namespaces", "tables", "views", "transactions", "events"})
@@ -25,6 +26,12 @@ class PrefixAliases:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
+            path = routed_path(scope["path"], scope.get("raw_path"))
+            if path is None:
+                await send_error(send, 400, "BadRequestException", "The path holds a control character (%1E)")
+                return
+            if path != scope["path"]:
+                scope = dict(scope, path=path)
             parts = scope["path"].split("/", 4)  # "", "v1", first, second, rest
             if len(parts) >= 3 and parts[1] == "v1":
                 if parts[2] in CATALOG_ROOTS:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import uuid
-from typing import Any
 from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, Query, Request, Response
@@ -17,7 +16,7 @@ from starlette.concurrency import run_in_threadpool
 from catalog import TableChange, TableState
 from catalog.metadata_files import metadata_json
 from rest.access import InNamespace, ManagesNamespace, ReadsNamespace, Writer, WritesNamespace
-from rest.delegation import HEADER, VENDED, Delegation, wanted
+from rest.delegation import HEADER, VENDED, Delegation, TableAccess, wanted
 from rest.idempotency import NO_CONTENT, TABLE, idempotent_mutation
 from rest.labels import report_type
 from rest.models import (
@@ -29,7 +28,7 @@ from rest.models import (
     ReportMetricsRequest,
     SignRequest,
 )
-from rest.wire import identifiers_page, load_result, parse, raw_body, service
+from rest.wire import identifiers_page, load_result, parse, raw_body, referenced_by, service
 
 log = logging.getLogger(__name__)
 router = APIRouter()
@@ -53,13 +52,11 @@ def _delegation(request: Request) -> Delegation:
     return request.app.state.delegation[service(request).name]
 
 
-def _delegated(
-    request: Request, target: InNamespace, table: str, location: str
-) -> tuple[dict[str, str], list[dict[str, Any]]]:
-    """The table's config and storage credentials for the access the client asked for."""
+def _delegated(request: Request, target: InNamespace, table: str, location: str) -> TableAccess:
+    """The table's config, storage credentials and signer settings for the access the client asked for."""
     modes = wanted(request.headers.get(HEADER))
     if not modes:
-        return {}, []
+        return TableAccess()
     catalog = service(request)
     namespace = quote(request.path_params["namespace"], safe="")
     signer = (
@@ -72,11 +69,13 @@ def _delegated(
 def _table_result(
     request: Request, target: InNamespace, table: str, state: TableState, metadata: bytes
 ) -> Response:
-    config, credentials = _delegated(request, target, table, state.metadata.location)
-    return load_result(state.metadata_location, metadata, config, credentials)
+    access = _delegated(request, target, table, state.metadata.location)
+    return load_result(
+        state.metadata_location, metadata, access.config, access.credentials, access.remote_signing
+    )
 
 
-@router.get("/namespaces/{namespace}/tables")
+@router.get("/namespaces/{namespace:name}/tables")
 def list_tables(
     request: Request,
     target: ReadsNamespace,
@@ -89,7 +88,7 @@ def list_tables(
     )
 
 
-@router.post("/namespaces/{namespace}/tables")
+@router.post("/namespaces/{namespace:name}/tables")
 @idempotent_mutation(TABLE)
 def create_table(request: Request, target: WritesNamespace, raw: bytes = Depends(raw_body)) -> Response:
     body = parse(CreateTableRequest, raw)
@@ -107,17 +106,19 @@ def create_table(request: Request, target: WritesNamespace, raw: bytes = Depends
     return _table_result(request, target, body.name, state, state.json)
 
 
-@router.get("/namespaces/{namespace}/tables/{table}")
+@router.get("/namespaces/{namespace:name}/tables/{table:name}")
 async def load_table(
     request: Request,
     target: ReadsNamespace,
     table: str,
     snapshots: str = Query("all", pattern="^(all|refs)$"),
+    through: str | None = Query(None, alias="referenced-by"),
 ) -> Response:
     # The hottest read runs on the event loop: a pointer read and a cache hit take microseconds.
     # Only a cache miss reads a file, and that goes to the thread pool.
     catalog = service(request)
     ident = target.ident(table)
+    referenced_by(through)
     state = catalog.load_table_if_cached(ident) or await run_in_threadpool(catalog.load_table, ident)
     metadata = _refs_only(state) if snapshots == "refs" else state.json
     if wanted(request.headers.get(HEADER)):
@@ -131,17 +132,23 @@ async def load_table(
     return response
 
 
-@router.get("/namespaces/{namespace}/tables/{table}/credentials")
-def load_credentials(request: Request, target: ReadsNamespace, table: str) -> Response:
+@router.get("/namespaces/{namespace:name}/tables/{table:name}/credentials")
+def load_credentials(
+    request: Request,
+    target: ReadsNamespace,
+    table: str,
+    through: str | None = Query(None, alias="referenced-by"),
+) -> Response:
     """Fresh vended credentials for the table (none where vending is off or the table is local)."""
+    referenced_by(through)
     state = service(request).load_table(target.ident(table))
-    _, credentials = _delegation(request).table_config(
+    access = _delegation(request).table_config(
         {VENDED}, state.metadata.location, target.access.may("writer"), None
     )
-    return JSONResponse({"storage-credentials": credentials})
+    return JSONResponse({"storage-credentials": access.credentials})
 
 
-@router.post("/namespaces/{namespace}/tables/{table}/sign")
+@router.post("/namespaces/{namespace:name}/tables/{table:name}/sign")
 def sign_request(
     request: Request, target: ReadsNamespace, table: str, raw: bytes = Depends(raw_body)
 ) -> Response:
@@ -153,13 +160,13 @@ def sign_request(
     return JSONResponse(signed, headers={"Cache-Control": "no-store"})
 
 
-@router.head("/namespaces/{namespace}/tables/{table}")
+@router.head("/namespaces/{namespace:name}/tables/{table:name}")
 def table_exists(request: Request, target: ReadsNamespace, table: str) -> Response:
     service(request).table_pointer(target.ident(table))
     return Response(status_code=204)
 
 
-@router.get("/namespaces/{namespace}/tables/{table}/coverage")
+@router.get("/namespaces/{namespace:name}/tables/{table:name}/coverage")
 def table_coverage(
     request: Request,
     target: ReadsNamespace,
@@ -184,7 +191,7 @@ def table_coverage(
     return JSONResponse(body)
 
 
-@router.post("/namespaces/{namespace}/tables/{table}")
+@router.post("/namespaces/{namespace:name}/tables/{table:name}")
 @idempotent_mutation(TABLE)
 def commit_table(
     request: Request,
@@ -204,7 +211,7 @@ def commit_table(
     return load_result(state.metadata_location, state.json)
 
 
-@router.delete("/namespaces/{namespace}/tables/{table}")
+@router.delete("/namespaces/{namespace:name}/tables/{table:name}")
 @idempotent_mutation(NO_CONTENT)
 def drop_table(
     request: Request,
@@ -216,7 +223,7 @@ def drop_table(
     return Response(status_code=204)
 
 
-@router.post("/namespaces/{namespace}/register")
+@router.post("/namespaces/{namespace:name}/register")
 @idempotent_mutation(TABLE)
 def register_table(request: Request, target: WritesNamespace, raw: bytes = Depends(raw_body)) -> Response:
     body = parse(RegisterTableRequest, raw)
@@ -240,7 +247,7 @@ def rename_table(request: Request, access: Writer, raw: bytes = Depends(raw_body
     return Response(status_code=204)
 
 
-@router.post("/namespaces/{namespace}/tables/{table}/metrics")
+@router.post("/namespaces/{namespace:name}/tables/{table:name}/metrics")
 def report_metrics(
     request: Request,
     target: ReadsNamespace,

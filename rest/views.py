@@ -8,7 +8,7 @@ from catalog import ViewState
 from rest.access import ManagesNamespace, ReadsNamespace, Writer, WritesNamespace
 from rest.idempotency import NO_CONTENT, VIEW, idempotent_mutation
 from rest.models import CommitViewRequest, CreateViewRequest, RegisterViewRequest, RenameTableRequest
-from rest.wire import identifiers_page, load_result, parse, raw_body, service
+from rest.wire import identifiers_page, load_result, parse, raw_body, referenced_by, service
 
 router = APIRouter()
 
@@ -17,7 +17,7 @@ def _result(state: ViewState) -> Response:
     return load_result(state.metadata_location, state.json)
 
 
-@router.get("/namespaces/{namespace}/views")
+@router.get("/namespaces/{namespace:name}/views")
 def list_views(
     request: Request,
     target: ReadsNamespace,
@@ -30,7 +30,7 @@ def list_views(
     )
 
 
-@router.post("/namespaces/{namespace}/views")
+@router.post("/namespaces/{namespace:name}/views")
 @idempotent_mutation(VIEW)
 def create_view(request: Request, target: WritesNamespace, raw: bytes = Depends(raw_body)) -> Response:
     body = parse(CreateViewRequest, raw)
@@ -46,18 +46,24 @@ def create_view(request: Request, target: WritesNamespace, raw: bytes = Depends(
     return _result(state)
 
 
-@router.get("/namespaces/{namespace}/views/{view}")
-def load_view(request: Request, target: ReadsNamespace, view: str) -> Response:
+@router.get("/namespaces/{namespace:name}/views/{view:name}")
+def load_view(
+    request: Request,
+    target: ReadsNamespace,
+    view: str,
+    through: str | None = Query(None, alias="referenced-by"),
+) -> Response:
+    referenced_by(through)
     return _result(service(request).load_view(target.ident(view)))
 
 
-@router.head("/namespaces/{namespace}/views/{view}")
+@router.head("/namespaces/{namespace:name}/views/{view:name}")
 def view_exists(request: Request, target: ReadsNamespace, view: str) -> Response:
     service(request).load_view(target.ident(view))
     return Response(status_code=204)
 
 
-@router.post("/namespaces/{namespace}/views/{view}")
+@router.post("/namespaces/{namespace:name}/views/{view:name}")
 @idempotent_mutation(VIEW)
 def replace_view(
     request: Request,
@@ -76,7 +82,7 @@ def replace_view(
     return _result(catalog.replace_view(ident, body.requirements, body.updates, places=places))
 
 
-@router.delete("/namespaces/{namespace}/views/{view}")
+@router.delete("/namespaces/{namespace:name}/views/{view:name}")
 @idempotent_mutation(NO_CONTENT)
 def drop_view(request: Request, target: ManagesNamespace, view: str) -> Response:
     service(request).drop_view(target.ident(view))
@@ -93,7 +99,7 @@ def rename_view(request: Request, access: Writer, raw: bytes = Depends(raw_body)
     return Response(status_code=204)
 
 
-@router.post("/namespaces/{namespace}/register-view")
+@router.post("/namespaces/{namespace:name}/register-view")
 @idempotent_mutation(VIEW)
 def register_view(request: Request, target: WritesNamespace, raw: bytes = Depends(raw_body)) -> Response:
     body = parse(RegisterViewRequest, raw)

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
+from urllib.parse import quote, unquote
 
 import pydantic
 from fastapi import Request, Response
+from starlette.convertors import Convertor, register_url_convertor
 from starlette.types import Send
 
 from catalog import CatalogService, Identifier
@@ -20,6 +23,41 @@ T = TypeVar("T")
 
 # The spec's default namespace separator in paths and `parent` (the unit separator, %1F).
 NAMESPACE_SEPARATOR = "\x1f"
+# A `/` inside a name comes percent-encoded (%2F); routing sees it as this character until the path
+# parameter is converted (`NameSegment`). Names never hold control characters, and a path that
+# spells this one itself is refused (`routed_path`).
+ENCODED_SLASH = "\x1e"
+
+
+class NameSegment(Convertor[str]):
+    """Path parameters that are names (`{table:name}`): one segment, its encoded slashes restored."""
+
+    regex = "[^/]+"
+
+    def convert(self, value: str) -> str:
+        return value.replace(ENCODED_SLASH, "/")
+
+    def to_string(self, value: str) -> str:
+        return quote(value, safe="")
+
+
+register_url_convertor("name", NameSegment())
+
+
+def routed_path(scope_path: str, raw_path: bytes | None) -> str | None:
+    """The path to route on: the decoded path, but with each %2F inside a segment kept as
+    ENCODED_SLASH so that a name holding `/` stays one segment. None when the path spells
+    ENCODED_SLASH itself (refused)."""
+    if raw_path is None or b"%" not in raw_path:
+        return scope_path
+    raw = raw_path.decode("latin-1")
+    lowered = raw.lower()
+    if "%1e" in lowered:
+        return None
+    if "%2f" not in lowered:
+        return scope_path
+    segments = (re.sub("%2[fF]", ENCODED_SLASH, segment) for segment in raw.split("/"))
+    return "/".join(unquote(segment) for segment in segments)
 
 
 def service(request: Request) -> CatalogService:
@@ -93,6 +131,7 @@ def load_result(
     metadata: bytes,
     config: dict[str, str] | None = None,
     credentials: list[dict[str, Any]] | None = None,
+    remote_signing: dict[str, Any] | None = None,
 ) -> Response:
     """LoadTableResult / LoadViewResult around metadata JSON that is already serialized."""
     head = b"{"
@@ -101,6 +140,8 @@ def load_result(
     tail = b',"config":' + json.dumps(config or {}).encode()
     if credentials:
         tail += b',"storage-credentials":' + json.dumps(credentials).encode()
+    if remote_signing is not None:
+        tail += b',"remote-signing-config":' + json.dumps(remote_signing).encode()
     return raw_json_response(head + b'"metadata":' + metadata + tail + b"}")
 
 
@@ -116,6 +157,21 @@ def identifiers_page(
     if token:
         body["next-page-token"] = token
     return json_response(body)
+
+
+def referenced_by(value: str | None) -> list[Identifier]:
+    """The spec's `referenced-by`: the chain of views an entity is loaded through, each
+    `{namespace}{separator}{view}`, comma-separated (a comma in a name is %2C). Checked, never used
+    to decide access: isbre grants by namespace, whatever view a client reads through."""
+    found = []
+    for part in (value or "").split(","):
+        if not part:
+            continue
+        levels = unquote(part).split(NAMESPACE_SEPARATOR)
+        if len(levels) < 2:
+            raise ValueError(f"Invalid referenced-by: {part[:100]!r} is not a namespace and a view name")
+        found.append(Identifier.of(levels[:-1], levels[-1]))
+    return found
 
 
 def namespace_from_path(segment: str) -> tuple[str, ...]:

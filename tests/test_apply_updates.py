@@ -23,7 +23,7 @@ from pyiceberg.table.update import (
 from pyiceberg.transforms import BucketTransform
 from pyiceberg.types import LongType, NestedField, StringType
 
-from catalog.tables import apply_updates
+from catalog.metadata_updates import apply_updates
 
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=True), NestedField(2, "s", StringType()))
 LOCATION = "file:///w/t/metadata/00003-0b9c1a52-3b83-4f5c-8d6e-4f2a2c3d9e11.metadata.json"

@@ -225,7 +225,7 @@ def test_no_spelling_of_any_path_lets_a_purge_leave_the_table(
 def test_the_deleter_refuses_or_stays_below_the_root(tmp_path: Path, path: str) -> None:
     root = tmp_path / "wh" / "t"
     (root / "data").mkdir(parents=True, exist_ok=True)
-    files = TableFiles(PyArrowFileIO(), str(root), [str(tmp_path / "wh")])
+    files = TableFiles(PyArrowFileIO(), [str(root)], [str(tmp_path / "wh")])
     sentinel = tmp_path / "sentinel"
     sentinel.write_text("x")
     with contextlib.suppress(

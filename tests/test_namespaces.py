@@ -111,7 +111,6 @@ def test_pagination_of_tables(rest_catalog: RestCatalog, server: IsbreServer, na
     "body",
     [
         {"namespace": []},
-        {"namespace": ["a/b"]},
         {"namespace": [".."]},
         {"namespace": ["ok", ""]},
         {"namespace": ["bad\nname"]},

@@ -116,12 +116,16 @@ def test_pyiceberg_round_trip_through_remote_signing(
     monkeypatch.setattr(ExecutorFactory, "_instance", None)
     lake = catalog(on_s3, WRITER, "remote-signing")
     lake.create_namespace("signed")
-    config = httpx.post(
+    created = httpx.post(
         f"{on_s3.url}/v1/isbre/namespaces/signed/tables",
         json={"name": "probe", "schema": ID_SCHEMA},
         headers={"Authorization": f"Bearer {WRITER}", "X-Iceberg-Access-Delegation": "remote-signing"},
-    ).json()["config"]
+    ).json()
+    config = created["config"]
     assert config["s3.remote-signing-enabled"] == "true"
+    # The spec's remote-signing-config: the signer is at its default path, nothing else to pass.
+    assert created["remote-signing-config"] == {"properties": {}, "headers": {}}
+    assert config["signer.endpoint"].endswith("/namespaces/signed/tables/probe/sign")
     assert not any("access-key" in key or "session-token" in key for key in config)
     round_trip(lake, "signed")
     assert any(key.endswith(".parquet") for key in moto.keys("lake", "wh/signed/"))

@@ -136,7 +136,7 @@ def test_malformed_json_is_400(server: IsbreServer, namespace: str) -> None:
     assert response.json()["error"]["type"] == "BadRequestException"
 
 
-@pytest.mark.parametrize("name", ["", "a/b", "..", "x\ty", "n" * 300])
+@pytest.mark.parametrize("name", ["", "..", "x\ty", "n" * 300])
 def test_bad_table_name_is_400_and_leaves_nothing(server: IsbreServer, namespace: str, name: str) -> None:
     response = create(server, namespace, name)
     assert response.status_code == 400, response.text

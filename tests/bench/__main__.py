@@ -7,7 +7,17 @@ import platform
 import tempfile
 from pathlib import Path
 
-from tests.bench import commits, events, lineage, load_table, object_storage, replicas, signing, sinks, workers
+from tests.bench import (
+    commits,
+    events,
+    lineage,
+    load_table,
+    object_storage,
+    replicas,
+    signing,
+    sinks,
+    workers,
+)
 
 
 def main() -> None:
