@@ -1,14 +1,21 @@
-"""`make bench`: isbre's figures side by side with a peer measured in the same run."""
+"""`make bench`: isbre's figures side by side with a peer measured in the same run.
+
+`python -m tests.bench` runs every benchmark; `python -m tests.bench NAME...` the ones named;
+`--list` names them.
+"""
 
 from __future__ import annotations
 
+import argparse
 import os
 import platform
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from tests.bench import (
     commits,
+    console,
     events,
     lineage,
     load_table,
@@ -18,23 +25,43 @@ from tests.bench import (
     sinks,
     workers,
 )
+from tests.bench.harness import Report
+
+# In the order `make bench` runs them; each returns one report or several.
+BENCHMARKS: dict[str, tuple[Callable[[Path], Report | list[Report]], str]] = {
+    "commits": (commits.run, "set-properties commits beside SqlCatalog on SQLite"),
+    "object_storage": (object_storage.run, "commits on an S3 warehouse (moto) beside local disk"),
+    "signing": (signing.run, "the remote signer beside botocore signing in process"),
+    "load_table": (load_table.run, "loadTable requests per second and latency"),
+    "workers": (workers.run, "clients in processes, 1 worker and N workers"),
+    "replicas": (replicas.run, "replicas on PostgreSQL beside SqlCatalog on PostgreSQL"),
+    "events": (events.run, "commit-to-event latency, replay, commits with subscribers"),
+    "lineage": (lineage.run, "commits with lineage delivery on"),
+    "sinks": (sinks.run, "sink rows per second and batches"),
+    "console": (console.run, "the console's live feed in Chromium at 200 commits/s"),
+}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m tests.bench", description=__doc__.splitlines()[0])
+    parser.add_argument("names", nargs="*", metavar="NAME", help="benchmarks to run (default: all)")
+    parser.add_argument("--list", action="store_true", help="name the benchmarks and stop")
+    arguments = parser.parse_args(argv)
+    if arguments.list:
+        for name, (_, what) in BENCHMARKS.items():
+            print(f"{name:15} {what}")
+        return
+    unknown = [name for name in arguments.names if name not in BENCHMARKS]
+    if unknown:
+        parser.error(f"no benchmark named {', '.join(unknown)} (--list names them)")
+    chosen = arguments.names or list(BENCHMARKS)
     machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
     print(f"# isbre benchmarks on {machine}", end="\n\n")
+    reports: list[Report] = []
     with tempfile.TemporaryDirectory(prefix="isbre-bench-") as workdir:
-        reports = [
-            commits.run(Path(workdir)),
-            object_storage.run(Path(workdir)),
-            signing.run(Path(workdir)),
-            load_table.run(Path(workdir)),
-            *workers.run(Path(workdir)),
-            *replicas.run(Path(workdir)),
-            *events.run(Path(workdir)),
-            lineage.run(Path(workdir)),
-            *sinks.run(Path(workdir)),
-        ]
+        for name in chosen:
+            found = BENCHMARKS[name][0](Path(workdir))
+            reports += found if isinstance(found, list) else [found]
     print()
     for report in reports:
         print(report.markdown(), end="\n\n")
