@@ -1,26 +1,35 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed
+# The server's own dependencies, then the test toolchain on top: `make run` installs only the first.
+SERVER := $(VENV)/.server-installed
+TESTS := $(VENV)/.tests-installed
 
 .PHONY: run test lint bench clean
 
-$(STAMP): pyproject.toml
+$(PY):
 	python3 -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
-	touch $(STAMP)
+	$(PY) -m pip install --upgrade pip
 
-run: $(STAMP)
-	$(VENV)/bin/isbre serve
+$(SERVER): pyproject.toml | $(PY)
+	$(PY) -m pip install -e .
+	touch $@
 
-lint: $(STAMP)
+$(TESTS): pyproject.toml $(SERVER)
+	$(PY) -m pip install -e '.[test]'
+	touch $@
+
+# `make run PORT=9000` serves another port (ISBRE_PORT and the TOML file's `port` work too).
+run: $(SERVER)
+	$(VENV)/bin/isbre serve $(if $(PORT),--port $(PORT))
+
+lint: $(TESTS)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
 test: lint
 	$(PY) -m pytest
 
-bench: $(STAMP)
+bench: $(TESTS)
 	$(PY) -m tests.bench
 
 clean:

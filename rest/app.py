@@ -8,7 +8,7 @@ import logging
 import os
 import signal
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import replace
 
@@ -203,20 +203,24 @@ def create_app(settings: Settings, worker: bool = False) -> FastAPI:
             )
         for each in services:
             log.info("isbre warehouse %r at %s", each.name, each.warehouse)
+        # What this process started, stopped in reverse order; each step runs whatever the one
+        # before it did, so the store is always closed.
+        steps: list[Callable[[], object]] = [service.close, app.state.broadcaster.close]
+        if isinstance(app.state.outbox, LineageWorker):  # an observer has nothing to stop
+            steps.append(app.state.outbox.stop)
+        if app.state.fanout is not None:
+            steps.append(app.state.fanout.stop)
+        if worker:
+            steps += [app.state.shared_counters.close, publishing.cancel]
+        steps += [trimming.cancel, feed.close]
         try:
             yield
         finally:
-            feed.close()
-            trimming.cancel()
-            if worker:
-                publishing.cancel()
-                app.state.shared_counters.close()
-            if app.state.fanout is not None:
-                app.state.fanout.stop()
-            if app.state.outbox is not None:
-                app.state.outbox.stop()
-            app.state.broadcaster.close()
-            service.close()
+            for step in reversed(steps):
+                try:
+                    step()
+                except Exception:
+                    log.exception("shutting down: %s failed", getattr(step, "__qualname__", step))
 
     # No generated docs pages: every route the app serves has an authorization rule, and those have none.
     app = FastAPI(

@@ -87,7 +87,9 @@ class Delegation:
         delegation = cls(options, settings)
         if options is not None and settings.vended_credentials and not settings.role_arn:
             log.warning(
-                "warehouse %r: vended credentials are off, no delegation.role_arn is set", service.name
+                "warehouse %r: vended credentials are off: no delegation.role_arn is set "
+                "(ISBRE_DELEGATION__ROLE_ARN, or role_arn under [delegation] in the TOML file)",
+                service.name,
             )
         return delegation
 
@@ -106,6 +108,8 @@ class Delegation:
         path) for remote signing."""
         if self.options is None or not location.startswith("s3://"):
             return TableAccess()
+        # Where the bucket is (endpoint, path style, region) goes to every client: one with keys of
+        # its own must not be sent to AWS's default endpoint.
         config = self.options.client_properties()
         if VENDED in modes and self.vends:
             credentials = {**config, **self.credentials(location, write)}
@@ -124,7 +128,7 @@ class Delegation:
                 "py-io-impl": "pyiceberg.io.fsspec.FsspecFileIO",
             }
             return TableAccess(config, [], {"properties": {}, "headers": {}})
-        return TableAccess()
+        return TableAccess(config)
 
     def credentials(self, location: str, write: bool) -> dict[str, str]:
         """Temporary credentials for the table at `location`, reused while fresh enough."""

@@ -55,8 +55,6 @@ def _delegation(request: Request) -> Delegation:
 def _delegated(request: Request, target: InNamespace, table: str, location: str) -> TableAccess:
     """The table's config, storage credentials and signer settings for the access the client asked for."""
     modes = wanted(request.headers.get(HEADER))
-    if not modes:
-        return TableAccess()
     catalog = service(request)
     namespace = quote(request.path_params["namespace"], safe="")
     signer = (
@@ -127,7 +125,10 @@ async def load_table(
     etag = _etag(state.metadata_location or "", snapshots)
     if etag in request.headers.get("if-none-match", ""):
         return Response(status_code=304, headers={"ETag": etag})
-    response = load_result(state.metadata_location, metadata)
+    config = None
+    if state.metadata.location.startswith("s3://"):  # the bucket's endpoint, path style, region
+        config = _delegation(request).table_config(set(), state.metadata.location, False, None).config
+    response = load_result(state.metadata_location, metadata, config)
     response.headers["ETag"] = etag
     return response
 

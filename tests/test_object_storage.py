@@ -378,6 +378,19 @@ def test_a_vended_credential_lists_and_copies_inside_its_table_only(on_s3: Isbre
     assert f"{a_key}/data/stolen.parquet" not in moto.keys("lake", a_key)
 
 
+def test_every_s3_table_s_config_says_where_its_bucket_is(on_s3: IsbreServer, moto: MotoS3) -> None:
+    """A client with S3 keys of its own, asking for no delegation, still reaches the warehouse's
+    endpoint, not AWS's default one."""
+    auth = {"Authorization": f"Bearer {WRITER}"}
+    base = f"{on_s3.url}/v1/isbre/namespaces"
+    httpx.post(base, json={"namespace": ["plain"]}, headers=auth).raise_for_status()
+    created = httpx.post(f"{base}/plain/tables", json={"name": "t", "schema": ID_SCHEMA}, headers=auth).json()
+    loaded = httpx.get(f"{base}/plain/tables/t", headers=auth).json()
+    for config in (created["config"], loaded["config"]):
+        assert config == {"s3.endpoint": moto.endpoint, "s3.path-style-access": "true", "s3.region": REGION}
+    assert "storage-credentials" not in loaded
+
+
 def test_a_local_and_an_s3_warehouse_side_by_side(on_s3: IsbreServer) -> None:
     auth = {"Authorization": f"Bearer {WRITER}"}
     config = httpx.get(f"{on_s3.url}/v1/config", params={"warehouse": "local"}, headers=auth).json()
@@ -545,7 +558,9 @@ def test_vending_can_be_switched_off_per_warehouse(moto: MotoS3, tmp_path: Path)
                 json={"name": mode.replace("-", "_"), "schema": ID_SCHEMA},
                 headers={"X-Iceberg-Access-Delegation": mode},
             ).json()
-            assert created["config"] == {} and "storage-credentials" not in created
+            # Only where the bucket is: no credentials, no signer.
+            assert set(created["config"]) == {"s3.endpoint", "s3.path-style-access", "s3.region"}
+            assert "storage-credentials" not in created and "remote-signing-config" not in created
     finally:
         server.stop()
 

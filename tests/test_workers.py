@@ -328,6 +328,16 @@ def test_one_lineage_worker_delivers_the_runs_of_every_worker(tmp_path: Path) ->
             for client in connections_to_each_worker(server, each=1)
         }
         assert len(statuses) == 1 and None not in statuses  # both workers report the same worker
+
+        # SIGTERM with lineage on and a stream open: every worker shuts down cleanly.
+        with httpx.stream("GET", f"{server.url}/v1/events", params={"after": 0}, timeout=30) as stream:
+            next(stream.iter_lines())
+            assert server.process is not None
+            server.process.send_signal(signal.SIGTERM)
+            assert server.process.wait(timeout=30) == 0
+        log = server.log()
+        for sign in ("Traceback", "Application shutdown failed", "AttributeError"):
+            assert sign not in log, log[-3000:]
     finally:
         server.stop()
         receiver.stop()
