@@ -752,7 +752,14 @@ class PostgresStore(Store):
         return _SessionLease(connection)
 
     def describe(self) -> dict[str, Any]:
-        return {"kind": "postgresql", "url": self.url, "connections": self.engine.pool.status()}
+        pool: Any = self.engine.pool  # a QueuePool (create_engine's pool_size and max_overflow)
+        connections = {
+            "size": pool.size(),
+            "in_use": pool.checkedout(),
+            "idle": pool.checkedin(),
+            "overflow": max(0, pool.overflow()),
+        }
+        return {"kind": "postgresql", "url": self.url, "connections": connections}
 
     def load(self, entries: Iterable[Entry]) -> Counter[str]:
         """Fill an empty store with `entries` (from `LmdbStore.export`), keeping every commit_seq, in

@@ -235,7 +235,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"isbre {_version()}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
     commands = parser.add_subparsers(dest="command", required=True)
-    serve = commands.add_parser("serve", help="serve the Iceberg REST API over an embedded LMDB warehouse")
+    serve = commands.add_parser(
+        "serve",
+        help="serve the Iceberg REST API (an embedded LMDB store, or PostgreSQL; local or S3 warehouses)",
+    )
     serve.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     serve.add_argument("--port", type=_port, help="port to listen on (default 8181)")
     serve.add_argument(
@@ -246,7 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--workers", type=int, help="server processes on the port (default: the cores, at most max_workers)"
     )
     serve.add_argument("--config", type=Path, help="TOML settings file")
-    serve.set_defaults(prog=serve.prog, handler=_serve)
+    serve.set_defaults(prog=serve.prog, command_parser=serve, handler=_serve)
 
     events = commands.add_parser("events", help="commit events").add_subparsers(dest="events", required=True)
     tail = events.add_parser("tail", help="print commit events as JSON lines until interrupted")
@@ -260,7 +263,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--kind", action="append", default=[], help="only this kind, e.g. table.commit (repeatable)"
     )
     _add_credentials(tail)
-    tail.set_defaults(prog=tail.prog, handler=_tail)
+    tail.set_defaults(prog=tail.prog, command_parser=tail, handler=_tail)
 
     lineage = commands.add_parser("lineage", help="OpenLineage delivery").add_subparsers(
         dest="lineage", required=True
@@ -268,14 +271,14 @@ def build_parser() -> argparse.ArgumentParser:
     status = lineage.add_parser("status", help="print the lineage outbox's state")
     status.add_argument("--url", default=DEFAULT_URL, help="isbre server (default %(default)s)")
     _add_credentials(status)
-    status.set_defaults(prog=status.prog, handler=_lineage_status)
+    status.set_defaults(prog=status.prog, command_parser=status, handler=_lineage_status)
     replay = lineage.add_parser("replay", help="send the lineage of past commits again")
     replay.add_argument("--from", dest="from_seq", type=int, required=True, help="first commit_seq to send")
     replay.add_argument("--to", type=int, help="last commit_seq to send (default: the newest)")
     replay.add_argument("--warehouse", help="the default warehouse (default ./warehouse)")
     replay.add_argument("--store", help=STORE_HELP)
     replay.add_argument("--config", type=Path, help="TOML settings file (for the lineage transport)")
-    replay.set_defaults(prog=replay.prog, handler=_lineage_replay)
+    replay.set_defaults(prog=replay.prog, command_parser=replay, handler=_lineage_replay)
 
     store = commands.add_parser("store", help="the catalog's store").add_subparsers(
         dest="store", required=True
@@ -283,7 +286,7 @@ def build_parser() -> argparse.ArgumentParser:
     migrate = store.add_parser("migrate", help="bring a PostgreSQL store's schema up to date")
     migrate.add_argument("--store", help=STORE_HELP)
     migrate.add_argument("--config", type=Path, help="TOML settings file")
-    migrate.set_defaults(prog=migrate.prog, handler=_store_migrate)
+    migrate.set_defaults(prog=migrate.prog, command_parser=migrate, handler=_store_migrate)
     copy = store.add_parser(
         "copy", help="copy an LMDB catalog, history and cursors included, into PostgreSQL"
     )
@@ -291,19 +294,22 @@ def build_parser() -> argparse.ArgumentParser:
         "--from", dest="source", required=True, help="the LMDB store directory (its server stopped)"
     )
     copy.add_argument("--to", help="an empty PostgreSQL store, postgresql://… (default: $ISBRE_STORE)")
-    copy.set_defaults(prog=copy.prog, handler=_store_copy)
+    copy.set_defaults(prog=copy.prog, command_parser=copy, handler=_store_copy)
 
     ingest = commands.add_parser("ingest", help="load Parquet, CSV or JSON-lines files into a table, once")
     from sinks.ingest_arguments import add_arguments
 
     add_arguments(ingest)
     _add_credentials(ingest)
-    ingest.set_defaults(prog=ingest.prog, handler=_ingest)
+    ingest.set_defaults(prog=ingest.prog, command_parser=ingest, handler=_ingest)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # said by the command's own parser, with its own usage
+        getattr(args, "command_parser", parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         return args.handler(args)
     except KeyboardInterrupt:

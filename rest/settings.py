@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import tomllib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -276,7 +277,10 @@ def load_settings(config_file: Path | None = None, **flags: Any) -> Settings:
     class _FromFile(Settings):
         model_config = SettingsConfigDict(toml_file=config_file)
 
-    return _FromFile(**given)
+    try:
+        return _FromFile(**given)
+    except tomllib.TOMLDecodeError as exc:  # its message has the line, not the file
+        raise ValueError(f"{config_file} is not valid TOML: {exc}") from exc
 
 
 def _warehouse(name: str, settings: WarehouseSettings) -> Warehouse:

@@ -207,3 +207,19 @@ def test_requests_refused_by_authentication_are_counted_under_their_route(secure
     metrics = httpx.get(f"{secured.url}/metrics").text
     wanted = 'route="/v1/{prefix}/namespaces/{namespace}/tables",status="401"} 2'
     assert wanted in metrics, [line for line in metrics.splitlines() if "401" in line]
+
+
+def test_an_unknown_option_gets_its_command_s_usage() -> None:
+    for command in (["serve"], ["events", "tail"], ["store", "copy", "--from", "x"]):
+        result = isbre(*command, "--bogus")
+        assert result.returncode == 2
+        assert result.stderr.startswith(f"usage: isbre {' '.join(command[:2])}"), result.stderr
+        assert "unrecognized arguments: --bogus" in result.stderr
+
+
+def test_a_broken_toml_file_is_named(tmp_path: Path) -> None:
+    config = tmp_path / "broken.toml"
+    config.write_text("port = = 3\n")
+    one_line_error(
+        isbre("serve", "--config", str(config), "--warehouse", str(tmp_path / "w")), str(config), "TOML"
+    )

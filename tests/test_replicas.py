@@ -226,6 +226,9 @@ def test_health_reports_the_database(pair: list[IsbreServer]) -> None:
     assert store["status"] == "ok" and store["kind"] == "postgresql"
     assert store["commit_seq"] == pair[1].high_water()
     assert store["url"].startswith("postgresql+psycopg://isbre@127.0.0.1:")
+    connections = store["connections"]  # fields, not SQLAlchemy's status string
+    assert set(connections) == {"size", "in_use", "idle", "overflow"}
+    assert connections["size"] == 10 and all(isinstance(v, int) and v >= 0 for v in connections.values())
 
 
 def lineage_runs(receiver: Receiver) -> set[str]:
