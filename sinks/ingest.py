@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pyarrow as pa
+import requests
 from pydantic import TypeAdapter
 from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.exceptions import NoSuchTableError
@@ -20,6 +21,8 @@ from sinks.contract import SinkError
 from sinks.files import expand, file_format, read_file, row_count
 from sinks.iceberg import TableWriter
 
+DEFAULT_URI = "http://127.0.0.1:8181"
+
 
 def open_catalog(
     uri: str | None, warehouse: Path | None, token: str | None = None, credential: str | None = None
@@ -28,7 +31,7 @@ def open_catalog(
         return load_catalog(
             "isbre", **{"py-catalog-impl": "catalog.embedded.LmdbCatalog", "warehouse": str(warehouse)}
         )
-    uri = uri or "http://127.0.0.1:8181"
+    uri = uri or DEFAULT_URI
     properties = {"type": "rest", "uri": uri}
     token = token or os.environ.get("ISBRE_TOKEN")
     credential = credential or os.environ.get("ISBRE_CREDENTIAL")
@@ -76,16 +79,19 @@ def parse_types(named: str | None) -> list[tuple[str, pa.DataType]]:
 def run(args: argparse.Namespace) -> int:
     try:
         files = expand(args.files)
-        catalog = open_catalog(args.uri, args.warehouse, args.token, args.credential)
         namespace = tuple(args.table.split(".")[:-1])
-        if not namespace:
+        if not namespace:  # before anything is asked of the server
             raise SinkError(f"--table needs a namespace: {args.table!r}")
+        catalog = open_catalog(args.uri, args.warehouse, args.token, args.credential)
         catalog.create_namespace_if_not_exists(namespace)
         types = column_types(catalog, args.table, args.prefix, args.types)
         writer = TableWriter(catalog, args.table, prefix=args.prefix, widen=args.widen, to_json=args.to_json)
     except (SinkError, ValueError) as e:
         print(f"isbre ingest: {e}", file=sys.stderr)
         return 2
+    except requests.ConnectionError:  # PyIceberg's REST client speaks through requests
+        print(f"isbre ingest: cannot reach {args.uri or DEFAULT_URI}", file=sys.stderr)
+        return 1
     total_read = total_written = 0
     refused: list[Path] = []
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())

@@ -89,6 +89,12 @@ def test_help_version_and_tail_import_nothing_heavy() -> None:
             {"ISBRE_STORE": "postgresql://isbre@127.0.0.1:{port}/catalog"},
             ["the catalog database is unavailable", "Connection refused"],
         ),
+        (
+            ["ingest", "{config}", "--table", "t", "--uri", "http://127.0.0.1:{port}"],
+            {},
+            ["needs a namespace"],
+        ),
+        (["ingest", "{config}", "--table", "n.t", "--uri", "http://127.0.0.1:{port}"], {}, ["cannot reach"]),
     ],
     ids=[
         "port out of range",
@@ -97,6 +103,8 @@ def test_help_version_and_tail_import_nothing_heavy() -> None:
         "missing config",
         "no server",
         "no database",
+        "ingest table without namespace",
+        "ingest with no server",
     ],
 )
 def test_ordinary_mistakes_are_one_line(
