@@ -2,12 +2,32 @@
 
 from __future__ import annotations
 
+import ctypes
 import logging
+import os
+import signal
 import subprocess
+import sys
 import threading
 import time
 
 log = logging.getLogger(__name__)
+
+# prctl(2)'s option: the signal this process gets when its parent ends.
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """Have the kernel send this process SIGTERM when the process that started it ends (Linux),
+    and end now if that has already happened: a helper or worker never outlives its server, even
+    one killed with SIGKILL."""
+    if not sys.platform.startswith("linux"):
+        return
+    parent = os.getppid()
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    if parent == 1 or os.getppid() != parent:
+        os.kill(os.getpid(), signal.SIGTERM)
+
 
 # A process that keeps dying is restarted ever more slowly; one that ran a minute counts as healthy.
 RESTART_DELAY_S = 1.0

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from catalog import CatalogService
 from catalog.feed import CommitFeed
+from catalog.processes import die_with_parent
 from catalog.store import StoreUnavailableError
 from catalog.stores import helper_store
 from events.broadcast import Broadcaster
@@ -250,6 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ring-size", type=int, required=True)
     parser.add_argument("--ring-bytes", type=int, required=True)
     args = parser.parse_args(argv)
+    die_with_parent()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # Ctrl-C reaches the whole process group: the server decides when streams end, not this process.
     signal.signal(signal.SIGINT, signal.SIG_IGN)

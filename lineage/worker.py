@@ -29,7 +29,7 @@ from typing import Any
 
 from catalog import CatalogService
 from catalog.object_storage import S3Options
-from catalog.processes import SupervisedProcess
+from catalog.processes import SupervisedProcess, die_with_parent
 from catalog.store import Lease, StoreUnavailableError
 from catalog.stores import helper_environment, helper_store
 from catalog.warehouses import Warehouse, open_warehouses, read_metadata
@@ -91,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="lineage.worker")
     parser.add_argument("--state", type=Path, required=True, help="the server's state directory")
     args = parser.parse_args(argv)
+    die_with_parent()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     os.nice(19)
 

@@ -16,6 +16,7 @@ import secrets
 
 from fastapi import FastAPI
 
+from catalog.processes import die_with_parent
 from rest.connections import GuardedHttpProtocol
 from rest.settings import Settings
 
@@ -44,6 +45,7 @@ def worker_app() -> FastAPI:
     """The app of one worker process (uvicorn calls this factory in each)."""
     from rest.app import create_app
 
+    die_with_parent()  # uvicorn's supervisor: a worker it cannot watch any more ends too
     settings = _handed_down()
     WorkerHttpProtocol.max_header_bytes = settings.max_header_kb << 10
     WorkerHttpProtocol.header_timeout = settings.header_timeout_seconds

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 
 from rest.auth import sha256_hex
@@ -390,3 +391,20 @@ def test_one_worker_growing_the_map_does_not_break_the_other(tmp_path: Path) -> 
         assert len(listed) == 1 + 160
     finally:
         server.stop()
+
+
+def test_every_process_of_a_server_ends_when_its_supervisor_is_killed(tmp_path: Path) -> None:
+    receiver = Receiver().start()
+    server = IsbreServer(tmp_path / "warehouse", workers=2, env={"ISBRE_LINEAGE_URL": receiver.url}).start()
+    try:
+        assert server.process is not None
+        supervisor = psutil.Process(server.process.pid)
+        helpers = supervisor.children(recursive=True)  # workers, the events fan-out, the lineage worker
+        assert len(helpers) >= 4, [p.cmdline() for p in helpers]
+        supervisor.kill()  # kill -9 of the supervisor alone
+        server.process.wait(timeout=10)
+        _, alive = psutil.wait_procs(helpers, timeout=20)
+        assert alive == [], [p.cmdline() for p in alive]
+    finally:
+        server.kill()
+        receiver.stop()
