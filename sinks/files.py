@@ -111,6 +111,40 @@ def read_file(
         raise _unparsable(path, fmt, error) from error
 
 
+def run_types(files: list[Path], forced: str | None, known: pa.Schema | None) -> pa.Schema | None:
+    """`known` (the table's columns, types named on the command line), with the columns of the run's
+    untyped files (CSV, JSON lines) that it lacks typed from every file of the run: a column that
+    holds whole numbers in one file and fractions in another is a double for all of them, as
+    two runs would make it. Columns the files cannot agree on are left to each file (and refused
+    there, saying why)."""
+    inferred = []
+    for path in files:
+        try:
+            fmt = file_format(path, forced)
+            if fmt == "parquet":
+                continue
+            reader = pacsv.open_csv(path) if fmt == "csv" else pajson.open_json(path)
+        except (SinkError, pa.ArrowInvalid):
+            continue  # reading the file says what is wrong with it, in its turn
+        inferred.append(reader.schema)
+    if not inferred:
+        return known
+    names = set(known.names) if known is not None else set()
+    fields = list(known) if known is not None else []
+    for name in dict.fromkeys(field.name for schema in inferred for field in schema):
+        if name in names:
+            continue
+        try:
+            agreed = pa.unify_schemas(
+                [pa.schema([s.field(name)]) for s in inferred if name in s.names],
+                promote_options="permissive",
+            )
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            continue
+        fields.append(agreed.field(0))
+    return pa.schema(fields) if fields else None
+
+
 def row_count(path: Path, fmt: str) -> int | None:
     """Rows in the file, when the format says so without reading it (Parquet)."""
     return ds.dataset(path, format=fmt).count_rows() if fmt == "parquet" else None

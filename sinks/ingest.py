@@ -18,7 +18,7 @@ from pyiceberg.types import IcebergType, NestedField
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from sinks.contract import SinkError
-from sinks.files import expand, file_format, read_file, row_count
+from sinks.files import expand, file_format, read_file, row_count, run_types
 from sinks.iceberg import TableWriter
 
 DEFAULT_URI = "http://127.0.0.1:8181"
@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
             raise SinkError(f"--table needs a namespace: {args.table!r}")
         catalog = open_catalog(args.uri, args.warehouse, args.token, args.credential)
         catalog.create_namespace_if_not_exists(namespace)
-        types = column_types(catalog, args.table, args.prefix, args.types)
+        types = run_types(files, args.format, column_types(catalog, args.table, args.prefix, args.types))
         writer = TableWriter(catalog, args.table, prefix=args.prefix, widen=args.widen, to_json=args.to_json)
     except (SinkError, ValueError) as e:
         print(f"isbre ingest: {e}", file=sys.stderr)

@@ -132,3 +132,18 @@ def test_ingest_authenticates_from_the_environment(tmp_path: Path) -> None:
         assert "sec.t: 1 of 1 rows written" in done.stdout
     finally:
         server.stop()
+
+
+def test_one_run_types_its_new_columns_from_every_file(
+    server: IsbreServer, rest_catalog: RestCatalog, tmp_path: Path
+) -> None:
+    """A whole number in one file and a fraction in another: one run gives the table what two runs
+    give it (a double column), and every row lands."""
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "a.csv").write_text("id,amount\n1,1.5\n")
+    (tmp_path / "run" / "b.csv").write_text("id,amount\n2,1\n3,2\n")
+    done = _ingest(server, str(tmp_path / "run" / "*.csv"), "--table", "files.amounts")
+    assert done.returncode == 0, done.stderr
+    table = rest_catalog.load_table("files.amounts")
+    assert str(table.schema().find_field("amount").field_type) == "double"
+    assert sorted(table.scan().to_arrow()["amount"].to_pylist()) == [1.0, 1.5, 2.0]
