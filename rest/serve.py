@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import ipaddress
 import logging
 import os
 import resource
+import socket
 from pathlib import Path
 
 import uvicorn
@@ -55,6 +57,7 @@ def serve(settings: Settings) -> None:
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     _raise_open_files_limit()
+    _check_port_free(settings.host, settings.port)
     if settings.shares_store():
         from catalog.postgres_store import PostgresStore
 
@@ -121,6 +124,25 @@ def claim_state(state: Path) -> str | None:
     os.write(fd, str(os.getpid()).encode())
     _claimed.append(fd)
     return None
+
+
+def _check_port_free(host: str, port: int) -> None:
+    """A port another program holds is one line that says how to choose another, before anything
+    starts (uvicorn would report it after the application had started)."""
+    if port == 0:
+        return
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                raise
+            raise RefusedError(
+                f"port {port} on {host} is in use by another program; serve another with --port N, "
+                "ISBRE_PORT=N or port = N in the TOML file (make run PORT=N)"
+            ) from None
 
 
 def _raise_open_files_limit() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import select
+import socket
 import subprocess
 import sys
 import time
@@ -231,3 +232,13 @@ def test_a_broken_toml_file_is_named(tmp_path: Path) -> None:
     one_line_error(
         isbre("serve", "--config", str(config), "--warehouse", str(tmp_path / "w")), str(config), "TOML"
     )
+
+
+def test_a_port_in_use_is_named_with_how_to_choose_another(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = isbre("serve", "--port", str(port), "--warehouse", str(tmp_path / "w"), "--workers", "1")
+    one_line_error(result, f"port {port}", "in use", "--port", "ISBRE_PORT")
+    assert "Application startup" not in result.stderr
