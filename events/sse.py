@@ -1,4 +1,5 @@
-"""GET /v1/events: commit records as Server-Sent Events; GET /v1/events/cursor: the high-water."""
+"""GET /v1/events: commit records as Server-Sent Events; GET /v1/events/cursor: the high-water;
+GET /v1/events/recent: the newest records, to show before following."""
 
 from __future__ import annotations
 
@@ -17,12 +18,15 @@ from starlette.types import Message, Receive, Scope, Send
 from events.fanout import DETACHABLE, Detachable, FanoutProcess, StreamRequest, until_expiry
 from events.filters import EventFilter
 from events.frames import STREAM_HEADERS, expired_frame, retry_frame, token_expired_frame
-from events.subscription import CursorExpiredError, check_cursor, follow
+from events.subscription import CursorExpiredError, check_cursor, follow, latest
 from rest.access import READER
 from rest.wire import warehouse_tags
 
 # Any authenticated caller may follow events; its namespace scopes filter what it sees.
 router = APIRouter(dependencies=[Depends(READER)])
+RECENT_LIMIT = 1000
+# Records read at most for one /events/recent answer, whatever its filter matches.
+RECENT_SCAN_LIMIT = 10_000
 
 
 class _EventStream(EventSourceResponse):
@@ -60,6 +64,14 @@ class _HandedOver(Response):
         await send({"type": "http.response.start", "status": 200, "headers": []})
 
 
+def _filter(
+    request: Request, namespace: str | None, table: list[str] | None, kind: list[str] | None
+) -> EventFilter:
+    caller = getattr(request.state, "caller", None)  # set when authentication is on
+    scope = caller.namespaces if caller else ()
+    return EventFilter.parse(namespace, table or (), kind or (), scope, warehouse_tags(request))
+
+
 def _start(after: int | None, last_event_id: str | None, high: int) -> int:
     """Last-Event-ID (a reconnecting EventSource) wins over `after`; neither means "from now"."""
     if last_event_id:
@@ -81,8 +93,7 @@ async def stream_events(
 ) -> Response:
     state = request.app.state
     caller = getattr(request.state, "caller", None)  # set when authentication is on
-    scope = caller.namespaces if caller else ()
-    event_filter = EventFilter.parse(namespace, table or (), kind or (), scope, warehouse_tags(request))
+    event_filter = _filter(request, namespace, table, kind)
     cursor = _start(after, last_event_id, state.broadcaster.high)
     check_cursor(state.service, cursor)
     expires_at = caller.expires_at if caller else None
@@ -154,4 +165,18 @@ def events_health(state: State) -> dict[str, object]:
 def events_cursor(request: Request) -> Response:
     floor, high = request.app.state.service.log_bounds()
     body = json.dumps({"commit_seq": high, "oldest_commit_seq": floor})
+    return Response(body, media_type="application/json")
+
+
+@router.get("/events/recent")
+def recent_events(
+    request: Request,
+    limit: int = Query(50, ge=0, le=RECENT_LIMIT),
+    namespace: str | None = None,
+    table: Annotated[list[str] | None, Query()] = None,
+    kind: Annotated[list[str] | None, Query()] = None,
+) -> Response:
+    event_filter = _filter(request, namespace, table, kind)
+    records, high = latest(request.app.state.service, event_filter, limit, RECENT_SCAN_LIMIT)
+    body = b'{"commit_seq":%d,"records":[%s]}' % (high, b",".join(r.to_json() for r in records))
     return Response(body, media_type="application/json")

@@ -43,6 +43,25 @@ def check_cursor(service: CatalogService, after: int) -> None:
         raise CursorAheadError(f"Cursor {after} is ahead of the commit log (its high-water is {high})")
 
 
+def latest(
+    service: CatalogService, event_filter: EventFilter, limit: int, scan_limit: int
+) -> tuple[list[CommitRecord], int]:
+    """The newest `limit` matching records, oldest first, and the high-water to follow from.
+
+    The log is read backwards in chunks, at most `scan_limit` records: a filter that matches
+    nothing recent answers quickly with what it found.
+    """
+    floor, high = service.log_bounds()
+    found: list[CommitRecord] = []
+    end = high
+    while end >= floor and len(found) < limit and high - end < scan_limit:
+        start = max(floor - 1, end - LOG_CHUNK)
+        chunk = [r for r in service.commits_since(start, end - start) if event_filter.matches(r)]
+        found[:0] = chunk
+        end = start
+    return found[-limit:] if limit else [], high
+
+
 async def follow(
     broadcaster: Broadcaster,
     service: CatalogService,

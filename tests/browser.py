@@ -65,8 +65,12 @@ class Watched:
         assert not self.outside, self.outside
 
 
+WIDE = {"width": 1400, "height": 900}
+NARROW = {"width": 420, "height": 900}
+
+
 def watched(browser: Browser) -> Watched:
-    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page = browser.new_page(viewport=WIDE)
     seen = Watched(page)
 
     def console(message: ConsoleMessage) -> None:

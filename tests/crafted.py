@@ -62,6 +62,13 @@ def crafted_snapshot(
     output = PyArrowFileIO().new_output(write_list_at or manifest_list)
     with write_manifest_list(2, output, snapshot_id, parent, sequence, "null") as writer:
         writer.add_manifests(files)
+    return snapshot_updates(metadata, snapshot_id, parent, sequence, manifest_list)
+
+
+def snapshot_updates(
+    metadata: TableMetadata, snapshot_id: int, parent: int | None, sequence: int, manifest_list: str
+) -> list[dict[str, Any]]:
+    """Add an append snapshot and point main at it."""
     snapshot: dict[str, Any] = {
         "snapshot-id": snapshot_id,
         "sequence-number": sequence,

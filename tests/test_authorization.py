@@ -240,6 +240,7 @@ CASES: dict[tuple[str, str], Case] = {
     ),
     ("GET", f"{P}/events"): Case("reader", lambda ns: Call("GET", f"{P}/events", query={"after": 0}), False),
     ("GET", f"{P}/events/cursor"): Case("reader", lambda ns: Call("GET", f"{P}/events/cursor"), False),
+    ("GET", f"{P}/events/recent"): Case("reader", lambda ns: Call("GET", f"{P}/events/recent"), False),
     ("POST", f"{P}/events"): Case("reader", lambda ns: Call("POST", f"{P}/events", {"page-size": 1}), False),
 }
 

@@ -181,6 +181,42 @@ def test_filters_select_exactly_the_matching_events(server: IsbreServer, namespa
         assert filtered(**params) == [r["commit_seq"] for r in everything if matches(r, **params)], params
 
 
+def test_recent_is_the_tail_of_what_the_stream_replays(server: IsbreServer, tables: str) -> None:
+    """What the console opens with: the newest matching records, then the cursor to follow from."""
+    changes = [
+        {
+            "identifier": {"namespace": [tables], "name": f"t{t}"},
+            "updates": [{"action": "set-properties", "updates": {"k": str(t)}}],
+        }
+        for t in range(4)
+    ]
+    with httpx.Client(base_url=f"{server.url}/v1/isbre") as client:
+        for _ in range(260):  # more than a chunk of the log (1,000 records), read backwards
+            client.post("/transactions/commit", json={"table-changes": changes}).raise_for_status()
+        top = server.high_water()
+        everything = sse_records(server, until=top, after=0)
+        for params, wanted in (
+            ({}, everything),
+            (
+                {"table": [f"{tables}.t1"]},
+                [r for r in everything if r.get("name") == "t1" and r["namespace"] == [tables]],
+            ),
+            (
+                {"kind": ["table.create"], "namespace": tables},
+                [r for r in everything if r["kind"] == "table.create" and r["namespace"] == [tables]],
+            ),
+        ):
+            for limit in (0, 1, 5, 1000):
+                answer = client.get("/events/recent", params={"limit": limit, **params})
+                assert answer.status_code == 200
+                assert answer.json() == {"commit_seq": top, "records": wanted[-limit:] if limit else []}, (
+                    params,
+                    limit,
+                )
+        too_many = client.get("/events/recent", params={"limit": 1001})
+        assert too_many.status_code == 400 and too_many.json()["error"]["type"] == "BadRequestException"
+
+
 def test_transaction_events_arrive_together(server: IsbreServer, tables: str) -> None:
     start = server.high_water()
     changes = [

@@ -22,6 +22,24 @@ export const session = {
   onSignedOut: () => {},
 };
 
+// Iceberg's ids are 64-bit: a snapshot id such as 5954038631294499925 would become the nearest
+// double (5954038631294500000) as a JavaScript number, and an id copied from the page would name no
+// snapshot. Integers beyond 2^53 are read from their source text as BigInt; the API stays as the
+// spec has it, plain JSON numbers.
+function exactIntegers(key, value, context) {
+  if (typeof value === "number" && !Number.isSafeInteger(value) && context && /^-?\d+$/.test(context.source)) {
+    return BigInt(context.source);
+  }
+  return value;
+}
+
+export function parseJson(text) {
+  return JSON.parse(text, exactIntegers);
+}
+
+// Whether this browser hands a reviver the source text (Chromium 114 and Firefox 135 on).
+export const exactIds = JSON.parse("1", (key, value, context) => context !== undefined);
+
 function headers() {
   const token = session.token;
   return token ? { Authorization: `Bearer ${token}` } : {};
@@ -44,7 +62,8 @@ export async function get(path, { signal } = {}) {
   const response = await fetch(path, { headers: headers(), signal });
   if (!response.ok) throw await failure(response);
   const type = response.headers.get("content-type") || "";
-  return type.includes("json") ? response.json() : response.text();
+  const text = await response.text();
+  return type.includes("json") ? parseJson(text) : text;
 }
 
 // Client credentials for an access token (the OAuth2 endpoint PyIceberg uses).
@@ -126,7 +145,7 @@ export function follow({ warehouse, after = null, namespace = "", tables = [], k
           else if (line.startsWith("retry:")) retry = Number(line.slice(6)) || retry;
         }
         if (!data) continue;
-        const body = JSON.parse(data);
+        const body = parseJson(data);
         if (event === "error") throw Object.assign(new ApiError(body.error.code, body.error.type, body.error.message), { inStream: true });
         records.push(body);
       }

@@ -1,6 +1,6 @@
 // The console's shell: sign-in when the server asks for it, the hash router, the connection state.
 
-import { ApiError, get, session, signIn } from "./api.js";
+import { ApiError, exactIds, get, session, signIn } from "./api.js";
 import { clear, h } from "./dom.js";
 import { catalogPage, namespacePage } from "./catalog.js";
 import { coveragePage } from "./coverage.js";
@@ -105,6 +105,10 @@ async function show() {
   }
 }
 
+if (!exactIds) {
+  const warning = "This browser rounds integers beyond 2^53, so snapshot ids on these pages may be wrong: use Chromium 114, Firefox 135 or later.";
+  document.body.insertBefore(h("p", { class: "error banner", role: "alert" }, warning), main);
+}
 session.onSignedOut = (message) => signInForm(message);
 window.addEventListener("hashchange", show);
 show();

@@ -8,8 +8,15 @@ import { redrawOnCommit } from "./live.js";
 
 const WIDTH = 560;
 
+// Offsets are 64-bit: arithmetic on them is BigInt (api.js reads those beyond 2^53 as BigInt), and
+// only a position on the bar is a plain number.
+const big = (offset) => BigInt(offset);
+const lowest = (values) => values.reduce((a, b) => (b < a ? b : a));
+const highest = (values) => values.reduce((a, b) => (b > a ? b : a));
+
 function bar(entry, low, high) {
-  const scale = (offset) => ((offset - low) / Math.max(1, high - low)) * WIDTH;
+  const span = Number(high - low) || 1;
+  const scale = (offset) => (Number(big(offset) - low) / span) * WIDTH;
   const piece = (kind) => ([start, end]) => svg("rect", { class: kind, x: scale(start).toFixed(1), y: 2, width: Math.max(1, scale(end) - scale(start)).toFixed(1), height: 16 }, svg("title", {}, `${kind} [${start}, ${end})`));
   return svg(
     "svg",
@@ -31,9 +38,9 @@ export function topics(coverage) {
 }
 
 function topicCard({ source, topic, partitions }) {
-  const ends = partitions.map((p) => p.ranges[p.ranges.length - 1][1]);
-  const low = Math.min(...partitions.map((p) => p.ranges[0][0]));
-  const high = Math.max(...ends);
+  const ends = partitions.map((p) => big(p.ranges[p.ranges.length - 1][1]));
+  const low = lowest(partitions.map((p) => big(p.ranges[0][0])));
+  const high = highest(ends);
   return section(
     h("span", {}, `${source} · ${topic}`),
     h(
@@ -44,16 +51,16 @@ function topicCard({ source, topic, partitions }) {
         "tbody",
         {},
         partitions.map((p, i) => {
-          const covered = p.ranges.reduce((sum, [start, end]) => sum + (end - start), 0);
+          const covered = p.ranges.reduce((sum, [start, end]) => sum + (big(end) - big(start)), 0n);
           const behind = high - ends[i];
           return h(
             "tr",
-            { "data-partition": p.partition, class: behind > 0 || p.gaps.length ? "lagging" : "" },
+            { "data-partition": p.partition, class: behind > 0n || p.gaps.length ? "lagging" : "" },
             h("td", { class: "num" }, p.partition),
             h("td", {}, bar(p, low, high)),
             h("td", { class: "num" }, covered),
             h("td", {}, p.gaps.length ? p.gaps.map(([s, e]) => `[${s}, ${e})`).join(" ") : "none"),
-            h("td", { class: "num" }, behind > 0 ? behind : ""),
+            h("td", { class: "num" }, behind > 0n ? behind : ""),
           );
         }),
       ),

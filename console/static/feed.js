@@ -30,6 +30,7 @@ const COLUMNS = [
   ["actor", "actor"],
 ];
 const KEPT_ROWS = 500; // rows kept on the page; older ones leave it (they stay in the log)
+const OPENING_ROWS = 50; // the newest commits shown when the page opens or a filter changes
 const RATE_SECONDS = 60;
 const DRAW_EVERY_MS = 100;
 
@@ -60,6 +61,16 @@ function row(record, warehouse) {
   );
 }
 
+// The newest commits the filters select, and the commit_seq to follow from: the page opens with
+// history instead of an empty table, and the stream takes over where it ends.
+function recentPath(warehouse, { namespace, tables, kinds }) {
+  const query = new URLSearchParams({ limit: String(OPENING_ROWS) });
+  if (namespace) query.set("namespace", namespace);
+  for (const each of tables) query.append("table", each);
+  for (const each of kinds) query.append("kind", each);
+  return `/v1/${encodeURIComponent(warehouse)}/events/recent?${query}`;
+}
+
 export async function feedPage(main, params, shell) {
   const names = await warehouseNames();
   let warehouse = params[0] && names.includes(params[0]) ? params[0] : names[0];
@@ -71,7 +82,7 @@ export async function feedPage(main, params, shell) {
   const perSecond = new Map(); // commit second -> commits
 
   const body = h("tbody", {});
-  const count = h("span", { class: "muted" }, "waiting for commits");
+  const count = h("span", { class: "muted" }, "");
   const rate = h("span", { class: "rate" });
   const namespace = h("input", { name: "namespace", placeholder: "namespace (sales or sales.eu)" });
   const table = h("input", { name: "table", placeholder: "table (ns.table)" });
@@ -79,16 +90,28 @@ export async function feedPage(main, params, shell) {
   const where = h("select", { name: "warehouse" }, names.map((n) => h("option", { value: n, selected: n === warehouse }, n)));
   const pause = h("button", { type: "button", class: "pause" }, "Pause");
 
+  function draw(records) {
+    const fragment = document.createDocumentFragment();
+    for (let i = records.length - 1; i >= 0; i--) fragment.append(row(records[i], warehouse));
+    body.prepend(fragment);
+    while (body.childElementCount > KEPT_ROWS) body.lastElementChild.remove();
+  }
+
+  function counted(opening) {
+    const parts = [];
+    if (opening) parts.push(`${opening} recent commits from the log`);
+    if (shown) parts.push(`${shown} new since the page opened`);
+    const kept = shown + opening > KEPT_ROWS ? ` (the latest ${KEPT_ROWS} shown)` : "";
+    count.textContent = (parts.join(", ") || "no commits yet: waiting for the first") + kept;
+  }
+
   function flush() {
     scheduled = false;
     if (!pending.length) return;
-    const fragment = document.createDocumentFragment();
-    for (let i = pending.length - 1; i >= 0; i--) fragment.append(row(pending[i], warehouse));
+    draw(pending);
     shown += pending.length;
     pending = [];
-    body.prepend(fragment);
-    while (body.childElementCount > KEPT_ROWS) body.lastElementChild.remove();
-    count.textContent = `${shown} commits since the page opened` + (shown > KEPT_ROWS ? ` (the latest ${KEPT_ROWS} shown)` : "");
+    counted(opened);
     drawRate();
   }
 
@@ -115,27 +138,37 @@ export async function feedPage(main, params, shell) {
     rate.replaceChildren(sparkline(values), ` ${values[values.length - 2] ?? 0}/s`);
   }
 
+  function filters() {
+    return {
+      namespace: namespace.value.trim(),
+      tables: table.value.trim() ? [table.value.trim()] : [],
+      kinds: kind.value ? [kind.value] : [],
+    };
+  }
+
   function open(after) {
     stream = follow({
       warehouse,
       after,
-      namespace: namespace.value.trim(),
-      tables: table.value.trim() ? [table.value.trim()] : [],
-      kinds: kind.value ? [kind.value] : [],
+      ...filters(),
       onRecords: receive,
       onState: (state, detail) => shell.connection(paused ? "paused" : state, detail),
     });
   }
 
   let restarts = 0;
+  let opened = 0;
   async function restart() {
     const mine = ++restarts;
     stream?.close();
+    const { records, commit_seq } = await get(recentPath(warehouse, filters()));
+    if (mine !== restarts) return; // a later change of filters won the race: its stream is the one
     body.replaceChildren();
     pending = [];
     shown = 0;
-    const { commit_seq } = await get(`/v1/${encodeURIComponent(warehouse)}/events/cursor`);
-    if (mine !== restarts) return; // a later change of filters won the race: its stream is the one
+    opened = records.length;
+    draw(records);
+    counted(opened);
     if (!paused) open(commit_seq);
     else stream = { close() {}, last: commit_seq };
   }

@@ -2,7 +2,7 @@
 // isbre.lineage.*), the tables of this catalog that declare it as theirs, and the outbox.
 
 import { catalogPath, get, listAll } from "./api.js";
-import { clear, dateTimeOf, h, keyValues, route, section, svg } from "./dom.js";
+import { clear, h, report, route, section, svg } from "./dom.js";
 import { allNamespaces, splitNamespace, unlessForbidden } from "./catalog.js";
 import { redrawOnCommit } from "./live.js";
 
@@ -113,11 +113,8 @@ function columnLineage(columns) {
 async function outbox() {
   const status = await get("/v1/lineage/status");
   if (!status.enabled) return h("p", { class: "muted" }, "Lineage is off on this server: no OpenLineage transport is configured.");
-  const { recent_failures: recent, ...shown } = status;
-  for (const key of ["last_delivery_at", "last_failure_at"]) {
-    if (shown[key]) shown[key] = dateTimeOf(shown[key] * 1000);
-  }
-  return [keyValues(shown), recent.length ? h("ol", { class: "mono" }, recent.map((failure) => h("li", {}, failure))) : null];
+  const { enabled, ...shown } = status;
+  return report(shown);
 }
 
 export async function lineagePage(main, [warehouse, joined, name], shell) {

@@ -2,7 +2,7 @@
 // open event streams.
 
 import { get } from "./api.js";
-import { clear, dateTimeOf, h, section, sparkline, status } from "./dom.js";
+import { clear, h, report, section, sparkline, status } from "./dom.js";
 
 const POLL_MS = 2000;
 const HISTORY = 60; // samples kept for the sparklines
@@ -29,21 +29,6 @@ function quantile(before, after, name, q) {
   return buckets.find((b) => b.count >= q * total).le;
 }
 
-function leaf(name, value) {
-  if (name === "status") return status(value);
-  if (name.endsWith("_at") && typeof value === "number") return dateTimeOf(value * 1000); // Unix seconds
-  return String(value);
-}
-
-function tree(name, value) {
-  if (value === null || typeof value !== "object") {
-    return h("li", {}, h("span", { class: "key" }, name), " ", leaf(name, value));
-  }
-  const label = value.status ? [h("span", { class: "key" }, name), " ", status(value.status)] : [h("span", { class: "key" }, name)];
-  const children = Object.entries(value).filter(([key]) => key !== "status");
-  return h("li", { "data-component": name }, ...label, h("ul", {}, children.map(([key, inner]) => tree(key, inner))));
-}
-
 function milliseconds(seconds) {
   return seconds === null ? "-" : seconds === Infinity ? "> largest bucket" : `≤ ${(seconds * 1000).toFixed(seconds < 0.001 ? 2 : 1)} ms`;
 }
@@ -58,7 +43,7 @@ export async function operationsPage(main, params, shell) {
 
   async function poll() {
     const [body, text] = await Promise.all([get("/health"), get("/metrics")]);
-    clear(health).append(h("ul", { class: "tree" }, tree("isbre", body)));
+    clear(health).append(h("p", {}, "isbre ", status(body.status)), report(body));
     const now = performance.now();
     const after = parseMetrics(text);
     const commits = after["isbre_commit_seq"] ?? 0; // every commit to the store, whichever process made it

@@ -2,7 +2,7 @@
 // A view: its versions and their SQL.
 
 import { catalogPath, get } from "./api.js";
-import { clear, dateTimeOf, h, keyValues, link, section } from "./dom.js";
+import { bounded, clear, dateTimeOf, h, keyValues, link, pathBelow, section } from "./dom.js";
 import { splitNamespace } from "./catalog.js";
 import { redrawOnCommit } from "./live.js";
 
@@ -46,7 +46,7 @@ function schemaTable(schema) {
   const table = h(
     "table",
     { class: "schema", "data-schema-id": schema["schema-id"] },
-    h("thead", {}, h("tr", {}, ["id", "name", "type", "", "doc"].map((c) => h("th", {}, c)))),
+    h("thead", {}, h("tr", {}, ["id", "name", "type", "nullability", "doc"].map((c) => h("th", {}, c)))),
     h("tbody", {}, fieldRows(schema.fields)),
   );
   const note = identifiers.length ? h("p", { class: "muted" }, `identifier fields: ${identifiers.join(", ")}`) : null;
@@ -86,10 +86,10 @@ function sortOrder(metadata, names) {
   );
 }
 
-const SHOWN_SNAPSHOTS = 200; // the newest; a table may keep thousands
+const SHOWN = 10; // snapshots and metadata files shown at first, newest first; "show more" adds more
 const SUMMARY_SHOWN = ["added-records", "deleted-records", "added-data-files", "deleted-data-files", "total-records", "total-data-files"];
 
-function timeline(metadata) {
+function timeline(metadata, limit) {
   const refs = new Map();
   for (const [name, ref] of Object.entries(metadata.refs || {})) {
     if (!refs.has(ref["snapshot-id"])) refs.set(ref["snapshot-id"], []);
@@ -97,29 +97,37 @@ function timeline(metadata) {
   }
   const snapshots = [...(metadata.snapshots || [])].sort((a, b) => b["timestamp-ms"] - a["timestamp-ms"]);
   if (!snapshots.length) return h("p", { class: "muted" }, "no snapshots");
-  const more = snapshots.length - SHOWN_SNAPSHOTS;
-  const list = h(
-    "ol",
-    { class: "timeline" },
-    snapshots.slice(0, SHOWN_SNAPSHOTS).map((s) => {
-      const summary = s.summary || {};
-      const shown = SUMMARY_SHOWN.filter((k) => k in summary).map((k) => `${k} ${summary[k]}`);
-      return h(
-        "li",
-        { "data-snapshot-id": s["snapshot-id"], class: s["snapshot-id"] === metadata["current-snapshot-id"] ? "current" : "" },
-        h("div", { class: "when" }, dateTimeOf(s["timestamp-ms"])),
-        h("div", {}, h("strong", {}, summary.operation || "snapshot"), " ", h("code", {}, String(s["snapshot-id"])), " ", refs.get(s["snapshot-id"]) || []),
-        h("div", { class: "muted" }, shown.join(" · ")),
-      );
-    }),
-  );
-  return [list, more > 0 ? h("p", { class: "muted" }, `and ${more} older snapshots`) : null];
+  const entry = (s) => {
+    const summary = s.summary || {};
+    const shown = SUMMARY_SHOWN.filter((k) => k in summary).map((k) => `${k} ${summary[k]}`);
+    const parent = s["parent-snapshot-id"];
+    return h(
+      "li",
+      { "data-snapshot-id": s["snapshot-id"], class: s["snapshot-id"] === metadata["current-snapshot-id"] ? "current" : "" },
+      h("div", { class: "when" }, dateTimeOf(s["timestamp-ms"]), s["sequence-number"] === undefined ? null : ` · sequence ${s["sequence-number"]}`),
+      h("div", {}, h("strong", {}, summary.operation || "snapshot"), " ", h("code", { class: "snapshot-id" }, s["snapshot-id"]), " ", refs.get(s["snapshot-id"]) || []),
+      parent === undefined || parent === null ? null : h("div", { class: "muted" }, "parent ", h("code", { class: "parent-id" }, parent)),
+      h("div", { class: "muted" }, shown.join(" · ")),
+    );
+  };
+  return bounded("ol", { class: "timeline" }, snapshots, entry, limit);
 }
 
-function metadataLog(metadata) {
+function metadataLog(metadata, limit) {
   const entries = [...(metadata["metadata-log"] || [])].reverse();
   if (!entries.length) return h("p", { class: "muted" }, "no earlier metadata files");
-  return h("ol", { class: "mono" }, entries.map((e) => h("li", {}, `${dateTimeOf(e["timestamp-ms"])}  ${e["metadata-file"]}`)));
+  return bounded("ol", { class: "mono files" }, entries, (e) => h("li", {}, `${dateTimeOf(e["timestamp-ms"])}  `, pathBelow(metadata.location, e["metadata-file"])), limit);
+}
+
+function facts(metadata, location) {
+  const rows = [
+    ["format-version", metadata["format-version"]],
+    ["table-uuid", metadata["table-uuid"]],
+    ["location", h("code", { class: "path" }, metadata.location)],
+    ["metadata-location", pathBelow(metadata.location, location)],
+    ["last-sequence-number", metadata["last-sequence-number"]],
+  ].filter(([, value]) => value !== undefined && value !== null);
+  return h("table", { class: "kv" }, h("tbody", {}, rows.map(([key, value]) => h("tr", {}, h("th", {}, key), h("td", {}, value)))));
 }
 
 function header(kind, warehouse, namespace, name, extra = []) {
@@ -134,6 +142,8 @@ export async function tablePage(main, [warehouse, joined, name], shell) {
   const namespace = splitNamespace(joined);
   const content = h("div", {});
   const nsKey = namespace.join("\x1f");
+  const snapshotsShown = { count: SHOWN };
+  const filesShown = { count: SHOWN };
   main.append(...header("table", warehouse, namespace, name, [link("Lineage", "lineage", warehouse, nsKey, name), link("Coverage", "coverage", warehouse, nsKey, name)]), content);
   const draw = async () => {
     const { metadata, "metadata-location": location } = await get(catalogPath(warehouse, namespace, "tables", name));
@@ -142,9 +152,9 @@ export async function tablePage(main, [warehouse, joined, name], shell) {
     clear(content).append(
       section("Schema", ...schemaTable(schema)),
       h("div", { class: "columns" }, section("Partition spec", partitioning(metadata, names)), section("Sort order", sortOrder(metadata, names))),
-      section("Snapshots and refs", timeline(metadata)),
+      section("Snapshots and refs", timeline(metadata, snapshotsShown)),
       section("Properties", keyValues(metadata.properties)),
-      section("Metadata", keyValues({ "format-version": metadata["format-version"], "table-uuid": metadata["table-uuid"], location: metadata.location, "metadata-location": location }), h("h3", {}, "Metadata log"), metadataLog(metadata)),
+      section("Metadata", facts(metadata, location), h("h3", {}, "Metadata log"), metadataLog(metadata, filesShown)),
     );
   };
   return redrawOnCommit(shell, { warehouse, tables: [[...namespace, name].join(".")] }, draw);
