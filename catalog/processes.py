@@ -46,6 +46,10 @@ def terminate(process: subprocess.Popen[bytes] | None, timeout: float) -> None:
 
 
 class SupervisedProcess:
+    """A helper in a process group of its own: a signal to the server's group (Ctrl-C in a terminal,
+    `timeout`) reaches the server, which stops its helpers in order, instead of each helper at
+    once; the kernel's parent-death signal still ends a helper whose server is killed."""
+
     def __init__(self, name: str, command: list[str], env: dict[str, str] | None = None) -> None:
         self._name = name
         self._command = command
@@ -63,7 +67,7 @@ class SupervisedProcess:
     def _spawn(self) -> None:
         with self._lock:
             if not self._stopping.is_set():
-                self._process = subprocess.Popen(self._command, env=self._env)
+                self._process = subprocess.Popen(self._command, env=self._env, process_group=0)
                 self._started_at = time.monotonic()
 
     def _watch(self) -> None:

@@ -162,7 +162,10 @@ class FanoutProcess(_Handover):
         command += [f"--channel-fd={theirs.fileno()}", *self._options.arguments()]
         try:
             self._process = subprocess.Popen(
-                command, pass_fds=(wake_read, theirs.fileno()), env=helper_environment(self._store)
+                command,
+                pass_fds=(wake_read, theirs.fileno()),
+                env=helper_environment(self._store),
+                process_group=0,  # as a SupervisedProcess: stopped by the server, not by its group's signal
             )
         except OSError:
             os.close(wake_write)

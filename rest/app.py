@@ -203,6 +203,8 @@ def create_app(settings: Settings, worker: bool = False) -> FastAPI:
             )
         for each in services:
             log.info("isbre warehouse %r at %s", each.name, each.warehouse)
+        if worker:  # this worker's file says it has started: /ready and the supervisor count them
+            app.state.shared_counters.publish(own_counts(app.state))
         # What this process started, stopped in reverse order; each step runs whatever the one
         # before it did, so the store is always closed.
         steps: list[Callable[[], object]] = [service.close, app.state.broadcaster.close]

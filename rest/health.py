@@ -11,6 +11,7 @@ from catalog import CatalogService
 from catalog.store import StoreUnavailableError
 from events.sse import events_health
 from rest.access import PUBLIC, READER, access
+from rest.shared_counters import running_workers
 from rest.wire import json_response
 
 router = APIRouter()
@@ -67,6 +68,12 @@ def ready(request: Request) -> Response:
         return json_response({"status": "down", "reason": f"store: {type(exc).__name__}"}, status_code=503)
     if not service.writer.alive:
         return json_response({"status": "down", "reason": "writer stopped"}, status_code=503)
+    state = request.app.state
+    if state.shared_counters is not None:  # one of several workers: ready when all of them are
+        up, wanted = len(running_workers(state.settings.state_path())), state.settings.worker_count()
+        if up < wanted:
+            reason = f"starting: {up} of {wanted} workers answer"
+            return json_response({"status": "down", "reason": reason}, status_code=503)
     return json_response({"status": "ok"})
 
 

@@ -9,6 +9,9 @@ import logging
 import os
 import resource
 import socket
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import uvicorn
@@ -19,7 +22,7 @@ from rest.app import create_app, fanout_options, start_lineage
 from rest.cli import RefusedError
 from rest.connections import guarded_protocol
 from rest.settings import Settings, warehouses
-from rest.shared_counters import forget_workers
+from rest.shared_counters import forget_workers, running_workers
 from rest.workers import hand_down
 
 SERVER_LOCK = "isbre-serve.lock"
@@ -74,7 +77,9 @@ def serve(settings: Settings) -> None:
     workers = settings.worker_count()
     if workers == 1:
         protocol = guarded_protocol(settings.max_header_kb << 10, settings.header_timeout_seconds)
-        uvicorn.run(create_app(settings), http=protocol, **common)
+        server = uvicorn.Server(uvicorn.Config(create_app(settings), http=protocol, **common))
+        _announce_when(lambda: server.started, settings, workers)
+        server.run()
         return
     settings = hand_down(settings)
     forget_workers(settings.state_path())
@@ -87,6 +92,8 @@ def serve(settings: Settings) -> None:
         fanout.start()
     elif settings.events_process:
         log.warning("the store's path is too long for a Unix socket: each worker serves its own streams")
+    state = settings.state_path()
+    _announce_when(lambda: len(running_workers(state)) >= workers, settings, workers)
     try:
         uvicorn.run(
             "rest.workers:worker_app",
@@ -101,6 +108,21 @@ def serve(settings: Settings) -> None:
         if lineage is not None:
             lineage.stop()
         services[0].close()
+
+
+def _announce_when(up: Callable[[], bool], settings: Settings, workers: int) -> None:
+    """Log one line once every worker answers. uvicorn's "running on" line comes when the port is
+    bound, which with workers is before any of them has started."""
+
+    def wait() -> None:
+        while not up():
+            time.sleep(0.05)
+        plural = "s" if workers > 1 else ""
+        log.info(
+            "isbre up: http://%s:%d answers (%d worker%s)", settings.host, settings.port, workers, plural
+        )
+
+    threading.Thread(target=wait, name="isbre-announce", daemon=True).start()
 
 
 def claim_state(state: Path) -> str | None:

@@ -71,6 +71,21 @@ class Counts:
         self.streams += other.streams
 
 
+def running_workers(state: Path) -> list[Path]:
+    """The files of the workers that are running: a worker writes its file when it has started,
+    and the file of one that is gone is removed."""
+    running = []
+    for path in (state / FOLDER).glob("*.json"):
+        try:
+            os.kill(int(path.stem), 0)
+        except (ValueError, OSError):
+            with contextlib.suppress(OSError):
+                path.unlink()
+            continue
+        running.append(path)
+    return running
+
+
 def forget_workers(state: Path) -> None:
     """Remove the files of a previous server's workers (their pids may belong to others now)."""
     for path in (state / FOLDER).glob("*"):
@@ -94,13 +109,7 @@ class SharedCounters:
     def total(self, own: Counts) -> Counts:
         self.publish(own)
         total = Counts()
-        for path in self.folder.glob("*.json"):
-            try:
-                os.kill(int(path.stem), 0)
-            except (ValueError, OSError):
-                with contextlib.suppress(OSError):
-                    path.unlink()  # a worker that is gone
-                continue
+        for path in running_workers(self.folder.parent):
             with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
                 total.add(Counts.from_json(path.read_text()))  # files are replaced whole
         return total

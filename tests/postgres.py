@@ -6,7 +6,6 @@ run as root, so under root (as in CI containers) the server runs as `nobody`."""
 
 from __future__ import annotations
 
-import atexit
 import functools
 import os
 import shutil
@@ -15,12 +14,13 @@ import subprocess
 import tempfile
 import uuid
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import psycopg
 import pytest
 
+from tests import reaper
 from tests.server import free_port
 
 
@@ -44,7 +44,7 @@ def _bin() -> Path | None:
         copy.chmod(0o755)
         for part in (package.name, f"{package.name}.libs"):
             shutil.copytree(package.parent / part, copy / part, symlinks=True)
-        atexit.register(shutil.rmtree, copy, ignore_errors=True)
+        reaper.run_at_end(["rm", "-rf", str(copy)])  # at the end of the run, however it ends
         package = copy / package.name
     return package / "pginstall" / "bin"
 
@@ -73,6 +73,8 @@ def binaries() -> str | None:
 class PostgresServer:
     home: Path
     port: int
+    # The watcher's entries that stop this server and remove its files if the test run ends first.
+    _at_end: list[int] = field(default_factory=list)
 
     @property
     def url(self) -> str:
@@ -87,6 +89,9 @@ class PostgresServer:
             shutil.chown(home, "nobody")
         server = cls(home, free_port())
         server._run("initdb", "-D", str(home / "data"), "-U", "isbre", "--auth=trust", "-E", "UTF8")
+        # A daemon: stopped by the test run's watcher if the run ends before this server's stop.
+        stop = server._command("pg_ctl", "-D", str(home / "data"), "-m", "immediate", "stop")
+        server._at_end = [reaper.run_at_end(stop), reaper.run_at_end(["rm", "-rf", str(home)])]
         server.resume()
         return server
 
@@ -107,9 +112,12 @@ class PostgresServer:
             connection.execute(f'CREATE DATABASE "{name}"')
         return self.url.rsplit("/", 1)[0] + f"/{name}"
 
-    def _run(self, tool: str, *arguments: str) -> None:
+    def _command(self, tool: str, *arguments: str) -> list[str]:
         prefix = ["runuser", "-u", "nobody", "--"] if os.geteuid() == 0 else []
-        command = [*prefix, _tool(tool) or tool, *arguments]
+        return [*prefix, _tool(tool) or tool, *arguments]
+
+    def _run(self, tool: str, *arguments: str) -> None:
+        command = self._command(tool, *arguments)
         done = subprocess.run(command, capture_output=True, text=True, timeout=120)
         if done.returncode != 0:
             raise RuntimeError(f"{tool} failed: {done.stdout}{done.stderr}")
@@ -119,6 +127,8 @@ class PostgresServer:
             self.pause()
         finally:
             shutil.rmtree(self.home, ignore_errors=True)
+            for entry in self._at_end:
+                reaper.forget(entry)
 
 
 def new_database(request: pytest.FixtureRequest) -> str:

@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 
 from catalog.object_storage import S3Options
+from tests import reaper
 from tests.server import free_port
 
 ACCOUNT = "123456789012"
@@ -58,6 +59,7 @@ class MotoS3:
             cwd=root,
             env={**os.environ, "PYTHONPATH": str(root)},
         )
+        reaper.watch_process(process.pid)
         moto = cls(f"http://127.0.0.1:{port}", process)
         deadline = time.monotonic() + 30
         while process.poll() is None and time.monotonic() < deadline:

@@ -16,6 +16,8 @@ from typing import ClassVar, TypeVar
 
 import httpx
 
+from tests import reaper
+
 T = TypeVar("T")
 
 # The smallest table schema: one required long column.
@@ -58,7 +60,7 @@ class IsbreServer:
         self.log_path = home / f"isbre-{self.port}.log"
         if isinstance(store, str):  # a database: in the environment (a URL may hold a password)
             self.env = {"ISBRE_STORE": store, "ISBRE_STATE_DIR": str(home / f"state-{self.port}"), **self.env}
-        self.ready_path = "/v1/config"
+        self.ready_path = "/ready"  # with workers: when every one of them answers
 
     @property
     def store_location(self) -> str:
@@ -78,9 +80,14 @@ class IsbreServer:
         # Only what a test asks for: a developer's own OpenLineage or isbre settings stay out.
         inherited = {k: v for k, v in os.environ.items() if not k.startswith(("OPENLINEAGE", "ISBRE_"))}
         self.process = subprocess.Popen(
-            command, stdout=log, stderr=subprocess.STDOUT, env={**inherited, **self.env}
+            command,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**inherited, **self.env},
+            start_new_session=True,  # a group of its own, as a terminal gives a server: tests signal it
         )
         IsbreServer.started.append(self)
+        reaper.watch_process(self.process.pid)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -119,16 +126,13 @@ class IsbreServer:
 def secured_server(
     warehouse: Path, principals: list[dict[str, object]], workers: int = 1, **env: str
 ) -> IsbreServer:
-    """A server with authentication on for `principals`, started; waits on /live (the harness's
-    usual probe needs a token then)."""
+    """A server with authentication on for `principals`, started."""
     settings = {
         "ISBRE_AUTH__ENABLED": "true",
         "ISBRE_AUTH__TOKEN_SECRET": "test-signing-key",
         "ISBRE_AUTH__PRINCIPALS": json.dumps(principals),
     }
-    server = IsbreServer(warehouse, env=settings | env, workers=workers)
-    server.ready_path = "/live"
-    return server.start()
+    return IsbreServer(warehouse, env=settings | env, workers=workers).start()
 
 
 def sse_records(

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -16,6 +18,7 @@ import psutil
 import pytest
 
 from rest.auth import sha256_hex
+from rest.shared_counters import FOLDER, running_workers
 from tests.lineage_receiver import Receiver
 from tests.server import ID_SCHEMA, IsbreServer, on_threads, secured_server
 from tests.test_metrics import exposition_is_well_formed
@@ -135,6 +138,37 @@ def connections_to_each_worker(server: IsbreServer, each: int = 4) -> list[httpx
         if len(by_process) == 2 and all(len(c) == each for c in by_process.values()):
             return [client for clients in by_process.values() for client in clients]
     raise AssertionError(f"could not reach both workers: {sorted(by_process)}")
+
+
+def test_the_server_says_it_is_up_once_every_worker_answers(tmp_path: Path) -> None:
+    """uvicorn says "running" when the port is bound, before any worker has started; isbre's own
+    line, and /ready, wait for every worker."""
+    server = IsbreServer(tmp_path / "warehouse", workers=2)
+    server.ready_path = "/live"  # answered by the first worker up, as uvicorn's line is
+    server.start()
+    try:
+        deadline = time.monotonic() + 30
+        while "isbre up:" not in server.log():
+            assert time.monotonic() < deadline, server.log()
+            time.sleep(0.02)
+        assert httpx.get(f"{server.url}/ready").json() == {"status": "ok"}
+        assert len(connections_to_each_worker(server, each=1)) == 2  # both answer
+        up = [line for line in server.log().splitlines() if "isbre up:" in line]
+        assert len(up) == 1 and up[0].endswith(f"isbre up: {server.url} answers (2 workers)"), up
+    finally:
+        server.stop()
+
+
+def test_ready_counts_the_workers_that_run(tmp_path: Path) -> None:
+    folder = tmp_path / FOLDER
+    folder.mkdir()
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    for pid in (os.getpid(), gone.pid):
+        (folder / f"{pid}.json").write_text("{}")
+    (folder / "not-a-pid.json").write_text("{}")
+    assert running_workers(tmp_path) == [folder / f"{os.getpid()}.json"]
+    assert sorted(p.name for p in folder.iterdir()) == [f"{os.getpid()}.json"]  # the others removed
 
 
 def test_one_idempotency_key_sent_to_both_workers_commits_once(two: IsbreServer) -> None:
@@ -338,6 +372,25 @@ def test_one_lineage_worker_delivers_the_runs_of_every_worker(tmp_path: Path) ->
             assert server.process.wait(timeout=30) == 0
         log = server.log()
         for sign in ("Traceback", "Application shutdown failed", "AttributeError"):
+            assert sign not in log, log[-3000:]
+    finally:
+        server.stop()
+        receiver.stop()
+
+
+def test_a_signal_to_the_whole_process_group_stops_it_quietly(tmp_path: Path) -> None:
+    """Ctrl-C in a terminal, or `timeout`, signals every process of the group at once: the helpers
+    (fan-out, lineage) are in groups of their own and stopped by the server, in order."""
+    receiver = Receiver().start()
+    server = IsbreServer(tmp_path / "warehouse", workers=2, env={"ISBRE_LINEAGE_URL": receiver.url}).start()
+    try:
+        assert server.process is not None
+        with httpx.stream("GET", f"{server.url}/v1/events", params={"after": 0}, timeout=30) as stream:
+            next(stream.iter_lines())
+            os.killpg(server.process.pid, signal.SIGINT)
+            assert server.process.wait(timeout=30) == 0
+        log = server.log()
+        for sign in ("Traceback", "ERROR", "exited", "has gone"):
             assert sign not in log, log[-3000:]
     finally:
         server.stop()

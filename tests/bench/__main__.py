@@ -23,12 +23,14 @@ from tests.bench import (
     replicas,
     signing,
     sinks,
+    startup,
     workers,
 )
 from tests.bench.harness import Report
 
 # In the order `make bench` runs them; each returns one report or several.
 BENCHMARKS: dict[str, tuple[Callable[[Path], Report | list[Report]], str]] = {
+    "startup": (startup.run, "seconds until a server answers, beside a minimal FastAPI app"),
     "commits": (commits.run, "set-properties commits beside SqlCatalog on SQLite"),
     "object_storage": (object_storage.run, "commits on an S3 warehouse (moto) beside local disk"),
     "signing": (signing.run, "the remote signer beside botocore signing in process"),

@@ -1,0 +1,71 @@
+"""The test harness itself: what a test run starts does not outlive it, however the run ends."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.postgres import binaries
+
+ROOT = Path(__file__).parent.parent
+
+# A test run that starts an isbre server and a PostgreSQL server, then dies as a run killed by a
+# time limit does: no teardown runs.
+KILLED_RUN = """
+import json, os, signal, sys
+from pathlib import Path
+from tests.postgres import PostgresServer
+from tests.server import IsbreServer
+
+home = Path(sys.argv[1])
+isbre = IsbreServer(home / "warehouse").start()
+postgres = PostgresServer.start()
+(home / "started.json").write_text(json.dumps(
+    {"isbre": isbre.process.pid, "postgres_port": postgres.port, "postgres_home": str(postgres.home)}
+))
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def _answers(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(binaries() is not None, reason=str(binaries()))
+def test_servers_of_a_killed_test_run_are_stopped(tmp_path: Path) -> None:
+    run = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(KILLED_RUN), str(tmp_path)],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == -9, run.stderr
+    started = json.loads((tmp_path / "started.json").read_text())
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and (
+        _running(started["isbre"])
+        or _answers(started["postgres_port"])
+        or Path(started["postgres_home"]).exists()
+    ):
+        time.sleep(0.1)
+    assert not _running(started["isbre"]), "the isbre server outlived its test run"
+    assert not _answers(started["postgres_port"]), "PostgreSQL outlived its test run"
+    assert not Path(started["postgres_home"]).exists(), "PostgreSQL's files outlived its test run"
