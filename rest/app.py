@@ -19,16 +19,13 @@ from catalog import CatalogService
 from catalog.feed import CommitFeed
 from catalog.limits import Limits
 from catalog.warehouses import open_warehouses
-from console.routes import PREFIX as CONSOLE
-from console.routes import console_router
-from events import pull, sse
 from events.broadcast import Broadcaster
 from events.fanout import FanoutChannel, FanoutOptions, FanoutProcess, shared_socket
 from events.retention import trim_periodically
 from lineage.config import openlineage_configured
 from lineage.mapping import LineageNames
 from lineage.worker import LineageObserver, LineageWorker
-from rest import errors, health, metrics, namespaces, tables, views
+from rest import console, errors, event_pages, event_stream, health, metrics, namespaces, tables, views
 from rest.access import PUBLIC, READER, check_every_route_has_a_rule
 from rest.auth import Authenticator, AuthMiddleware, FailureLimit, token_response
 from rest.delegation import Delegation
@@ -42,7 +39,7 @@ from rest.wire import json_response
 log = logging.getLogger(__name__)
 
 
-_ROUTERS = (namespaces.router, tables.router, views.router, sse.router, pull.router)
+_ROUTERS = (namespaces.router, tables.router, views.router, event_stream.router, event_pages.router)
 
 
 def advertised_endpoints() -> list[str]:
@@ -276,7 +273,7 @@ def create_app(settings: Settings, worker: bool = False) -> FastAPI:
 
     app.state.mounted = [(metrics.router, ""), (health.router, "")]
     if settings.console:
-        app.state.mounted.append((console_router(), ""))
+        app.state.mounted.append((console.console_router(), ""))
     app.state.mounted += [(router, "/v1/{prefix}") for router in _ROUTERS]
     for router, prefix in app.state.mounted:
         app.include_router(router, prefix=prefix)
@@ -300,7 +297,7 @@ def create_app(settings: Settings, worker: bool = False) -> FastAPI:
             return json_response(body, status_code=status, headers={"Cache-Control": "no-store", **headers})
 
         # The console's page and scripts hold no data: what they fetch is authenticated.
-        public = (CONSOLE,) if settings.console else ()
+        public = (console.PREFIX,) if settings.console else ()
         app.add_middleware(AuthMiddleware, authenticator=authenticator, public_prefixes=public)
     # Without authentication, only names of this server: a rebinding page's name is refused.
     hosts = None if settings.auth.enabled or "*" in settings.allowed_hosts else _served_names(settings)

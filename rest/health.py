@@ -9,8 +9,8 @@ from fastapi import APIRouter, Depends, Request, Response
 
 from catalog import CatalogService
 from catalog.store import StoreUnavailableError
-from events.sse import events_health
 from rest.access import PUBLIC, READER, access
+from rest.event_stream import events_health
 from rest.shared_counters import running_workers
 from rest.wire import json_response
 

@@ -12,8 +12,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from catalog.store import StoreUnavailableError
 from catalog.writer import WriterStats
-from events.sse import open_streams
 from rest.access import PUBLIC
+from rest.event_stream import open_streams
 from rest.labels import labels, method_label
 from rest.shared_counters import Counts
 

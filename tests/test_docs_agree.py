@@ -13,9 +13,9 @@ import pytest
 from pydantic import BaseModel
 
 from catalog.identifiers import MAX_KEY_BYTES, MAX_NAME_BYTES, MAX_NAMESPACE_DEPTH
-from events.pull import SCAN_LIMIT
-from events.sse import RECENT_LIMIT, RECENT_SCAN_LIMIT
 from rest.cli import build_parser
+from rest.event_pages import SCAN_LIMIT
+from rest.event_stream import RECENT_LIMIT, RECENT_SCAN_LIMIT
 from rest.settings import Settings
 
 ROOT = Path(__file__).parent.parent

@@ -319,7 +319,7 @@ def test_expired_cursor_is_410(short_memory: IsbreServer) -> None:
     assert response.json()["error"]["type"] == "CursorExpiredException"
     token = httpx.post(f"{base}/events", json={"page-size": 1}).json()["continuation-token"]
     assert httpx.post(f"{base}/events", json={"continuation-token": token}).status_code == 200
-    from events.pull import encode_token
+    from rest.event_pages import encode_token
 
     assert httpx.post(f"{base}/events", json={"continuation-token": encode_token(0)}).status_code == 410
     with pytest.raises(EventStreamError, match="older than the retained"):

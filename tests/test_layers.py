@@ -1,0 +1,55 @@
+"""The packages' imports point one way: `catalog` at the bottom imports none of the others, and no
+two packages import each other, directly or round a longer cycle. Read from the source, so an
+import inside a function counts too."""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from graphlib import CycleError, TopologicalSorter
+from itertools import pairwise
+from pathlib import Path
+
+ROOT = Path(__file__).parent.parent
+PACKAGES = ("catalog", "rest", "events", "lineage", "sinks", "console")
+
+
+def imports_between_packages() -> dict[str, dict[str, list[str]]]:
+    """package -> package it imports -> the files that do."""
+    found: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.Import):
+                    names = [alias.name for alias in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    names = [node.module]
+                else:
+                    continue
+                for name in names:
+                    top = name.split(".")[0]
+                    if top in PACKAGES and top != package:
+                        found[package][top].append(str(path.relative_to(ROOT)))
+    return found
+
+
+def test_catalog_imports_nothing_above_it() -> None:
+    assert dict(imports_between_packages()["catalog"]) == {}
+
+
+def test_no_two_packages_import_each_other() -> None:
+    graph = imports_between_packages()
+    try:
+        TopologicalSorter({p: set(graph[p]) for p in PACKAGES}).prepare()
+    except CycleError as cycle:
+        packages = cycle.args[1]
+        files = {f"{a} -> {b}": graph[a][b] for a, b in pairwise(packages)}
+        raise AssertionError(f"import cycle {' -> '.join(packages)}: {files}") from None
+
+
+def test_the_layers_are_the_documented_ones() -> None:
+    """What README.md's layout says: rest on top, catalog at the bottom, the others between."""
+    graph = imports_between_packages()
+    for package in ("events", "lineage", "sinks", "console"):
+        assert set(graph[package]) <= {"catalog"}, (package, dict(graph[package]))
+    assert "rest" not in {target for targets in graph.values() for target in targets}
