@@ -26,8 +26,11 @@ lint: $(TESTS)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
+# Test modules run in parallel processes, one module's tests in one process (they share its servers);
+# `make test TEST_PROCESSES=0` runs them one at a time.
+TEST_PROCESSES ?= auto
 test: lint
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_PROCESSES) --dist loadfile
 
 bench: $(TESTS)
 	$(PY) -m tests.bench
