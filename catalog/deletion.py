@@ -19,11 +19,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from isbre.catalog.locations import LocationNotAllowedError, inside, normalized
+from isbre.catalog.metadata_files import local_path
+from isbre.catalog.object_storage import ObjectStorageIO, s3_object
 from pyiceberg.io import FileIO
-
-from catalog.locations import LocationNotAllowedError, inside, normalized
-from catalog.metadata_files import local_path
-from catalog.object_storage import ObjectStorageIO, s3_object
 
 _WALK = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 

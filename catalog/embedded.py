@@ -1,7 +1,7 @@
 """isbre as an in-process PyIceberg catalog: the LMDB warehouse with no server.
 
     from pyiceberg.catalog import load_catalog
-    catalog = load_catalog("local", **{"py-catalog-impl": "catalog.embedded.LmdbCatalog",
+    catalog = load_catalog("local", **{"py-catalog-impl": "isbre.catalog.embedded.LmdbCatalog",
                                        "warehouse": "./warehouse"})
 
 It shares the group-commit writer and commit log with the server, so commits
@@ -16,6 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+from isbre.catalog.coverage import Coverage
+from isbre.catalog.identifiers import Identifier
+from isbre.catalog.metadata_files import local_path
+from isbre.catalog.service import CatalogService, TableState
+from isbre.catalog.tables import TableChange
 from pyiceberg.catalog import MetastoreCatalog, PropertiesUpdateSummary
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionSpec
 from pyiceberg.schema import Schema
@@ -26,12 +31,6 @@ from pyiceberg.typedef import EMPTY_DICT, Properties
 from pyiceberg.typedef import Identifier as IdentifierTuple
 from pyiceberg.view import View
 from pyiceberg.view.metadata import ViewVersion
-
-from catalog.coverage import Coverage
-from catalog.identifiers import Identifier
-from catalog.metadata_files import local_path
-from catalog.service import CatalogService, TableState
-from catalog.tables import TableChange
 
 # LMDB must not be opened twice in one process: catalogs on one warehouse share a service.
 _open: dict[Path, tuple[CatalogService, int]] = {}

@@ -15,9 +15,9 @@ import logging
 import threading
 from collections.abc import Callable
 
-from catalog.records import CommitRecord
-from catalog.service import CatalogService
-from catalog.store import StoreUnavailableError
+from isbre.catalog.records import CommitRecord
+from isbre.catalog.service import CatalogService
+from isbre.catalog.store import StoreUnavailableError
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from catalog.store import InsufficientStorageError
+from isbre.catalog.store import InsufficientStorageError
 
 
 class MetadataTooLargeError(ValueError):

@@ -12,17 +12,24 @@ from pathlib import Path
 from typing import Any
 
 import lmdb
-
-from catalog.coverage import Coverage, Range, Span, SpanKey, merge
-from catalog.identifiers import (
+from isbre.catalog.coverage import Coverage, Range, Span, SpanKey, merge
+from isbre.catalog.identifiers import (
     Identifier,
     children_prefix,
     direct_children,
     namespace_key,
     objects_prefix,
 )
-from catalog.records import CommitRecord
-from catalog.store import Entry, InsufficientStorageError, Pointer, ReadView, Store, StoreFullError, WriteView
+from isbre.catalog.records import CommitRecord
+from isbre.catalog.store import (
+    Entry,
+    InsufficientStorageError,
+    Pointer,
+    ReadView,
+    Store,
+    StoreFullError,
+    WriteView,
+)
 
 log = logging.getLogger(__name__)
 

@@ -19,8 +19,8 @@ import re
 from collections.abc import Iterable
 from urllib.parse import urlparse
 
-from catalog.metadata_files import local_path
-from catalog.object_storage import HADOOP_SCHEMES
+from isbre.catalog.metadata_files import local_path
+from isbre.catalog.object_storage import HADOOP_SCHEMES
 
 # Locations are keys of the store's location index: LMDB keys hold 511 bytes.
 MAX_LOCATION_BYTES = 480

@@ -18,15 +18,14 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 from urllib.parse import urlparse
 
+from isbre.catalog.format_v3 import TableMetadataV3, as_v3
+from isbre.catalog.lru import Lru
+from isbre.catalog.object_storage import ObjectStorageIO
+from isbre.catalog.store import InsufficientStorageError, is_disk_full
 from pyiceberg.io import FileIO
 from pyiceberg.serializers import Compressor
 from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil
 from pyiceberg.view.metadata import ViewMetadata
-
-from catalog.format_v3 import TableMetadataV3, as_v3
-from catalog.lru import Lru
-from catalog.object_storage import ObjectStorageIO
-from catalog.store import InsufficientStorageError, is_disk_full
 
 M = TypeVar("M", TableMetadata, ViewMetadata)
 _FORMAT_V3 = re.compile(rb'"format-version"\s*:\s*3\b')

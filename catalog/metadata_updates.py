@@ -23,6 +23,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from isbre.catalog.format_v3 import (
+    AddEncryptionKeyUpdate,
+    AnyTableUpdate,
+    RemoveEncryptionKeyUpdate,
+    TableMetadataV3,
+    apply_encryption_update,
+    as_v3,
+)
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table.metadata import TableMetadata
@@ -42,15 +50,6 @@ from pyiceberg.table.update import (
     _update_table_metadata_log,
 )
 from pyiceberg.utils.datetime import datetime_to_millis
-
-from catalog.format_v3 import (
-    AddEncryptionKeyUpdate,
-    AnyTableUpdate,
-    RemoveEncryptionKeyUpdate,
-    TableMetadataV3,
-    apply_encryption_update,
-    as_v3,
-)
 
 # The highest table format version isbre reads and writes.
 MAX_FORMAT_VERSION = 3

@@ -30,6 +30,16 @@ from itertools import groupby
 from typing import Any
 
 import psycopg
+from isbre.catalog.coverage import Coverage, Range, Span, SpanKey, merge
+from isbre.catalog.identifiers import (
+    Identifier,
+    children_prefix,
+    direct_children,
+    namespace_key,
+    objects_prefix,
+)
+from isbre.catalog.records import CommitRecord
+from isbre.catalog.store import Entry, Lease, Pointer, ReadView, Store, StoreUnavailableError, WriteView
 from sqlalchemy import (
     BigInteger,
     Column,
@@ -52,17 +62,6 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects.postgresql import insert
-
-from catalog.coverage import Coverage, Range, Span, SpanKey, merge
-from catalog.identifiers import (
-    Identifier,
-    children_prefix,
-    direct_children,
-    namespace_key,
-    objects_prefix,
-)
-from catalog.records import CommitRecord
-from catalog.store import Entry, Lease, Pointer, ReadView, Store, StoreUnavailableError, WriteView
 
 log = logging.getLogger(__name__)
 

@@ -13,11 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from isbre.catalog.deletion import OutsideTableError, TableFiles
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import ManifestFile
 from pyiceberg.table.metadata import TableMetadata
-
-from catalog.deletion import OutsideTableError, TableFiles
 
 # How many paths of each kind a purge record lists.
 LISTED = 20

@@ -18,6 +18,40 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from isbre.catalog.coverage import Coverage, snapshot_spans
+from isbre.catalog.deletion import TableFiles
+from isbre.catalog.identifiers import Identifier, check_namespace, path_segment
+from isbre.catalog.limits import Limits
+from isbre.catalog.locations import LocationNotAllowedError, LocationPolicy, inside, normalized
+from isbre.catalog.lru import Lru
+from isbre.catalog.metadata_files import (
+    Loaded,
+    MetadataCache,
+    local_path,
+    make_dirs_durably,
+    metadata_json,
+    parse_table_metadata,
+    parse_view_metadata,
+    remove_quietly,
+    write_durably,
+)
+from isbre.catalog.metadata_updates import check_unique_ids
+from isbre.catalog.purge import PurgeIncompleteError, PurgeReport, purge_files
+from isbre.catalog.records import CommitRecord, now_us
+from isbre.catalog.store import Pointer, ReadView, Store, WriteView
+from isbre.catalog.tables import (
+    METADATA_PATH,
+    Staged,
+    TableChange,
+    check_carried_paths,
+    commit_record,
+    new_metadata,
+    next_metadata_location,
+    places_of,
+    stage,
+)
+from isbre.catalog.views import ViewRequirement, ViewUpdate, new_view_metadata, update_view_metadata
+from isbre.catalog.writer import Batch, Writer
 from pyiceberg.exceptions import (
     CommitFailedException,
     NamespaceAlreadyExistsError,
@@ -35,41 +69,6 @@ from pyiceberg.schema import Schema
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.sorting import SortOrder
 from pyiceberg.view.metadata import ViewMetadata, ViewVersion
-
-from catalog.coverage import Coverage, snapshot_spans
-from catalog.deletion import TableFiles
-from catalog.identifiers import Identifier, check_namespace, path_segment
-from catalog.limits import Limits
-from catalog.locations import LocationNotAllowedError, LocationPolicy, inside, normalized
-from catalog.lru import Lru
-from catalog.metadata_files import (
-    Loaded,
-    MetadataCache,
-    local_path,
-    make_dirs_durably,
-    metadata_json,
-    parse_table_metadata,
-    parse_view_metadata,
-    remove_quietly,
-    write_durably,
-)
-from catalog.metadata_updates import check_unique_ids
-from catalog.purge import PurgeIncompleteError, PurgeReport, purge_files
-from catalog.records import CommitRecord, now_us
-from catalog.store import Pointer, ReadView, Store, WriteView
-from catalog.tables import (
-    METADATA_PATH,
-    Staged,
-    TableChange,
-    check_carried_paths,
-    commit_record,
-    new_metadata,
-    next_metadata_location,
-    places_of,
-    stage,
-)
-from catalog.views import ViewRequirement, ViewUpdate, new_view_metadata, update_view_metadata
-from catalog.writer import Batch, Writer
 
 log = logging.getLogger(__name__)
 
@@ -243,7 +242,7 @@ class CatalogService:
     def open(cls, warehouse: Path, **options: Any) -> CatalogService:
         """The embedded catalog: LMDB under `<warehouse>/isbre.lmdb`, tables under `<warehouse>/`;
         `options` are those of `catalog.warehouses.open_warehouses`."""
-        from catalog.warehouses import Warehouse, open_warehouses
+        from isbre.catalog.warehouses import Warehouse, open_warehouses
 
         (service,) = open_warehouses(None, [Warehouse("isbre", str(warehouse))], **options)
         return service
@@ -252,7 +251,7 @@ class CatalogService:
     def follow_log(cls, location: str | Path) -> CatalogService:
         """A service over the store at `location` (see `catalog.stores`) for a process that only
         reads and follows the log (the events fan-out): it serves no warehouse's tables."""
-        from catalog.stores import open_store, store_files
+        from isbre.catalog.stores import open_store, store_files
 
         store = open_store(location, migrate=False)
         # It serves no tables: a root no table can be under.

@@ -15,9 +15,9 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
-from catalog.coverage import Coverage, Span
-from catalog.identifiers import Identifier
-from catalog.records import CommitRecord
+from isbre.catalog.coverage import Coverage, Span
+from isbre.catalog.identifiers import Identifier
+from isbre.catalog.records import CommitRecord
 
 
 @dataclass(frozen=True)

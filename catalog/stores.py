@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from catalog.lmdb_store import LmdbStore
-from catalog.metadata_files import file_uri
-from catalog.store import Store
+from isbre.catalog.lmdb_store import LmdbStore
+from isbre.catalog.metadata_files import file_uri
+from isbre.catalog.store import Store
 
 
 def is_database_url(location: str) -> bool:
@@ -22,7 +22,7 @@ def open_store(
     database's schema up to date (a server's helpers leave that to the server)."""
     if isinstance(location, str) and is_database_url(location):
         # Imported here: an embedded catalog never loads SQLAlchemy and the driver.
-        from catalog.postgres_store import PostgresStore
+        from isbre.catalog.postgres_store import PostgresStore
 
         return PostgresStore(location, migrate=migrate)
     return LmdbStore(Path(location).resolve(), map_size=map_size, warehouses=warehouses)

@@ -13,6 +13,15 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from isbre.catalog.coverage import Span, snapshot_spans
+from isbre.catalog.format_v3 import AnyTableUpdate, as_v3
+from isbre.catalog.identifiers import Identifier
+from isbre.catalog.locations import LocationNotAllowedError, inside, normalized
+from isbre.catalog.metadata_files import Loaded, metadata_json
+from isbre.catalog.metadata_updates import apply_updates, check_unique_ids
+from isbre.catalog.records import CommitRecord, summary_counters
+from isbre.catalog.requirements import check_requirement
+from isbre.catalog.store import Pointer
 from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
@@ -27,16 +36,6 @@ from pyiceberg.table.update import (
     TableUpdate,
 )
 from pyiceberg.types import NestedField, StructType
-
-from catalog.coverage import Span, snapshot_spans
-from catalog.format_v3 import AnyTableUpdate, as_v3
-from catalog.identifiers import Identifier
-from catalog.locations import LocationNotAllowedError, inside, normalized
-from catalog.metadata_files import Loaded, metadata_json
-from catalog.metadata_updates import apply_updates, check_unique_ids
-from catalog.records import CommitRecord, summary_counters
-from catalog.requirements import check_requirement
-from catalog.store import Pointer
 
 # Where a table's or view's metadata files go, instead of `<location>/metadata` (Iceberg's property).
 METADATA_PATH = "write.metadata.path"

@@ -7,13 +7,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from isbre.catalog.limits import Limits
+from isbre.catalog.metadata_files import file_uri, local_path
+from isbre.catalog.object_storage import ObjectStorageIO, S3Options
+from isbre.catalog.service import CatalogService
+from isbre.catalog.stores import open_store, store_files
 from pyiceberg.table.metadata import TableMetadata
-
-from catalog.limits import Limits
-from catalog.metadata_files import file_uri, local_path
-from catalog.object_storage import ObjectStorageIO, S3Options
-from catalog.service import CatalogService
-from catalog.stores import open_store, store_files
 
 STORE_NAME = "isbre.lmdb"
 

@@ -19,9 +19,9 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from catalog.identifiers import Identifier
-from catalog.records import CommitRecord, now_us
-from catalog.store import Store, StoreFullError, StoreUnavailableError, WriteView
+from isbre.catalog.identifiers import Identifier
+from isbre.catalog.records import CommitRecord, now_us
+from isbre.catalog.store import Store, StoreFullError, StoreUnavailableError, WriteView
 
 log = logging.getLogger(__name__)
 

@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any, Protocol
 
-from catalog import CatalogService
-from catalog.records import CommitRecord
-from events.filters import EventFilter
-from events.frames import sse_frame
+from isbre.catalog import CatalogService
+from isbre.catalog.records import CommitRecord
+from isbre.events.filters import EventFilter
+from isbre.events.frames import sse_frame
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Follow isbre's commit events from Python instead of polling loadTable.
 
-    from events.client import subscribe
+    from isbre.events.client import subscribe
 
     for event in subscribe("http://127.0.0.1:8181", tables=["sales.orders"]):
         print(event.commit_seq, event.kind, event.record.get("snapshot_id"))

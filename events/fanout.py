@@ -26,11 +26,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from catalog import CatalogService
-from catalog.processes import SupervisedProcess, terminate
-from catalog.records import CommitRecord
-from catalog.stores import helper_environment
-from events.filters import EventFilter
+from isbre.catalog import CatalogService
+from isbre.catalog.processes import SupervisedProcess, terminate
+from isbre.catalog.records import CommitRecord
+from isbre.catalog.stores import helper_environment
+from isbre.events.filters import EventFilter
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +158,7 @@ class FanoutProcess(_Handover):
         wake_read, wake_write = os.pipe()
         os.set_blocking(wake_write, False)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        command = [sys.executable, "-m", "events.fanout_process", f"--wake-fd={wake_read}"]
+        command = [sys.executable, "-m", "isbre.events.fanout_process", f"--wake-fd={wake_read}"]
         command += [f"--channel-fd={theirs.fileno()}", *self._options.arguments()]
         try:
             self._process = subprocess.Popen(
@@ -256,7 +256,7 @@ class SharedFanout(SupervisedProcess):
     """The supervisor's handle on the one fan-out process of a server with several workers."""
 
     def __init__(self, store: str, path: Path, options: FanoutOptions) -> None:
-        command = [sys.executable, "-m", "events.fanout_process", f"--listen={path}"]
+        command = [sys.executable, "-m", "isbre.events.fanout_process", f"--listen={path}"]
         super().__init__("event fan-out process", command + options.arguments(), helper_environment(store))
 
 

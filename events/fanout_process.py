@@ -27,15 +27,15 @@ import socket
 from collections.abc import Callable
 from pathlib import Path
 
-from catalog import CatalogService
-from catalog.feed import CommitFeed
-from catalog.processes import die_with_parent
-from catalog.store import StoreUnavailableError
-from catalog.stores import helper_store
-from events.broadcast import Broadcaster
-from events.fanout import StreamRequest, until_expiry
-from events.frames import PING_FRAME, STREAM_HEADERS, expired_frame, retry_frame, token_expired_frame
-from events.subscription import CursorExpiredError, follow
+from isbre.catalog import CatalogService
+from isbre.catalog.feed import CommitFeed
+from isbre.catalog.processes import die_with_parent
+from isbre.catalog.store import StoreUnavailableError
+from isbre.catalog.stores import helper_store
+from isbre.events.broadcast import Broadcaster
+from isbre.events.fanout import StreamRequest, until_expiry
+from isbre.events.frames import PING_FRAME, STREAM_HEADERS, expired_frame, retry_frame, token_expired_frame
+from isbre.events.subscription import CursorExpiredError, follow
 
 log = logging.getLogger(__name__)
 
@@ -242,7 +242,7 @@ def _refuse_unavailable(connection: socket.socket, exc: StoreUnavailableError) -
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="events.fanout_process")
+    parser = argparse.ArgumentParser(prog="isbre.events.fanout_process")
     parser.add_argument("--wake-fd", type=int)
     parser.add_argument("--channel-fd", type=int)
     parser.add_argument("--listen", type=Path, help="serve the channels of several workers on this socket")

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from catalog.identifiers import Identifier, check_namespace
-from catalog.records import CommitRecord
+from isbre.catalog.identifiers import Identifier, check_namespace
+from isbre.catalog.records import CommitRecord
 
 # A level containing a dot can be given with the unit separator instead, as in REST paths.
 _UNIT_SEPARATOR = "\x1f"

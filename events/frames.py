@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from catalog.records import CommitRecord
+from isbre.catalog.records import CommitRecord
 
 
 def sse_frame(record: CommitRecord) -> bytes:

@@ -6,8 +6,7 @@ import asyncio
 import logging
 
 import anyio
-
-from catalog import CatalogService
+from isbre.catalog import CatalogService
 
 log = logging.getLogger(__name__)
 

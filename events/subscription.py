@@ -6,11 +6,10 @@ import asyncio
 from collections.abc import AsyncIterator
 
 import anyio
-
-from catalog import CatalogService
-from catalog.records import CommitRecord
-from events.broadcast import Broadcaster, Entry, Stop, Waiter
-from events.filters import EventFilter
+from isbre.catalog import CatalogService
+from isbre.catalog.records import CommitRecord
+from isbre.events.broadcast import Broadcaster, Entry, Stop, Waiter
+from isbre.events.filters import EventFilter
 
 LOG_CHUNK = 1000
 # When the event loop runs notifications late (it is busy: many subscribers, many commits), a

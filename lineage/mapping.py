@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, TypeVar
 
+from isbre.catalog.records import CommitRecord
 from openlineage.client.event_v2 import InputDataset, Job, OutputDataset, Run, RunEvent, RunState
 from openlineage.client.facet_v2 import (
     column_lineage_dataset,
@@ -33,8 +34,6 @@ from openlineage.client.facet_v2 import (
 )
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.types import IcebergType, ListType, MapType, NestedField, StructType
-
-from catalog.records import CommitRecord
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -16,14 +16,13 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from isbre.catalog import CatalogService
+from isbre.catalog.records import CommitRecord
+from isbre.catalog.store import StoreUnavailableError
+from isbre.catalog.writer import WriterOverloadedError
+from isbre.lineage.mapping import LineageMapper, group_runs
 from openlineage.client import OpenLineageClient
 from openlineage.client.event_v2 import RunEvent
-
-from catalog import CatalogService
-from catalog.records import CommitRecord
-from catalog.store import StoreUnavailableError
-from catalog.writer import WriterOverloadedError
-from lineage.mapping import LineageMapper, group_runs
 
 log = logging.getLogger(__name__)
 

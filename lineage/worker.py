@@ -27,15 +27,15 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from catalog import CatalogService
-from catalog.object_storage import S3Options
-from catalog.processes import SupervisedProcess, die_with_parent
-from catalog.store import Lease, StoreUnavailableError
-from catalog.stores import helper_environment, helper_store
-from catalog.warehouses import Warehouse, open_warehouses, read_metadata
-from lineage.config import build_client
-from lineage.mapping import LineageMapper, LineageNames
-from lineage.outbox import CURSOR, LineageOutbox, OutboxStatus, start_from_now
+from isbre.catalog import CatalogService
+from isbre.catalog.object_storage import S3Options
+from isbre.catalog.processes import SupervisedProcess, die_with_parent
+from isbre.catalog.store import Lease, StoreUnavailableError
+from isbre.catalog.stores import helper_environment, helper_store
+from isbre.catalog.warehouses import Warehouse, open_warehouses, read_metadata
+from isbre.lineage.config import build_client
+from isbre.lineage.mapping import LineageMapper, LineageNames
+from isbre.lineage.outbox import CURSOR, LineageOutbox, OutboxStatus, start_from_now
 
 log = logging.getLogger(__name__)
 STATUS_FILE = "lineage-status.json"
@@ -88,7 +88,7 @@ def _take_lease(service: CatalogService, state: Path, keep_waiting: Callable[[],
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="lineage.worker")
+    parser = argparse.ArgumentParser(prog="isbre.lineage.worker")
     parser.add_argument("--state", type=Path, required=True, help="the server's state directory")
     args = parser.parse_args(argv)
     die_with_parent()
@@ -208,7 +208,7 @@ class LineageWorker(SupervisedProcess, LineageObserver):
         SupervisedProcess.__init__(
             self,
             "lineage worker",
-            [sys.executable, "-m", "lineage.worker", "--state", str(state)],
+            [sys.executable, "-m", "isbre.lineage.worker", "--state", str(state)],
             helper_environment(store, **{DELIVERY_ENV: json.dumps(worker_settings)}),
         )
 

@@ -18,11 +18,10 @@ from typing import Annotated, Any
 from fastapi import Depends, Request
 from fastapi.dependencies.models import Dependant
 from fastapi.routing import APIRoute
-
-from catalog import CatalogService, Identifier
-from catalog.locations import LocationPolicy
-from rest.auth import RANK, Caller
-from rest.wire import namespace_from_path
+from isbre.catalog import CatalogService, Identifier
+from isbre.catalog.locations import LocationPolicy
+from isbre.rest.auth import RANK, Caller
+from isbre.rest.wire import namespace_from_path
 
 # Marks a dependency as a route's authorization rule; its value is the least role.
 RULE = "__isbre_role__"

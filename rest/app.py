@@ -14,27 +14,26 @@ from dataclasses import replace
 
 from fastapi import Depends, FastAPI, Query, Request, Response
 from fastapi.routing import APIRoute
-
-from catalog import CatalogService
-from catalog.feed import CommitFeed
-from catalog.limits import Limits
-from catalog.warehouses import open_warehouses
-from events.broadcast import Broadcaster
-from events.fanout import FanoutChannel, FanoutOptions, FanoutProcess, shared_socket
-from events.retention import trim_periodically
-from lineage.config import openlineage_configured
-from lineage.mapping import LineageNames
-from lineage.worker import LineageObserver, LineageWorker
-from rest import console, errors, event_pages, event_stream, health, metrics, namespaces, tables, views
-from rest.access import PUBLIC, READER, check_every_route_has_a_rule
-from rest.auth import Authenticator, AuthMiddleware, FailureLimit, token_response
-from rest.delegation import Delegation
-from rest.guard import LOOPBACK_NAMES, RequestGuard
-from rest.metrics import RequestMetrics, RouteCapture, RouteTemplates, own_counts
-from rest.prefix import PrefixAliases
-from rest.settings import Settings, warehouses
-from rest.shared_counters import SharedCounters
-from rest.wire import json_response
+from isbre.catalog import CatalogService
+from isbre.catalog.feed import CommitFeed
+from isbre.catalog.limits import Limits
+from isbre.catalog.warehouses import open_warehouses
+from isbre.events.broadcast import Broadcaster
+from isbre.events.fanout import FanoutChannel, FanoutOptions, FanoutProcess, shared_socket
+from isbre.events.retention import trim_periodically
+from isbre.lineage.config import openlineage_configured
+from isbre.lineage.mapping import LineageNames
+from isbre.lineage.worker import LineageObserver, LineageWorker
+from isbre.rest import console, errors, event_pages, event_stream, health, metrics, namespaces, tables, views
+from isbre.rest.access import PUBLIC, READER, check_every_route_has_a_rule
+from isbre.rest.auth import Authenticator, AuthMiddleware, FailureLimit, token_response
+from isbre.rest.delegation import Delegation
+from isbre.rest.guard import LOOPBACK_NAMES, RequestGuard
+from isbre.rest.metrics import RequestMetrics, RouteCapture, RouteTemplates, own_counts
+from isbre.rest.prefix import PrefixAliases
+from isbre.rest.settings import Settings, warehouses
+from isbre.rest.shared_counters import SharedCounters
+from isbre.rest.wire import json_response
 
 log = logging.getLogger(__name__)
 

@@ -22,11 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qs, unquote_plus
 
+from isbre.catalog.service import acting_as
+from isbre.rest.settings import AuthSettings, Principal
+from isbre.rest.wire import send_error
 from starlette.types import ASGIApp, Receive, Scope, Send
-
-from catalog.service import acting_as
-from rest.settings import AuthSettings, Principal
-from rest.wire import send_error
 
 PUBLIC = frozenset({"/v1/oauth/tokens", "/live", "/ready", "/health", "/metrics"})
 # Public routes that say more to an admin: a token is verified when one comes, never required.

@@ -28,8 +28,8 @@ STORE_HELP = (
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from rest.serve import serve
-    from rest.settings import load_settings
+    from isbre.rest.serve import serve
+    from isbre.rest.settings import load_settings
 
     flags = {"host": args.host, "port": args.port, "warehouse": args.warehouse, "store": args.store}
     serve(load_settings(args.config, workers=args.workers, **flags))
@@ -37,7 +37,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _tail(args: argparse.Namespace) -> int:
-    from events.client import subscribe
+    from isbre.events.client import subscribe
 
     def retrying(error: Exception, delay: float) -> None:
         print(f"{args.prog}: {describe(error, args.url)}; retrying in {delay:g} s", file=sys.stderr)
@@ -59,8 +59,7 @@ def _tail(args: argparse.Namespace) -> int:
 
 def _lineage_status(args: argparse.Namespace) -> int:
     import httpx
-
-    from events.client import Credentials
+    from isbre.events.client import Credentials
 
     credentials = Credentials(args.token, args.credential)
     url = args.url.rstrip("/")
@@ -78,11 +77,11 @@ def _lineage_replay(args: argparse.Namespace) -> int:
     """Send the lineage of commits --from..--to again, e.g. to backfill a new receiver."""
     from functools import partial
 
-    from catalog.warehouses import open_warehouses, read_metadata
-    from lineage.config import build_client
-    from lineage.mapping import LineageMapper, group_runs
-    from rest.app import lineage_names
-    from rest.settings import load_settings, warehouses
+    from isbre.catalog.warehouses import open_warehouses, read_metadata
+    from isbre.lineage.config import build_client
+    from isbre.lineage.mapping import LineageMapper, group_runs
+    from isbre.rest.app import lineage_names
+    from isbre.rest.settings import load_settings, warehouses
 
     settings = load_settings(args.config, warehouse=args.warehouse, store=args.store)
     client = build_client(settings.lineage_url, settings.lineage_api_key, settings.lineage_transport)
@@ -109,8 +108,8 @@ def _lineage_replay(args: argparse.Namespace) -> int:
 
 def _store_migrate(args: argparse.Namespace) -> int:
     """Bring a PostgreSQL store's schema up to date (servers also do it when they start)."""
-    from catalog.postgres_store import SCHEMA_VERSION, PostgresStore
-    from rest.settings import load_settings
+    from isbre.catalog.postgres_store import SCHEMA_VERSION, PostgresStore
+    from isbre.rest.settings import load_settings
 
     settings = load_settings(args.config, store=args.store)
     if not settings.shares_store():
@@ -133,10 +132,10 @@ def _store_copy(args: argparse.Namespace) -> int:
     empty PostgreSQL store."""
     import os
 
-    from catalog.lmdb_store import LmdbStore
-    from catalog.postgres_store import PostgresStore
-    from catalog.stores import is_database_url
-    from rest.serve import claim_state
+    from isbre.catalog.lmdb_store import LmdbStore
+    from isbre.catalog.postgres_store import PostgresStore
+    from isbre.catalog.stores import is_database_url
+    from isbre.rest.serve import claim_state
 
     source = Path(args.source).resolve()
     target = args.to or os.environ.get("ISBRE_STORE")
@@ -163,7 +162,7 @@ def _store_copy(args: argparse.Namespace) -> int:
 
 
 def _ingest(args: argparse.Namespace) -> int:
-    from sinks.ingest import run
+    from isbre.sinks.ingest import run
 
     return run(args)
 
@@ -297,7 +296,7 @@ def build_parser() -> argparse.ArgumentParser:
     copy.set_defaults(prog=copy.prog, command_parser=copy, handler=_store_copy)
 
     ingest = commands.add_parser("ingest", help="load Parquet, CSV or JSON-lines files into a table, once")
-    from sinks.ingest_arguments import add_arguments
+    from isbre.sinks.ingest_arguments import add_arguments
 
     add_arguments(ingest)
     _add_credentials(ingest)

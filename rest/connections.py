@@ -17,10 +17,9 @@ import json
 import os
 from typing import Any
 
+from isbre.events.fanout import DETACHABLE
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 from uvicorn.protocols.utils import is_ssl
-
-from events.fanout import DETACHABLE
 
 
 class _Connection:

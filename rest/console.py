@@ -12,8 +12,7 @@ from importlib.resources import files
 
 from fastapi import APIRouter, Depends
 from fastapi.responses import RedirectResponse, Response
-
-from rest.access import PUBLIC
+from isbre.rest.access import PUBLIC
 
 PREFIX = "/ui"
 
@@ -45,7 +44,7 @@ _TYPES = {
 
 def _assets() -> dict[str, tuple[bytes, str]]:
     """Every file the console ships, by name: read once, so no request can name another file."""
-    static = files("console") / "static"
+    static = files("isbre.console") / "static"
     return {
         entry.name: (entry.read_bytes(), _TYPES[suffix])
         for entry in static.iterdir()

@@ -18,13 +18,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from catalog import CatalogService
-from catalog.locations import normalized
-from catalog.object_storage import ObjectStorageIO, S3Options, s3_object
-from rest import s3_signer
-from rest.models import SignRequest
-from rest.s3_signer import SigningRefusedError
-from rest.settings import DelegationSettings
+from isbre.catalog import CatalogService
+from isbre.catalog.locations import normalized
+from isbre.catalog.object_storage import ObjectStorageIO, S3Options, s3_object
+from isbre.rest import s3_signer
+from isbre.rest.models import SignRequest
+from isbre.rest.s3_signer import SigningRefusedError
+from isbre.rest.settings import DelegationSettings
 
 log = logging.getLogger(__name__)
 

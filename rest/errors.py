@@ -8,19 +8,18 @@ import pydantic
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from isbre.catalog.limits import MetadataTooLargeError
+from isbre.catalog.purge import PurgeIncompleteError
+from isbre.catalog.service import ConflictingPropertiesError
+from isbre.catalog.store import InsufficientStorageError, StoreUnavailableError
+from isbre.catalog.views import InvalidViewVersionError
+from isbre.catalog.writer import StoreGrowthError, WriterClosedError, WriterOverloadedError
+from isbre.events.subscription import CursorExpiredError
+from isbre.rest.access import ForbiddenError
+from isbre.rest.s3_signer import SigningRefusedError
+from isbre.rest.wire import BodyTooLargeError
 from pyiceberg import exceptions as ice
 from starlette.exceptions import HTTPException
-
-from catalog.limits import MetadataTooLargeError
-from catalog.purge import PurgeIncompleteError
-from catalog.service import ConflictingPropertiesError
-from catalog.store import InsufficientStorageError, StoreUnavailableError
-from catalog.views import InvalidViewVersionError
-from catalog.writer import StoreGrowthError, WriterClosedError, WriterOverloadedError
-from events.subscription import CursorExpiredError
-from rest.access import ForbiddenError
-from rest.s3_signer import SigningRefusedError
-from rest.wire import BodyTooLargeError
 
 log = logging.getLogger(__name__)
 

@@ -13,14 +13,13 @@ from typing import Any
 
 import anyio
 from fastapi import APIRouter, Depends, Request, Response
+from isbre.catalog import CatalogService
+from isbre.catalog.records import CommitRecord
+from isbre.events.filters import EventFilter
+from isbre.events.subscription import EVERYTHING, check_cursor
+from isbre.rest.access import READER
+from isbre.rest.wire import warehouse_tags
 from pydantic import BaseModel, ConfigDict, Field
-
-from catalog import CatalogService
-from catalog.records import CommitRecord
-from events.filters import EventFilter
-from events.subscription import EVERYTHING, check_cursor
-from rest.access import READER
-from rest.wire import warehouse_tags
 
 # Any authenticated caller may follow events; its namespace scopes filter what it sees.
 router = APIRouter(dependencies=[Depends(READER)])

@@ -11,16 +11,15 @@ from typing import Annotated
 
 import anyio
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
+from isbre.events.fanout import DETACHABLE, Detachable, FanoutProcess, StreamRequest, until_expiry
+from isbre.events.filters import EventFilter
+from isbre.events.frames import STREAM_HEADERS, expired_frame, retry_frame, token_expired_frame
+from isbre.events.subscription import CursorExpiredError, check_cursor, follow, latest
+from isbre.rest.access import READER
+from isbre.rest.wire import warehouse_tags
 from sse_starlette import EventSourceResponse
 from starlette.datastructures import State
 from starlette.types import Message, Receive, Scope, Send
-
-from events.fanout import DETACHABLE, Detachable, FanoutProcess, StreamRequest, until_expiry
-from events.filters import EventFilter
-from events.frames import STREAM_HEADERS, expired_frame, retry_frame, token_expired_frame
-from events.subscription import CursorExpiredError, check_cursor, follow, latest
-from rest.access import READER
-from rest.wire import warehouse_tags
 
 # Any authenticated caller may follow events; its namespace scopes filter what it sees.
 router = APIRouter(dependencies=[Depends(READER)])

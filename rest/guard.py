@@ -9,9 +9,8 @@ without authentication. Bodies are bounded while they are read, not after.
 
 from __future__ import annotations
 
+from isbre.rest.wire import BodyTooLargeError, send_error
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
-
-from rest.wire import BodyTooLargeError, send_error
 
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
 TOKEN_PATH = "/v1/oauth/tokens"

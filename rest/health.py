@@ -6,13 +6,12 @@ import os
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request, Response
-
-from catalog import CatalogService
-from catalog.store import StoreUnavailableError
-from rest.access import PUBLIC, READER, access
-from rest.event_stream import events_health
-from rest.shared_counters import running_workers
-from rest.wire import json_response
+from isbre.catalog import CatalogService
+from isbre.catalog.store import StoreUnavailableError
+from isbre.rest.access import PUBLIC, READER, access
+from isbre.rest.event_stream import events_health
+from isbre.rest.shared_counters import running_workers
+from isbre.rest.wire import json_response
 
 router = APIRouter()
 PROBE = [Depends(PUBLIC)]

@@ -20,13 +20,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastapi import Request, Response
+from isbre.catalog.records import now_us
+from isbre.catalog.service import after_mutation
+from isbre.catalog.writer import Batch
+from isbre.rest.errors import error_response
+from isbre.rest.wire import load_result, service
 from pyiceberg.exceptions import NoSuchTableError, NoSuchViewError
-
-from catalog.records import now_us
-from catalog.service import after_mutation
-from catalog.writer import Batch
-from rest.errors import error_response
-from rest.wire import load_result, service
 
 HEADER = "idempotency-key"
 _STRIPES = [threading.Lock() for _ in range(64)]

@@ -6,16 +6,15 @@ from collections import Counter
 from collections.abc import Iterable
 
 from fastapi import APIRouter, Depends, Request, Response
+from isbre.catalog.store import StoreUnavailableError
+from isbre.catalog.writer import WriterStats
+from isbre.rest.access import PUBLIC
+from isbre.rest.event_stream import open_streams
+from isbre.rest.labels import labels, method_label
+from isbre.rest.shared_counters import Counts
 from starlette.datastructures import State
 from starlette.routing import compile_path
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
-
-from catalog.store import StoreUnavailableError
-from catalog.writer import WriterStats
-from rest.access import PUBLIC
-from rest.event_stream import open_streams
-from rest.labels import labels, method_label
-from rest.shared_counters import Counts
 
 router = APIRouter(dependencies=[Depends(PUBLIC)])
 

@@ -7,6 +7,9 @@ and requirement models.
 
 from __future__ import annotations
 
+from isbre.catalog.format_v3 import AnyTableUpdate
+from isbre.catalog.identifiers import Identifier
+from isbre.catalog.views import ViewRequirement, ViewUpdate
 from pydantic import ConfigDict, Field
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
@@ -14,10 +17,6 @@ from pyiceberg.table.sorting import SortOrder
 from pyiceberg.table.update import TableRequirement
 from pyiceberg.typedef import IcebergBaseModel
 from pyiceberg.view.metadata import ViewVersion
-
-from catalog.format_v3 import AnyTableUpdate
-from catalog.identifiers import Identifier
-from catalog.views import ViewRequirement, ViewUpdate
 
 
 class CreateNamespaceRequest(IcebergBaseModel):

@@ -5,13 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response
-
-from catalog.identifiers import check_namespace
-from catalog.service import PropertiesChange
-from rest.access import Admin, ManagesNamespace, Reader, ReadsNamespace
-from rest.idempotency import NO_CONTENT, Outcome, idempotent_mutation
-from rest.models import CreateNamespaceRequest, UpdateNamespacePropertiesRequest
-from rest.wire import (
+from isbre.catalog.identifiers import check_namespace
+from isbre.catalog.service import PropertiesChange
+from isbre.rest.access import Admin, ManagesNamespace, Reader, ReadsNamespace
+from isbre.rest.idempotency import NO_CONTENT, Outcome, idempotent_mutation
+from isbre.rest.models import CreateNamespaceRequest, UpdateNamespacePropertiesRequest
+from isbre.rest.wire import (
     json_response,
     namespace_from_path,
     page,

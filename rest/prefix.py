@@ -9,9 +9,8 @@ unknown-prefix error in one place.
 
 from __future__ import annotations
 
+from isbre.rest.wire import routed_path, send_error
 from starlette.types import ASGIApp, Receive, Scope, Send
-
-from rest.wire import routed_path, send_error
 
 # First path segments under /v1/ that begin a catalog route.
 CATALOG_ROOTS = frozenset({"namespaces", "tables", "views", "transactions", "events"})

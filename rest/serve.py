@@ -15,15 +15,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 import uvicorn
-
-from catalog.warehouses import open_warehouses
-from events.fanout import SharedFanout, shared_socket
-from rest.app import create_app, fanout_options, start_lineage
-from rest.cli import RefusedError
-from rest.connections import guarded_protocol
-from rest.settings import Settings, warehouses
-from rest.shared_counters import forget_workers, running_workers
-from rest.workers import hand_down
+from isbre.catalog.warehouses import open_warehouses
+from isbre.events.fanout import SharedFanout, shared_socket
+from isbre.rest.app import create_app, fanout_options, start_lineage
+from isbre.rest.cli import RefusedError
+from isbre.rest.connections import guarded_protocol
+from isbre.rest.settings import Settings, warehouses
+from isbre.rest.shared_counters import forget_workers, running_workers
+from isbre.rest.workers import hand_down
 
 SERVER_LOCK = "isbre-serve.lock"
 _claimed: list[int] = []  # the lock's descriptor, held open for the life of the process
@@ -62,7 +61,7 @@ def serve(settings: Settings) -> None:
     _raise_open_files_limit()
     _check_port_free(settings.host, settings.port)
     if settings.shares_store():
-        from catalog.postgres_store import PostgresStore
+        from isbre.catalog.postgres_store import PostgresStore
 
         # Reached, and its schema brought up to date, before any process serves: an unreachable
         # database is one line at start, not a failed application start-up in each worker.
@@ -96,10 +95,10 @@ def serve(settings: Settings) -> None:
     _announce_when(lambda: len(running_workers(state)) >= workers, settings, workers)
     try:
         uvicorn.run(
-            "rest.workers:worker_app",
+            "isbre.rest.workers:worker_app",
             factory=True,
             workers=workers,
-            http="rest.workers:WorkerHttpProtocol",
+            http="isbre.rest.workers:WorkerHttpProtocol",
             **common,
         )
     finally:

@@ -8,6 +8,7 @@ import tomllib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from isbre.catalog.stores import is_database_url
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_settings import (
     BaseSettings,
@@ -16,10 +17,8 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from catalog.stores import is_database_url
-
 if TYPE_CHECKING:
-    from catalog.warehouses import Warehouse
+    from isbre.catalog.warehouses import Warehouse
 
 ROLES = ("reader", "writer", "admin")
 # A warehouse's name is its catalog prefix: one URL path segment.
@@ -238,7 +237,7 @@ class Settings(BaseSettings):
 
     def store_location(self) -> str:
         """The store: a database URL, or the LMDB directory's absolute path."""
-        from catalog.warehouses import default_store
+        from isbre.catalog.warehouses import default_store
 
         if self.shares_store():
             assert self.store is not None
@@ -284,8 +283,8 @@ def load_settings(config_file: Path | None = None, **flags: Any) -> Settings:
 
 
 def _warehouse(name: str, settings: WarehouseSettings) -> Warehouse:
-    from catalog.object_storage import S3Options
-    from catalog.warehouses import Warehouse
+    from isbre.catalog.object_storage import S3Options
+    from isbre.catalog.warehouses import Warehouse
 
     s3 = settings.s3
     options = S3Options(

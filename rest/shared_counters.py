@@ -21,8 +21,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from catalog.writer import WriterStats
-from rest.labels import method_label, report_type
+from isbre.catalog.writer import WriterStats
+from isbre.rest.labels import method_label, report_type
 
 FOLDER = "isbre-workers"
 

@@ -9,17 +9,13 @@ from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import JSONResponse
-from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
-from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
-from starlette.concurrency import run_in_threadpool
-
-from catalog import TableChange, TableState
-from catalog.metadata_files import metadata_json
-from rest.access import InNamespace, ManagesNamespace, ReadsNamespace, Writer, WritesNamespace
-from rest.delegation import HEADER, VENDED, Delegation, TableAccess, wanted
-from rest.idempotency import NO_CONTENT, TABLE, idempotent_mutation
-from rest.labels import report_type
-from rest.models import (
+from isbre.catalog import TableChange, TableState
+from isbre.catalog.metadata_files import metadata_json
+from isbre.rest.access import InNamespace, ManagesNamespace, ReadsNamespace, Writer, WritesNamespace
+from isbre.rest.delegation import HEADER, VENDED, Delegation, TableAccess, wanted
+from isbre.rest.idempotency import NO_CONTENT, TABLE, idempotent_mutation
+from isbre.rest.labels import report_type
+from isbre.rest.models import (
     CommitTableRequest,
     CommitTransactionRequest,
     CreateTableRequest,
@@ -28,7 +24,10 @@ from rest.models import (
     ReportMetricsRequest,
     SignRequest,
 )
-from rest.wire import identifiers_page, load_result, parse, raw_body, referenced_by, service
+from isbre.rest.wire import identifiers_page, load_result, parse, raw_body, referenced_by, service
+from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
+from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
+from starlette.concurrency import run_in_threadpool
 
 log = logging.getLogger(__name__)
 router = APIRouter()

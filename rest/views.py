@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Query, Request, Response
-
-from catalog import ViewState
-from rest.access import ManagesNamespace, ReadsNamespace, Writer, WritesNamespace
-from rest.idempotency import NO_CONTENT, VIEW, idempotent_mutation
-from rest.models import CommitViewRequest, CreateViewRequest, RegisterViewRequest, RenameTableRequest
-from rest.wire import identifiers_page, load_result, parse, raw_body, referenced_by, service
+from isbre.catalog import ViewState
+from isbre.rest.access import ManagesNamespace, ReadsNamespace, Writer, WritesNamespace
+from isbre.rest.idempotency import NO_CONTENT, VIEW, idempotent_mutation
+from isbre.rest.models import CommitViewRequest, CreateViewRequest, RegisterViewRequest, RenameTableRequest
+from isbre.rest.wire import identifiers_page, load_result, parse, raw_body, referenced_by, service
 
 router = APIRouter()
 

@@ -11,12 +11,11 @@ from urllib.parse import quote, unquote
 
 import pydantic
 from fastapi import Request, Response
+from isbre.catalog import CatalogService, Identifier
+from isbre.catalog.identifiers import check_name, check_namespace
+from isbre.rest.settings import Settings
 from starlette.convertors import Convertor, register_url_convertor
 from starlette.types import Send
-
-from catalog import CatalogService, Identifier
-from catalog.identifiers import check_name, check_namespace
-from rest.settings import Settings
 
 M = TypeVar("M", bound=pydantic.BaseModel)
 T = TypeVar("T")

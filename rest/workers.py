@@ -15,10 +15,9 @@ import os
 import secrets
 
 from fastapi import FastAPI
-
-from catalog.processes import die_with_parent
-from rest.connections import GuardedHttpProtocol
-from rest.settings import Settings
+from isbre.catalog.processes import die_with_parent
+from isbre.rest.connections import GuardedHttpProtocol
+from isbre.rest.settings import Settings
 
 SETTINGS_ENV = "ISBRE_WORKER_SETTINGS"
 
@@ -43,7 +42,7 @@ class WorkerHttpProtocol(GuardedHttpProtocol):
 
 def worker_app() -> FastAPI:
     """The app of one worker process (uvicorn calls this factory in each)."""
-    from rest.app import create_app
+    from isbre.rest.app import create_app
 
     die_with_parent()  # uvicorn's supervisor: a worker it cannot watch any more ends too
     settings = _handed_down()

@@ -11,13 +11,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from isbre.catalog.coverage import Coverage
+from isbre.catalog.embedded import LmdbCatalog
+from isbre.sinks.contract import SinkError
 from pyiceberg.catalog import Catalog
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.table import Table
-
-from catalog.coverage import Coverage
-from catalog.embedded import LmdbCatalog
-from sinks.contract import SinkError
 
 log = logging.getLogger(__name__)
 

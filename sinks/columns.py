@@ -12,9 +12,8 @@ from datetime import UTC, datetime
 
 import numpy as np
 import pyarrow as pa
-
-from sinks.contract import OffsetSpan, SinkError, SourceFields
-from sinks.record_id import RECORD_ID, record_ids
+from isbre.sinks.contract import OffsetSpan, SinkError, SourceFields
+from isbre.sinks.record_id import RECORD_ID, record_ids
 
 DEFAULT_PREFIX = "_twg_"
 TIMESTAMP = pa.timestamp("us", tz="UTC")

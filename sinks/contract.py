@@ -14,8 +14,7 @@ from typing import Protocol
 
 import numpy as np
 import pyarrow as pa
-
-from catalog.coverage import Span, SpanKey, check_span
+from isbre.catalog.coverage import Span, SpanKey, check_span
 
 
 @dataclass(frozen=True, order=True)

@@ -23,8 +23,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.dataset as ds
 import pyarrow.json as pajson
-
-from sinks.contract import OffsetSpan, SinkError
+from isbre.sinks.contract import OffsetSpan, SinkError
 
 FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".json": "json", ".jsonl": "json"}
 

@@ -18,6 +18,14 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import requests
+from isbre.catalog.coverage import SPANS_PROPERTY, Coverage, Span, SpanKey, encode_spans, merge
+from isbre.catalog.metadata_files import local_path, sync_directories, sync_file
+from isbre.sinks.catalogs import CoverageSource, coverage_source
+from isbre.sinks.columns import DEFAULT_PREFIX, MetadataColumns, now
+from isbre.sinks.contract import CommitInfo, OffsetSpan, OneStreamSink, SinkError, SourceFields, row_offsets
+from isbre.sinks.datafiles import write_data_files
+from isbre.sinks.provisioning import comment_hash, plan, sink_properties, with_docs
+from isbre.sinks.record_id import canonical_json
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import (
     CommitFailedException,
@@ -28,15 +36,6 @@ from pyiceberg.exceptions import (
 from pyiceberg.io.pyarrow import _pyarrow_to_schema_without_ids
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
-
-from catalog.coverage import SPANS_PROPERTY, Coverage, Span, SpanKey, encode_spans, merge
-from catalog.metadata_files import local_path, sync_directories, sync_file
-from sinks.catalogs import CoverageSource, coverage_source
-from sinks.columns import DEFAULT_PREFIX, MetadataColumns, now
-from sinks.contract import CommitInfo, OffsetSpan, OneStreamSink, SinkError, SourceFields, row_offsets
-from sinks.datafiles import write_data_files
-from sinks.provisioning import comment_hash, plan, sink_properties, with_docs
-from sinks.record_id import canonical_json
 
 log = logging.getLogger(__name__)
 

@@ -10,16 +10,15 @@ from pathlib import Path
 
 import pyarrow as pa
 import requests
+from isbre.sinks.contract import SinkError
+from isbre.sinks.files import expand, file_format, read_file, row_count, run_types
+from isbre.sinks.iceberg import TableWriter
 from pydantic import TypeAdapter
 from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.schema import Schema
 from pyiceberg.types import IcebergType, NestedField
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
-
-from sinks.contract import SinkError
-from sinks.files import expand, file_format, read_file, row_count, run_types
-from sinks.iceberg import TableWriter
 
 DEFAULT_URI = "http://127.0.0.1:8181"
 
@@ -29,7 +28,7 @@ def open_catalog(
 ) -> Catalog:
     if warehouse is not None:
         return load_catalog(
-            "isbre", **{"py-catalog-impl": "catalog.embedded.LmdbCatalog", "warehouse": str(warehouse)}
+            "isbre", **{"py-catalog-impl": "isbre.catalog.embedded.LmdbCatalog", "warehouse": str(warehouse)}
         )
     uri = uri or DEFAULT_URI
     properties = {"type": "rest", "uri": uri}

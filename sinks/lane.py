@@ -17,12 +17,19 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import requests
+from isbre.catalog.coverage import SpanKey
+from isbre.sinks.contract import (
+    CommitInfo,
+    OffsetSpan,
+    PoisonedError,
+    Receipt,
+    SinkError,
+    SourceFields,
+    Watermarks,
+)
+from isbre.sinks.iceberg import CommitOutcomeUnknownError, TableWriter
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import CommitStateUnknownException, ServiceUnavailableError
-
-from catalog.coverage import SpanKey
-from sinks.contract import CommitInfo, OffsetSpan, PoisonedError, Receipt, SinkError, SourceFields, Watermarks
-from sinks.iceberg import CommitOutcomeUnknownError, TableWriter
 
 log = logging.getLogger(__name__)
 

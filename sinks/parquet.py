@@ -16,11 +16,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-
-from catalog.metadata_files import make_dirs_durably, publish_durably
-from catalog.object_storage import ObjectExistsError, ObjectStorageIO, S3Options
-from sinks.columns import DEFAULT_PREFIX, MetadataColumns, now
-from sinks.contract import CommitInfo, OffsetSpan, OneStreamSink, SourceFields, row_offsets
+from isbre.catalog.metadata_files import make_dirs_durably, publish_durably
+from isbre.catalog.object_storage import ObjectExistsError, ObjectStorageIO, S3Options
+from isbre.sinks.columns import DEFAULT_PREFIX, MetadataColumns, now
+from isbre.sinks.contract import CommitInfo, OffsetSpan, OneStreamSink, SourceFields, row_offsets
 
 
 def span_file_name(span: OffsetSpan) -> str:

@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass, field
 
 import pyarrow as pa
+from isbre.sinks.contract import SchemaDriftError
 from pyiceberg.io.pyarrow import _pyarrow_to_schema_without_ids
 from pyiceberg.schema import Schema
 from pyiceberg.types import (
@@ -27,8 +28,6 @@ from pyiceberg.types import (
     TimestampType,
     TimestamptzType,
 )
-
-from sinks.contract import SchemaDriftError
 
 MANAGED_PROPERTY = "isbre.sink.managed"
 PREFIX_PROPERTY = "isbre.sink.prefix"

@@ -5,9 +5,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from isbre.catalog import CatalogService
 from pyiceberg.catalog.rest import RestCatalog
 
-from catalog import CatalogService
 from tests.postgres import PostgresServer, binaries, new_database
 from tests.server import IsbreServer
 

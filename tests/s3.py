@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from isbre.catalog.object_storage import S3Options
 
-from catalog.object_storage import S3Options
 from tests import reaper
 from tests.server import free_port
 

@@ -72,7 +72,7 @@ class IsbreServer:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 30.0) -> IsbreServer:
-        command = [sys.executable, "-m", "rest.cli", "serve", "--port", str(self.port)]
+        command = [sys.executable, "-m", "isbre.rest.cli", "serve", "--port", str(self.port)]
         command += ["--warehouse", str(self.warehouse), "--workers", str(self.workers)]
         if isinstance(self.store, Path):
             command += ["--store", str(self.store)]

@@ -8,11 +8,11 @@ import sys
 import textwrap
 
 import pyarrow as pa
+from isbre.sinks.contract import CommitInfo, OffsetSpan, SourceFields
+from isbre.sinks.iceberg import IcebergSink
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
-from sinks.contract import CommitInfo, OffsetSpan, SourceFields
-from sinks.iceberg import IcebergSink
 from tests.server import IsbreServer
 
 # A producer that commits 300 rows and is killed before it hears back ("after-commit"), or also
@@ -21,7 +21,7 @@ CRASHING_PRODUCER = textwrap.dedent(
     """
     import os, signal, sys
     from pyiceberg.catalog.rest import RestCatalog
-    from sinks.iceberg import IcebergSink
+    from isbre.sinks.iceberg import IcebergSink
     from tests.sink_helpers import rows, span
 
     catalog = RestCatalog("isbre", uri=sys.argv[1])

@@ -6,11 +6,11 @@ import asyncio
 
 import pyarrow as pa
 import pytest
+from isbre.sinks.catalogs import coverage_source
+from isbre.sinks.contract import PoisonedError, Receipt
+from isbre.sinks.lane import PipelinedSink
 from pyiceberg.catalog.rest import RestCatalog
 
-from sinks.catalogs import coverage_source
-from sinks.contract import PoisonedError, Receipt
-from sinks.lane import PipelinedSink
 from tests.server import IsbreServer
 from tests.sink_helpers import offsets_in, rows, span
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from isbre.catalog.metadata_updates import apply_updates
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table.metadata import new_table_metadata
@@ -22,8 +23,6 @@ from pyiceberg.table.update import (
 )
 from pyiceberg.transforms import BucketTransform
 from pyiceberg.types import LongType, NestedField, StringType
-
-from catalog.metadata_updates import apply_updates
 
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=True), NestedField(2, "s", StringType()))
 LOCATION = "file:///w/t/metadata/00003-0b9c1a52-3b83-4f5c-8d6e-4f2a2c3d9e11.metadata.json"

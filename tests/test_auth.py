@@ -11,10 +11,10 @@ from pathlib import Path
 import httpx
 import pyarrow as pa
 import pytest
+from isbre.rest.auth import sha256_hex
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.exceptions import ForbiddenError, OAuthError, UnauthorizedError
 
-from rest.auth import sha256_hex
 from tests import duck
 from tests.server import IsbreServer, free_port, secured_server, sse_records
 
@@ -170,7 +170,16 @@ def test_static_tokens_work(secured: IsbreServer) -> None:
 
 
 def test_refuses_a_public_bind_without_auth(tmp_path: Path) -> None:
-    command = [sys.executable, "-m", "rest.cli", "serve", "--host", "0.0.0.0", "--port", str(free_port())]
+    command = [
+        sys.executable,
+        "-m",
+        "isbre.rest.cli",
+        "serve",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(free_port()),
+    ]
     result = subprocess.run(
         [*command, "--warehouse", str(tmp_path)], capture_output=True, text=True, timeout=60
     )

@@ -14,10 +14,10 @@ from typing import Any
 
 import httpx
 import pytest
+from isbre.rest.app import create_app, served_routes
+from isbre.rest.auth import sha256_hex
+from isbre.rest.settings import AuthSettings, Settings
 
-from rest.app import create_app, served_routes
-from rest.auth import sha256_hex
-from rest.settings import AuthSettings, Settings
 from tests.server import ID_SCHEMA, IsbreServer, secured_server
 
 RANK = {"public": -1, "reader": 0, "writer": 1, "admin": 2}

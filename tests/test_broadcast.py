@@ -5,11 +5,10 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
-from catalog import CatalogService
-from events.broadcast import Broadcaster
-from events.filters import EventFilter
-from events.subscription import CursorAheadError, CursorExpiredError, follow, subscribe
+from isbre.catalog import CatalogService
+from isbre.events.broadcast import Broadcaster
+from isbre.events.filters import EventFilter
+from isbre.events.subscription import CursorAheadError, CursorExpiredError, follow, subscribe
 
 
 async def take(stream, count: int) -> list[int]:

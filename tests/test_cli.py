@@ -15,9 +15,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from isbre.events.client import subscribe
+from isbre.rest.auth import sha256_hex
 
-from events.client import subscribe
-from rest.auth import sha256_hex
 from tests.server import IsbreServer, free_port, secured_server
 
 PRINCIPALS = [
@@ -33,7 +33,7 @@ def isbre(
 ) -> subprocess.CompletedProcess[str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("ISBRE_")}
     return subprocess.run(
-        [sys.executable, "-m", "rest.cli", *args],
+        [sys.executable, "-m", "isbre.rest.cli", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -145,7 +145,7 @@ def test_client_commands_take_credentials_from_the_environment(secured: IsbreSer
 def test_events_tail_authenticates(secured: IsbreServer) -> None:
     create_namespace(secured, "tailed")
     tail = subprocess.Popen(
-        [sys.executable, "-m", "rest.cli", "events", "tail", "--url", secured.url, "--after", "0"],
+        [sys.executable, "-m", "isbre.rest.cli", "events", "tail", "--url", secured.url, "--after", "0"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -174,7 +174,7 @@ def test_the_python_client_renews_its_token_across_expiry(secured: IsbreServer) 
 @pytest.mark.parametrize("after", [None, "0"], ids=["from now", "with --after"])
 def test_events_tail_waits_for_a_server_that_is_not_there_yet(tmp_path: Path, after: str | None) -> None:
     port = free_port()
-    args = [sys.executable, "-m", "rest.cli", "events", "tail", "--url", f"http://127.0.0.1:{port}"]
+    args = [sys.executable, "-m", "isbre.rest.cli", "events", "tail", "--url", f"http://127.0.0.1:{port}"]
     args += ["--after", after] if after else []
     tail = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     server = None

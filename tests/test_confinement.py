@@ -11,16 +11,16 @@ from pathlib import Path
 import httpx
 import pyarrow as pa
 import pytest
+from isbre.catalog import CatalogService, Identifier
+from isbre.catalog.locations import LocationNotAllowedError
+from isbre.catalog.metadata_files import local_path
+from isbre.rest.auth import sha256_hex
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
 from pyiceberg.schema import Schema
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
 from pyiceberg.types import LongType, NestedField
 
-from catalog import CatalogService, Identifier
-from catalog.locations import LocationNotAllowedError
-from catalog.metadata_files import local_path
-from rest.auth import sha256_hex
 from tests.crafted import crafted_snapshot
 from tests.server import ID_SCHEMA, IsbreServer, secured_server
 

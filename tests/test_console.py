@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 import pyarrow as pa
 import pytest
+from isbre.rest.auth import sha256_hex
 from playwright.sync_api import Browser, Page, expect
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.partitioning import PartitionField, PartitionSpec
@@ -33,7 +34,6 @@ from pyiceberg.types import (
 )
 from pyiceberg.view.metadata import SQLViewRepresentation, ViewRepresentation, ViewVersion
 
-from rest.auth import sha256_hex
 from tests.browser import NARROW, WIDE, Watched, chromium, chromium_path, watched
 from tests.crafted import snapshot_updates
 from tests.lineage_receiver import Receiver

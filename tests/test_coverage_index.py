@@ -7,11 +7,11 @@ import json
 import httpx
 import pyarrow as pa
 import pytest
+from isbre.catalog.coverage import SPANS_PROPERTY, Coverage, gaps, merge
+from isbre.sinks.catalogs import CoverageSource
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.exceptions import BadRequestError
 
-from catalog.coverage import SPANS_PROPERTY, Coverage, gaps, merge
-from sinks.catalogs import CoverageSource
 from tests.server import IsbreServer
 from tests.test_events import sse_records
 

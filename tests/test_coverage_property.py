@@ -7,9 +7,9 @@ import tempfile
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from isbre.sinks.iceberg import IcebergSink
 from pyiceberg.catalog import load_catalog
 
-from sinks.iceberg import IcebergSink
 from tests.sink_helpers import offsets_in, rows, span
 
 OUTCOMES = ("commit", "crash-before-commit", "crash-after-commit")
@@ -30,7 +30,7 @@ attempts = st.lists(
 @given(attempts)
 def test_coverage_never_leads_the_table(plan: list[tuple[int, int, list[int], str]]) -> None:
     with tempfile.TemporaryDirectory() as warehouse:
-        properties = {"py-catalog-impl": "catalog.embedded.LmdbCatalog", "warehouse": warehouse}
+        properties = {"py-catalog-impl": "isbre.catalog.embedded.LmdbCatalog", "warehouse": warehouse}
         catalog = load_catalog("p", **properties)
         catalog.create_namespace("p")
         landed: set[tuple[int, int]] = set()

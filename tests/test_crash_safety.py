@@ -8,9 +8,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from isbre.catalog.lmdb_store import LmdbStore
+from isbre.catalog.metadata_files import local_path
 
-from catalog.lmdb_store import LmdbStore
-from catalog.metadata_files import local_path
 from tests.load import commit_until_stopped
 from tests.server import IsbreServer
 

@@ -22,6 +22,10 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from isbre.catalog import CatalogService, Identifier, TableChange
+from isbre.catalog.deletion import OutsideTableError, TableFiles
+from isbre.catalog.metadata_files import local_path
+from isbre.catalog.purge import PurgeIncompleteError
 from pydantic import TypeAdapter
 from pyiceberg.io.pyarrow import PyArrowFileIO
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
@@ -30,10 +34,6 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
 from pyiceberg.table.update import TableUpdate
 
-from catalog import CatalogService, Identifier, TableChange
-from catalog.deletion import OutsideTableError, TableFiles
-from catalog.metadata_files import local_path
-from catalog.purge import PurgeIncompleteError
 from tests.crafted import crafted_snapshot
 
 SCHEMA = Schema.model_validate(

@@ -10,13 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from isbre.catalog.identifiers import MAX_KEY_BYTES, MAX_NAME_BYTES, MAX_NAMESPACE_DEPTH
+from isbre.rest.cli import build_parser
+from isbre.rest.event_pages import SCAN_LIMIT
+from isbre.rest.event_stream import RECENT_LIMIT, RECENT_SCAN_LIMIT
+from isbre.rest.settings import Settings
 from pydantic import BaseModel
-
-from catalog.identifiers import MAX_KEY_BYTES, MAX_NAME_BYTES, MAX_NAMESPACE_DEPTH
-from rest.cli import build_parser
-from rest.event_pages import SCAN_LIMIT
-from rest.event_stream import RECENT_LIMIT, RECENT_SCAN_LIMIT
-from rest.settings import Settings
 
 ROOT = Path(__file__).parent.parent
 DOCS = {page.name: page.read_text() for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]}

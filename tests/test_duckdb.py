@@ -8,9 +8,9 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 import pytest
+from isbre.sinks.iceberg import IcebergSink
 from pyiceberg.catalog.rest import RestCatalog
 
-from sinks.iceberg import IcebergSink
 from tests.duck import connect
 from tests.server import IsbreServer
 from tests.sink_helpers import rows, span

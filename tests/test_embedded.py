@@ -5,14 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pyarrow as pa
+from isbre.catalog.embedded import LmdbCatalog
 from pyiceberg.catalog import load_catalog
-
-from catalog.embedded import LmdbCatalog
 
 
 def open_catalog(warehouse: Path) -> LmdbCatalog:
     catalog = load_catalog(
-        "local", **{"py-catalog-impl": "catalog.embedded.LmdbCatalog", "warehouse": str(warehouse)}
+        "local", **{"py-catalog-impl": "isbre.catalog.embedded.LmdbCatalog", "warehouse": str(warehouse)}
     )
     assert isinstance(catalog, LmdbCatalog)
     return catalog

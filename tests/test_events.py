@@ -18,8 +18,8 @@ from typing import Any
 
 import httpx
 import pytest
+from isbre.events.client import CommitEvent, EventStreamError, subscribe
 
-from events.client import CommitEvent, EventStreamError, subscribe
 from tests.postgres import new_database
 from tests.server import ID_SCHEMA as SCHEMA
 from tests.server import IsbreServer, sse_records
@@ -319,7 +319,7 @@ def test_expired_cursor_is_410(short_memory: IsbreServer) -> None:
     assert response.json()["error"]["type"] == "CursorExpiredException"
     token = httpx.post(f"{base}/events", json={"page-size": 1}).json()["continuation-token"]
     assert httpx.post(f"{base}/events", json={"continuation-token": token}).status_code == 200
-    from rest.event_pages import encode_token
+    from isbre.rest.event_pages import encode_token
 
     assert httpx.post(f"{base}/events", json={"continuation-token": encode_token(0)}).status_code == 410
     with pytest.raises(EventStreamError, match="older than the retained"):
@@ -436,7 +436,17 @@ def test_async_client_follows_too(server: IsbreServer, tables: str) -> None:
 def test_events_tail_prints_json_lines(server: IsbreServer, tables: str) -> None:
     start = server.high_water()
     tail = subprocess.Popen(
-        [sys.executable, "-m", "rest.cli", "events", "tail", "--url", server.url, "--after", str(start)],
+        [
+            sys.executable,
+            "-m",
+            "isbre.rest.cli",
+            "events",
+            "tail",
+            "--url",
+            server.url,
+            "--after",
+            str(start),
+        ],
         stdout=subprocess.PIPE,
         text=True,
     )

@@ -13,9 +13,9 @@ from pathlib import Path
 import httpx
 import pydantic
 import pytest
+from isbre.rest.auth import sha256_hex
+from isbre.rest.settings import AuthSettings
 
-from rest.auth import sha256_hex
-from rest.settings import AuthSettings
 from tests.lineage_receiver import Receiver
 from tests.server import ID_SCHEMA, IsbreServer, secured_server
 

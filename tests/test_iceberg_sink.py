@@ -8,6 +8,10 @@ from datetime import UTC, datetime
 import numpy as np
 import pyarrow as pa
 import pytest
+from isbre.sinks.contract import SchemaDriftError, SinkError, SourceFields
+from isbre.sinks.iceberg import IcebergSink
+from isbre.sinks.provisioning import COMMENT_HASH_PROPERTY, MANAGED_PROPERTY, PREFIX_PROPERTY
+from isbre.sinks.record_id import record_ids
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.types import (
     BinaryType,
@@ -19,10 +23,6 @@ from pyiceberg.types import (
     TimestamptzType,
 )
 
-from sinks.contract import SchemaDriftError, SinkError, SourceFields
-from sinks.iceberg import IcebergSink
-from sinks.provisioning import COMMENT_HASH_PROPERTY, MANAGED_PROPERTY, PREFIX_PROPERTY
-from sinks.record_id import record_ids
 from tests.answer_dropping_proxy import AnswerDroppingProxy
 from tests.server import IsbreServer
 from tests.sink_helpers import crash_and_replay, offsets_in, rows, span, write_once
@@ -66,7 +66,7 @@ def test_two_sinks_on_disjoint_partitions_merge_coverage_with_gaps(
 
 
 def rest_catalog_coverage(catalog: RestCatalog, ident: str) -> list[dict]:
-    from sinks.catalogs import coverage_source
+    from isbre.sinks.catalogs import coverage_source
 
     source = coverage_source(catalog, ident)
     assert source.indexed, "isbre's REST coverage endpoint was not found"
@@ -312,7 +312,7 @@ def test_a_commit_whose_answer_is_lost_is_found_not_repeated(
 def test_declared_lineage_rides_in_the_commit(rest_catalog: RestCatalog, namespace: str) -> None:
     import json
 
-    from lineage.mapping import COLUMN_LINEAGE_KEY, INPUTS_KEY, JOB_KEY
+    from isbre.lineage.mapping import COLUMN_LINEAGE_KEY, INPUTS_KEY, JOB_KEY
 
     source_column = {"namespace": "isbre", "name": "staging.orders", "field": "id"}
     declared = {

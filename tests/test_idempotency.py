@@ -10,13 +10,13 @@ from pathlib import Path
 
 import httpx
 import pytest
+from isbre.catalog import CatalogService
+from isbre.catalog.lmdb_store import LmdbStore
+from isbre.catalog.records import now_us
+from isbre.catalog.service import TRIM_CHUNK, _Stale, after_mutation
+from isbre.catalog.stores import open_store
+from isbre.catalog.writer import Batch
 
-from catalog import CatalogService
-from catalog.lmdb_store import LmdbStore
-from catalog.records import now_us
-from catalog.service import TRIM_CHUNK, _Stale, after_mutation
-from catalog.stores import open_store
-from catalog.writer import Batch
 from tests.server import ID_SCHEMA as SCHEMA
 from tests.server import IsbreServer
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from isbre.rest.auth import sha256_hex
 from pyiceberg.catalog.rest import RestCatalog
 
-from rest.auth import sha256_hex
 from tests.server import IsbreServer, secured_server
 
 # Run against a server on each store.
@@ -20,7 +20,17 @@ SERVER_STORES = ("lmdb", "postgresql")
 
 
 def _ingest(server: IsbreServer, *args: str) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "rest.cli", "ingest", *args, "--uri", server.url, "--batch-size", "7"]
+    command = [
+        sys.executable,
+        "-m",
+        "isbre.rest.cli",
+        "ingest",
+        *args,
+        "--uri",
+        server.url,
+        "--batch-size",
+        "7",
+    ]
     return subprocess.run(command, capture_output=True, text=True, timeout=120)
 
 
@@ -116,7 +126,7 @@ def test_ingest_authenticates_from_the_environment(tmp_path: Path) -> None:
         command = [
             sys.executable,
             "-m",
-            "rest.cli",
+            "isbre.rest.cli",
             "ingest",
             str(data),
             "--table",

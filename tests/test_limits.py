@@ -11,11 +11,11 @@ from pathlib import Path
 
 import httpx
 import pytest
+from isbre.catalog import CatalogService
+from isbre.catalog.records import CommitRecord
+from isbre.events.broadcast import Broadcaster
+from isbre.rest.auth import sha256_hex
 
-from catalog import CatalogService
-from catalog.records import CommitRecord
-from events.broadcast import Broadcaster
-from rest.auth import sha256_hex
 from tests.server import ID_SCHEMA, IsbreServer, secured_server
 
 P = "/v1/isbre"

@@ -293,7 +293,7 @@ def test_status_and_replay_commands(tmp_path: Path, receiver: Receiver) -> None:
     wait_for(receiver, 6)
 
     def status() -> dict:
-        command = [sys.executable, "-m", "rest.cli", "lineage", "status", "--url", server.url]
+        command = [sys.executable, "-m", "isbre.rest.cli", "lineage", "status", "--url", server.url]
         return json.loads(subprocess.run(command, capture_output=True, text=True, check=True).stdout)
 
     # The worker reports its counters a few times a second: the last ones may lag the receiver.
@@ -309,7 +309,7 @@ def test_status_and_replay_commands(tmp_path: Path, receiver: Receiver) -> None:
             [
                 sys.executable,
                 "-m",
-                "rest.cli",
+                "isbre.rest.cli",
                 "lineage",
                 "replay",
                 "--from",

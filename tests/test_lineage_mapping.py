@@ -8,18 +8,18 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from isbre.catalog.embedded import LmdbCatalog
+from isbre.lineage.mapping import LineageMapper, LineageNames, group_runs
 from openlineage.client.serde import Serde
 from pyiceberg.catalog import load_catalog
 
-from catalog.embedded import LmdbCatalog
-from lineage.mapping import LineageMapper, LineageNames, group_runs
 from tests.lineage_receiver import validate
 
 
 @pytest.fixture
 def catalog(tmp_path: Path) -> Iterator[LmdbCatalog]:
     opened = load_catalog(
-        "x", **{"py-catalog-impl": "catalog.embedded.LmdbCatalog", "warehouse": str(tmp_path)}
+        "x", **{"py-catalog-impl": "isbre.catalog.embedded.LmdbCatalog", "warehouse": str(tmp_path)}
     )
     assert isinstance(opened, LmdbCatalog)
     yield opened

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from isbre.catalog.metadata_files import local_path
 from pyiceberg.catalog.rest import RestCatalog
 
-from catalog.metadata_files import local_path
 from tests.server import ID_SCHEMA, IsbreServer
 
 P = "/v1/isbre"

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import httpx
 import pyarrow as pa
+from isbre.catalog.metadata_files import local_path
 from pyiceberg.catalog.rest import RestCatalog
 
-from catalog.metadata_files import local_path
 from tests.server import ID_SCHEMA, IsbreServer
 from tests.test_views import SCHEMA, version
 

@@ -10,10 +10,10 @@ from urllib.parse import quote
 import httpx
 import pyarrow as pa
 import pytest
+from isbre.catalog.identifiers import path_segment
+from isbre.catalog.metadata_files import local_path
 from pyiceberg.catalog.rest import RestCatalog
 
-from catalog.identifiers import path_segment
-from catalog.metadata_files import local_path
 from tests.duck import connect
 from tests.server import ID_SCHEMA, IsbreServer
 

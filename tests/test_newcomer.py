@@ -51,7 +51,7 @@ def test_a_stream_sees_commits_of_another_process_promptly(tmp_path: Path, event
     warehouse = tmp_path / "warehouse"
     server = IsbreServer(warehouse, env={"ISBRE_EVENTS_PROCESS": events_process}).start()
     embedded = load_catalog(
-        "local", **{"py-catalog-impl": "catalog.embedded.LmdbCatalog", "warehouse": str(warehouse)}
+        "local", **{"py-catalog-impl": "isbre.catalog.embedded.LmdbCatalog", "warehouse": str(warehouse)}
     )
     arrived: dict[int, float] = {}
     start = server.high_water()
@@ -86,7 +86,16 @@ def test_a_stream_sees_commits_of_another_process_promptly(tmp_path: Path, event
 
 def test_a_second_server_on_one_warehouse_is_refused_with_a_reason(server: IsbreServer) -> None:
     second = subprocess.run(
-        [sys.executable, "-m", "rest.cli", "serve", "--warehouse", str(server.warehouse), "--port", "0"],
+        [
+            sys.executable,
+            "-m",
+            "isbre.rest.cli",
+            "serve",
+            "--warehouse",
+            str(server.warehouse),
+            "--port",
+            "0",
+        ],
         capture_output=True,
         text=True,
         timeout=60,

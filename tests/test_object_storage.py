@@ -20,11 +20,11 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pytest
 from botocore.exceptions import ClientError
+from isbre.catalog.object_storage import ObjectStorageIO
+from isbre.sinks.parquet import ParquetSink
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.utils.concurrent import ExecutorFactory
 
-from catalog.object_storage import ObjectStorageIO
-from sinks.parquet import ParquetSink
 from tests import duck
 from tests.s3 import REGION, MotoS3
 from tests.server import ID_SCHEMA, IsbreServer, on_threads
@@ -522,7 +522,7 @@ def test_ingest_and_the_raw_lane_write_to_s3_once(moto: MotoS3, tmp_path: Path) 
     try:
         landing = tmp_path / "landing.csv"
         landing.write_text("n,label\n1,a\n2,b\n3,c\n")
-        command = [sys.executable, "-m", "rest.cli", "ingest", str(landing), "--table", "ingested.rows"]
+        command = [sys.executable, "-m", "isbre.rest.cli", "ingest", str(landing), "--table", "ingested.rows"]
         command += ["--uri", open_server.url]
         for _ in range(2):  # the second run finds the file's rows covered
             done = subprocess.run(command, capture_output=True, text=True, timeout=120)

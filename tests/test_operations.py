@@ -157,7 +157,7 @@ def test_sigterm_to_the_whole_process_group_shuts_down_cleanly(tmp_path: Path) -
             [
                 sys.executable,
                 "-m",
-                "rest.cli",
+                "isbre.rest.cli",
                 "serve",
                 "--port",
                 str(port),

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pyarrow.parquet as pq
+from isbre.sinks.columns import MetadataColumns
+from isbre.sinks.parquet import ParquetSink
 
-from sinks.columns import MetadataColumns
-from sinks.parquet import ParquetSink
 from tests.sink_helpers import rows, span
 
 

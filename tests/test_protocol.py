@@ -218,7 +218,7 @@ def test_metrics_exposes_writer_counters(server: IsbreServer, namespace: str) ->
     create(server, namespace, "counted").raise_for_status()
     # At least this commit (the retention task may commit a trim of its own meanwhile).
     assert eventually(lambda: sample("isbre_commit_mutations_total") >= before + 1, True)
-    assert sample("isbre_commit_seq") == seq_before + 1
+    assert sample("isbre_commit_seq") >= seq_before + 1
     assert sample("isbre_commit_batches_total") >= 1
 
 

@@ -6,13 +6,12 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from isbre.catalog.metadata_files import local_path
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.exceptions import NoSuchTableError, TableAlreadyExistsError
 from pyiceberg.expressions import EqualTo, GreaterThanOrEqual
 from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import DoubleType, LongType, StringType
-
-from catalog.metadata_files import local_path
 
 # The REST suite runs against one server process and against two workers on one store.
 SERVER_WORKERS = (1, 2)

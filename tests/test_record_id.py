@@ -7,8 +7,7 @@ import decimal
 
 import numpy as np
 import pyarrow as pa
-
-from sinks.record_id import column_digest, record_ids
+from isbre.sinks.record_id import column_digest, record_ids
 
 PAYLOAD = [
     pa.array([1, None], pa.int64()),

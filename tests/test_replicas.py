@@ -18,13 +18,13 @@ from pathlib import Path
 import httpx
 import pyarrow as pa
 import pytest
+from isbre.catalog import CatalogService
+from isbre.catalog.lmdb_store import LmdbStore
+from isbre.catalog.postgres_store import PostgresStore
+from isbre.events.client import subscribe
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.exceptions import CommitFailedException
 
-from catalog import CatalogService
-from catalog.lmdb_store import LmdbStore
-from catalog.postgres_store import PostgresStore
-from events.client import subscribe
 from tests.lineage_receiver import Receiver
 from tests.postgres import PostgresServer, new_database
 from tests.server import ID_SCHEMA, IsbreServer, on_threads, sse_records, start_threads
@@ -388,7 +388,7 @@ def test_store_copy_keeps_history_tables_and_cursors(tmp_path: Path, request: py
     lmdb.close()
 
     store = new_database(request)
-    copy = [sys.executable, "-m", "rest.cli", "store", "copy", "--from", str(warehouse / "isbre.lmdb")]
+    copy = [sys.executable, "-m", "isbre.rest.cli", "store", "copy", "--from", str(warehouse / "isbre.lmdb")]
     env = {**os.environ, "ISBRE_STORE": store}
     done = subprocess.run(copy, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
@@ -417,7 +417,7 @@ def test_store_copy_keeps_history_tables_and_cursors(tmp_path: Path, request: py
 
 def test_store_migrate_by_hand(request: pytest.FixtureRequest) -> None:
     env = {**os.environ, "ISBRE_STORE": new_database(request)}
-    migrate = [sys.executable, "-m", "rest.cli", "store", "migrate"]
+    migrate = [sys.executable, "-m", "isbre.rest.cli", "store", "migrate"]
     first = subprocess.run(migrate, env=env, capture_output=True, text=True)
     assert first.returncode == 0 and "schema none -> 1" in first.stdout, first.stderr
     again = subprocess.run(migrate, env=env, capture_output=True, text=True)

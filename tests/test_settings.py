@@ -5,9 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from isbre.rest.settings import load_settings
 from pydantic import ValidationError
-
-from rest.settings import load_settings
 
 
 def test_defaults_need_nothing(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -15,12 +15,11 @@ from dataclasses import dataclass, field
 from urllib.parse import quote
 
 import pytest
-
-from catalog.object_storage import S3Options
-from rest.delegation import Delegation
-from rest.models import SignRequest
-from rest.s3_signer import OPERATIONS, SigningRefusedError
-from rest.settings import DelegationSettings
+from isbre.catalog.object_storage import S3Options
+from isbre.rest.delegation import Delegation
+from isbre.rest.models import SignRequest
+from isbre.rest.s3_signer import OPERATIONS, SigningRefusedError
+from isbre.rest.settings import DelegationSettings
 
 ENDPOINT = "http://s3.test:9000"
 TABLE = "s3://lake/wh/sales/t-0123"

@@ -8,16 +8,15 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from isbre.catalog import CatalogService, Identifier, TableChange
+from isbre.catalog.lmdb_store import LmdbStore
+from isbre.catalog.writer import Writer, WriterOverloadedError
 from pyiceberg.exceptions import NamespaceAlreadyExistsError
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
 from pyiceberg.schema import Schema
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
 from pyiceberg.table.update import SetPropertiesUpdate
 from pyiceberg.types import LongType, NestedField
-
-from catalog import CatalogService, Identifier, TableChange
-from catalog.lmdb_store import LmdbStore
-from catalog.writer import Writer, WriterOverloadedError
 
 
 def test_concurrent_mutations_share_transactions(service: CatalogService) -> None:

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from isbre.catalog.coverage import Span, SpanKey
+from isbre.catalog.identifiers import Identifier
+from isbre.catalog.lmdb_store import LmdbStore
+from isbre.catalog.postgres_store import PostgresStore
+from isbre.catalog.records import CommitRecord
+from isbre.catalog.store import Pointer, Store
 
-from catalog.coverage import Span, SpanKey
-from catalog.identifiers import Identifier
-from catalog.lmdb_store import LmdbStore
-from catalog.postgres_store import PostgresStore
-from catalog.records import CommitRecord
-from catalog.store import Pointer, Store
 from tests.postgres import PostgresServer
 
 _databases = iter(range(10_000))

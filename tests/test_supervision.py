@@ -16,11 +16,11 @@ from pathlib import Path
 import httpx
 import lmdb
 import pytest
+from isbre.catalog import CatalogService
+from isbre.catalog.lmdb_store import LmdbStore
+from isbre.catalog.store import WriteView
+from isbre.catalog.writer import Batch, StoreGrowthError, Writer, WriterClosedError
 
-from catalog import CatalogService
-from catalog.lmdb_store import LmdbStore
-from catalog.store import WriteView
-from catalog.writer import Batch, StoreGrowthError, Writer, WriterClosedError
 from tests.lineage_receiver import Receiver
 from tests.server import ID_SCHEMA, IsbreServer
 
@@ -110,7 +110,7 @@ def test_a_writer_that_breaks_fails_its_callers_and_says_so(tmp_path: Path) -> N
 
 
 def test_live_reports_a_dead_writer(tmp_path: Path) -> None:
-    from rest.health import liveness
+    from isbre.rest.health import liveness
 
     service = CatalogService.open(tmp_path / "wh")
     try:
@@ -214,7 +214,7 @@ def test_a_full_disk_gives_clean_errors_and_recovers(small_disk: Path, reserve_m
 def test_new_directories_are_synced_up_to_an_existing_parent(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from catalog import metadata_files as files
+    from isbre.catalog import metadata_files as files
 
     synced: list[Path] = []
     original = files._fsync_dir
@@ -227,7 +227,7 @@ def test_new_directories_are_synced_up_to_an_existing_parent(
 def test_directories_another_writer_made_are_synced_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from catalog import metadata_files as files
+    from isbre.catalog import metadata_files as files
 
     synced: list[Path] = []
     monkeypatch.setattr(files, "_fsync_dir", lambda path: synced.append(Path(path)))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import httpx
+from isbre.catalog import CatalogService, Identifier, TableChange
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
 from pyiceberg.schema import Schema
@@ -10,7 +11,6 @@ from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
 from pyiceberg.table.update import SetPropertiesUpdate
 from pyiceberg.types import LongType, NestedField
 
-from catalog import CatalogService, Identifier, TableChange
 from tests.server import IsbreServer
 
 # The REST suite runs against one server process and against two workers on one store.

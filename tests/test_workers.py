@@ -16,9 +16,9 @@ from pathlib import Path
 import httpx
 import psutil
 import pytest
+from isbre.rest.auth import sha256_hex
+from isbre.rest.shared_counters import FOLDER, running_workers
 
-from rest.auth import sha256_hex
-from rest.shared_counters import FOLDER, running_workers
 from tests.lineage_receiver import Receiver
 from tests.server import ID_SCHEMA, IsbreServer, on_threads, secured_server
 from tests.test_metrics import exposition_is_well_formed

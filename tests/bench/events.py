@@ -18,8 +18,8 @@ from functools import partial
 from pathlib import Path
 
 import httpx
+from isbre.catalog import CatalogService
 
-from catalog import CatalogService
 from tests.bench.commits import isbre_rate
 from tests.bench.harness import RUNS, Report, median_of, percentile
 from tests.server import IsbreServer

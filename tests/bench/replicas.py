@@ -14,9 +14,9 @@ from pathlib import Path
 
 import httpx
 import psutil
+from isbre.events.client import subscribe
 from pyiceberg.catalog.sql import SqlCatalog
 
-from events.client import subscribe
 from tests.bench.harness import RUNS, Report, median_of, percentile
 from tests.bench.workers import ClientRun, isbre_rate, isbre_run, load_rate, prepare, sql_rate, sql_run
 from tests.postgres import PostgresServer

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from isbre.sinks.contract import OffsetSpan
+from isbre.sinks.iceberg import IcebergSink
+from isbre.sinks.lane import PipelinedSink
 from pyiceberg.catalog.rest import RestCatalog
 
-from sinks.contract import OffsetSpan
-from sinks.iceberg import IcebergSink
-from sinks.lane import PipelinedSink
 from tests.bench.harness import Report, timed
 from tests.server import IsbreServer
 

@@ -53,7 +53,7 @@ def _seconds(command: list[str], cwd: Path, port: int) -> float:
 def isbre_seconds(workdir: Path, workers: int) -> float:
     warehouse = workdir / f"startup-{time.monotonic_ns()}"
     port = free_port()
-    command = [sys.executable, "-m", "rest.cli", "serve", "--warehouse", str(warehouse)]
+    command = [sys.executable, "-m", "isbre.rest.cli", "serve", "--warehouse", str(warehouse)]
     command += ["--port", str(port), "--workers", str(workers)]
     return _seconds(command, Path.cwd(), port)
 
