@@ -8,8 +8,6 @@ reading logs) match on the reference's phrases, such as
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.update import (
@@ -54,27 +52,6 @@ def _uuid(requirement: AssertTableUUID, base: TableMetadata) -> None:
         raise _failed(f"UUID does not match: expected {base.table_uuid} != {requirement.uuid}")
 
 
-_CHECKS: dict[type[TableRequirement], Callable[[TableRequirement, TableMetadata], None]] = {
-    AssertTableUUID: _uuid,  # type: ignore[dict-item]
-    AssertRefSnapshotId: _ref,  # type: ignore[dict-item]
-    AssertLastAssignedFieldId: lambda r, base: _changed(
-        "last assigned field id", r.last_assigned_field_id, base.last_column_id
-    ),
-    AssertCurrentSchemaId: lambda r, base: _changed(
-        "current schema", r.current_schema_id, base.current_schema_id
-    ),
-    AssertLastAssignedPartitionId: lambda r, base: _changed(
-        "last assigned partition id", r.last_assigned_partition_id, base.last_partition_id
-    ),
-    AssertDefaultSpecId: lambda r, base: _changed(
-        "default partition spec", r.default_spec_id, base.default_spec_id
-    ),
-    AssertDefaultSortOrderId: lambda r, base: _changed(
-        "default sort order", r.default_sort_order_id, base.default_sort_order_id
-    ),
-}
-
-
 def check_requirement(requirement: TableRequirement, base: TableMetadata | None) -> None:
     """CommitFailedException (409) when `requirement` does not hold for `base` (None: no table)."""
     if isinstance(requirement, AssertCreate):
@@ -83,8 +60,22 @@ def check_requirement(requirement: TableRequirement, base: TableMetadata | None)
         return
     if base is None:
         raise _failed("the table does not exist")
-    check = _CHECKS.get(type(requirement))
-    if check is None:  # a requirement this table does not know: PyIceberg's own check
-        requirement.validate(base)
-        return
-    check(requirement, base)
+    match requirement:
+        case AssertTableUUID():
+            _uuid(requirement, base)
+        case AssertRefSnapshotId():
+            _ref(requirement, base)
+        case AssertLastAssignedFieldId():
+            _changed("last assigned field id", requirement.last_assigned_field_id, base.last_column_id)
+        case AssertCurrentSchemaId():
+            _changed("current schema", requirement.current_schema_id, base.current_schema_id)
+        case AssertLastAssignedPartitionId():
+            _changed(
+                "last assigned partition id", requirement.last_assigned_partition_id, base.last_partition_id
+            )
+        case AssertDefaultSpecId():
+            _changed("default partition spec", requirement.default_spec_id, base.default_spec_id)
+        case AssertDefaultSortOrderId():
+            _changed("default sort order", requirement.default_sort_order_id, base.default_sort_order_id)
+        case _:  # a requirement this table does not know: PyIceberg's own check
+            requirement.validate(base)
