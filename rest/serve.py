@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypedDict
 
 import uvicorn
 from isbre.catalog.warehouses import open_warehouses
@@ -36,6 +37,16 @@ def _is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+class _UvicornOptions(TypedDict):
+    """What both ways of running uvicorn are given, typed as uvicorn takes them."""
+
+    host: str
+    port: int
+    log_level: str
+    access_log: bool
+    timeout_keep_alive: int
 
 
 def serve(settings: Settings) -> None:
@@ -66,13 +77,13 @@ def serve(settings: Settings) -> None:
         # Reached, and its schema brought up to date, before any process serves: an unreachable
         # database is one line at start, not a failed application start-up in each worker.
         PostgresStore(settings.store_location()).close()
-    common = {
-        "host": settings.host,
-        "port": settings.port,
-        "log_level": settings.log_level.lower(),
-        "access_log": False,
-        "timeout_keep_alive": settings.keepalive_timeout_seconds,
-    }
+    common = _UvicornOptions(
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level.lower(),
+        access_log=False,
+        timeout_keep_alive=settings.keepalive_timeout_seconds,
+    )
     workers = settings.worker_count()
     if workers == 1:
         protocol = guarded_protocol(settings.max_header_kb << 10, settings.header_timeout_seconds)

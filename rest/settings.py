@@ -157,8 +157,8 @@ class Settings(BaseSettings):
     header_timeout_seconds: float = Field(
         10.0, gt=0, description="Time a connection has to send a whole request head (closed after)."
     )
-    keepalive_timeout_seconds: float = Field(
-        5.0, gt=0, description="Time an idle kept-alive connection is held between requests."
+    keepalive_timeout_seconds: int = Field(
+        5, ge=1, description="Whole seconds an idle kept-alive connection is held between requests."
     )
     max_property_value_kb: int = Field(
         256, ge=1, description="Largest value of one table, view or namespace property (400 beyond)."
