@@ -83,17 +83,24 @@ def _stream_key(raw: bytes) -> tuple[SpanKey, Range]:
     return key, _RANGE.unpack(rest[_SEQ.size :])
 
 
+def _bytes(value: bytes | memoryview) -> bytes:
+    """What lmdb hands out: bytes, as the store never reads with buffers=True (lmdb's types also
+    allow the memoryview that reading with buffers gives)."""
+    assert isinstance(value, bytes)
+    return value
+
+
 def _after(cursor: lmdb.Cursor, prefix: bytes, after: bytes | None) -> Iterator[tuple[bytes, bytes]]:
     """Items whose key starts with `prefix`, strictly after `prefix + after`."""
     start = prefix + after if after is not None else prefix
     if not cursor.set_range(start):
         return
     for key, value in cursor:
-        if not key.startswith(prefix):
+        if not _bytes(key).startswith(prefix):
             return
         if after is not None and key == start:
             continue
-        yield key, value
+        yield _bytes(key), _bytes(value)
 
 
 class _LmdbView(WriteView):
@@ -114,7 +121,7 @@ class _LmdbView(WriteView):
 
     def namespace(self, namespace: tuple[str, ...]) -> dict[str, str] | None:
         raw = self._txn.get(namespace_key(namespace), db=self._db("namespaces"))
-        return None if raw is None else json.loads(raw)
+        return None if raw is None else json.loads(_bytes(raw))
 
     def namespaces(
         self, parent: tuple[str, ...], after: tuple[str, ...] | None, limit: int | None
@@ -137,7 +144,7 @@ class _LmdbView(WriteView):
 
     def pointer(self, kind: str, ident: Identifier) -> Pointer | None:
         raw = self._txn.get(ident.key, db=self._db(kind + "s"))
-        return None if raw is None else Pointer.from_json(raw)
+        return None if raw is None else Pointer.from_json(_bytes(raw))
 
     def identifiers(
         self, kind: str, namespace: tuple[str, ...], after: str | None, limit: int | None
@@ -161,18 +168,18 @@ class _LmdbView(WriteView):
             if not cursor.set_range(_SEQ.pack(after + 1)):
                 return found
             for _, value in cursor:
-                found.append(CommitRecord.from_json(value))
+                found.append(CommitRecord.from_json(_bytes(value)))
                 if len(found) >= limit:
                     break
         return found
 
     def cursors(self) -> dict[str, int]:
         with self._txn.cursor(db=self._db("cursors")) as cursor:
-            return {key.decode(): _SEQ.unpack(value)[0] for key, value in cursor}
+            return {_bytes(key).decode(): _SEQ.unpack(value)[0] for key, value in cursor}
 
     def idempotent_response(self, key: str) -> dict[str, Any] | None:
         raw = self._txn.get(key.encode(), db=self._db("idempotency"))
-        return None if raw is None else json.loads(raw)
+        return None if raw is None else json.loads(_bytes(raw))
 
     def overlapping(self, location: str) -> list[tuple[str, str]]:
         db = self._db("locations")
@@ -180,9 +187,9 @@ class _LmdbView(WriteView):
         for end in (i for i, ch in enumerate(location) if ch == "/"):
             above = location[:end]
             if (owner := self._txn.get(above.encode(), db=db)) is not None:
-                found.append((above, owner.decode()))
+                found.append((above, _bytes(owner).decode()))
         if (owner := self._txn.get(location.encode(), db=db)) is not None:
-            found.append((location, owner.decode()))
+            found.append((location, _bytes(owner).decode()))
         with self._txn.cursor(db=db) as cursor:
             for key, owner in _after(cursor, (location + "/").encode(), None):
                 found.append((key.decode(), owner.decode()))
@@ -324,7 +331,7 @@ class _LmdbView(WriteView):
                 seq = _SEQ.unpack(cursor.key())[0]
                 if seq > ceiling:
                     break
-                if seq > keep_after and CommitRecord.from_json(cursor.value()).ts >= older_than_us:
+                if seq > keep_after and CommitRecord.from_json(_bytes(cursor.value())).ts >= older_than_us:
                     break
                 cursor.delete()  # moves to the next record, or off the end of the log
                 removed += 1
@@ -391,7 +398,9 @@ def _index_idempotency_by_time(txn: lmdb.Transaction, dbs: dict[str, lmdb._Datab
         return
     with txn.cursor(db=dbs["idempotency"]) as cursor:
         for key, value in cursor:
-            txn.put(_SEQ.pack(json.loads(value).get("ts", 0)) + key, b"", db=dbs["idempotency_by_time"])
+            txn.put(
+                _SEQ.pack(json.loads(_bytes(value)).get("ts", 0)) + key, b"", db=dbs["idempotency_by_time"]
+            )
     txn.put(marker, b"", db=dbs["meta"])
 
 
