@@ -175,7 +175,7 @@ class MetadataCache(Lru[str, Loaded[M]]):
     def __init__(self, io: FileIO, parse: Callable[[FileIO, str], M], capacity: int = 1024) -> None:
         super().__init__(capacity)
         self._io = io
-        self._parse = parse
+        self._parse: Callable[[FileIO, str], M] = parse
 
     def get(self, location: str) -> Loaded[M]:
         entry = self.peek(location)

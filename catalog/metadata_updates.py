@@ -20,6 +20,7 @@ Whatever is written is checked once more for unique ids (`check_unique_ids`).
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -84,7 +85,7 @@ def _check_spec_fields(spec: PartitionSpec) -> None:
     ids = [field.field_id for field in spec.fields]
     names = [field.name for field in spec.fields]
     for what, values in (("field id", ids), ("field name", names)):
-        twice = sorted({str(v) for v in values if values.count(v) > 1})
+        twice = sorted(str(v) for v, n in Counter[object](values).items() if n > 1)
         if twice:
             raise ValueError(f"Invalid partition spec: {what} {', '.join(twice)} used twice")
 

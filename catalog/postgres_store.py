@@ -40,6 +40,7 @@ from isbre.catalog.identifiers import (
 )
 from isbre.catalog.records import CommitRecord
 from isbre.catalog.store import Entry, Lease, Pointer, ReadView, Store, StoreUnavailableError, WriteView
+from psycopg.conninfo import make_conninfo
 from sqlalchemy import (
     BigInteger,
     Column,
@@ -612,7 +613,9 @@ class _Listener:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                with psycopg.connect(self._conninfo, autocommit=True, **CONNECT_ARGS) as connection:
+                with psycopg.connect(
+                    make_conninfo(self._conninfo, **CONNECT_ARGS), autocommit=True
+                ) as connection:
                     connection.execute(f"LISTEN {CHANNEL}")
                     self._fire(None)  # whatever was sent while not listening is lost: look
                     while not self._stop.is_set():
@@ -739,7 +742,7 @@ class PostgresStore(Store):
 
     def try_lease(self, name: str) -> Lease | None:
         try:
-            connection = psycopg.connect(self._conninfo, autocommit=True, **CONNECT_ARGS)
+            connection = psycopg.connect(make_conninfo(self._conninfo, **CONNECT_ARGS), autocommit=True)
         except psycopg.Error as error:
             raise StoreUnavailableError(f"cannot take the {name} lease: {_first_line(error)}") from error
         found = connection.execute(

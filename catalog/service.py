@@ -150,7 +150,7 @@ class PropertiesChange:
     missing: list[str]
 
 
-def _require_namespace(view: WriteView, namespace: tuple[str, ...]) -> dict[str, str]:
+def _require_namespace(view: ReadView, namespace: tuple[str, ...]) -> dict[str, str]:
     properties = view.namespace(namespace)
     if properties is None:
         raise NoSuchNamespaceError(f"Namespace does not exist: {'.'.join(namespace)}")
@@ -160,7 +160,7 @@ def _require_namespace(view: WriteView, namespace: tuple[str, ...]) -> dict[str,
 _EXISTS: dict[str, type[Exception]] = {TABLE: TableAlreadyExistsError, VIEW: ViewAlreadyExistsError}
 
 
-def _require_free(view: WriteView, ident: Identifier, kind: str, renamed: Identifier | None = None) -> None:
+def _require_free(view: ReadView, ident: Identifier, kind: str, renamed: Identifier | None = None) -> None:
     """`ident` names no table and no view, for a new `kind` (or one `renamed` there), in the Java
     reference's words: clients match on them."""
     for found in (TABLE, VIEW):

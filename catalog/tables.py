@@ -27,6 +27,7 @@ from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table.metadata import TableMetadata, new_table_metadata
 from pyiceberg.table.sorting import SortOrder
+from pyiceberg.table.statistics import PartitionStatisticsFile, StatisticsFile
 from pyiceberg.table.update import (
     AddSnapshotUpdate,
     AssertCreate,
@@ -145,6 +146,7 @@ def stage(change: TableChange, base: Pointer | None, current: Loaded[TableMetada
     if current is None:
         metadata = _created_by_updates(change)
     else:
+        assert base is not None  # metadata was loaded from the table's pointer
         updated = apply_updates(current.metadata, change.updates, base.metadata_location)
         if updated is None:
             return Staged(change.ident, base, current.metadata, current.json, base.metadata_location, False)
@@ -205,6 +207,7 @@ def _check_statistics(metadata: TableMetadata, updates: tuple[TableUpdate, ...])
     snapshots = {snapshot.snapshot_id for snapshot in metadata.snapshots}
     root = normalized(metadata.location)
     for update in updates:
+        found: StatisticsFile | PartitionStatisticsFile
         if isinstance(update, SetStatisticsUpdate):
             found, what = update.statistics, "statistics"
         elif isinstance(update, SetPartitionStatisticsUpdate):

@@ -98,7 +98,11 @@ class FanoutServer:
         listener.setblocking(False)
         loop.add_reader(listener, lambda: self._add_channel(listener.accept()[0]))
         feed = CommitFeed(self.service)
-        feed.follow(lambda: loop.call_soon_threadsafe(self._on_commit))
+
+        def wake() -> None:  # on the feed's thread
+            loop.call_soon_threadsafe(self._on_commit)
+
+        feed.follow(wake)
         feed.start()
         supervisor = os.getppid()
         try:
@@ -195,11 +199,18 @@ class FanoutServer:
                 await asyncio.sleep(self.keepalive)
                 writer.write(_chunk(PING_FRAME))
 
-        helpers = [asyncio.ensure_future(watch_client()), asyncio.ensure_future(keep_alive())]
+        helpers: list[asyncio.Future[None] | asyncio.TimerHandle] = [
+            asyncio.ensure_future(watch_client()),
+            asyncio.ensure_future(keep_alive()),
+        ]
         expired = asyncio.Event()
+
+        def expire() -> None:
+            expired.set()
+            ended.set()
+
         if (delay := until_expiry(request.expires_at)) is not None:
-            expiry = asyncio.get_running_loop().call_later(delay, lambda: (expired.set(), ended.set()))
-            helpers.append(expiry)  # type: ignore[arg-type]
+            helpers.append(asyncio.get_running_loop().call_later(delay, expire))
         try:
             writer.write(_HEAD + _chunk(retry_frame(self.retry_ms)))
             try:

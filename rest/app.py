@@ -43,12 +43,12 @@ _ROUTERS = (namespaces.router, tables.router, views.router, event_stream.router,
 
 def advertised_endpoints() -> list[str]:
     """The spec's `endpoints` list, read off the routes that are actually mounted."""
-    found = []
+    found: list[str] = []
     for module_router in _ROUTERS:
         for route in module_router.routes:
             if isinstance(route, APIRoute):
                 found.extend(
-                    f"{method} /v1/{{prefix}}{route.path_format}" for method in sorted(route.methods)
+                    f"{method} /v1/{{prefix}}{route.path_format}" for method in sorted(route.methods or ())
                 )
     return found
 
@@ -312,11 +312,13 @@ def served_routes(app: FastAPI) -> Iterator[tuple[str, str, APIRoute]]:
     """(method, path, route) for every route the app serves: its own and its routers'."""
     for route in app.routes:
         if isinstance(route, APIRoute):
-            yield from ((method, route.path_format, route) for method in sorted(route.methods))
+            yield from ((method, route.path_format, route) for method in sorted(route.methods or ()))
     for router, prefix in app.state.mounted:
         for route in router.routes:
             if isinstance(route, APIRoute):
-                yield from ((method, prefix + route.path_format, route) for method in sorted(route.methods))
+                yield from (
+                    (method, prefix + route.path_format, route) for method in sorted(route.methods or ())
+                )
 
 
 def _served_names(settings: Settings) -> frozenset[str]:

@@ -104,7 +104,8 @@ class Authenticator:
             return None
         if not isinstance(payload, dict):
             return None
-        principal = self._by_name.get(payload.get("sub"))
+        subject = payload.get("sub")
+        principal = self._by_name.get(subject) if isinstance(subject, str) else None
         expires_at = payload.get("exp")
         if principal is None or not isinstance(expires_at, int) or expires_at < time.time():
             return None

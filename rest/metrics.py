@@ -26,7 +26,8 @@ def _line(name: str, kind: str, help_text: str, samples: list[tuple[str, float]]
 
 
 def _histogram(name: str, help_text: str, stats: WriterStats) -> str:
-    samples, cumulative = [], 0
+    samples: list[tuple[str, float]] = []
+    cumulative = 0
     for bound, count in zip((*stats.latency_bounds, float("inf")), stats.latency_counts, strict=True):
         cumulative += count
         samples.append(("_bucket" + labels(le="+Inf" if bound == float("inf") else bound), cumulative))

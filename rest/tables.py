@@ -116,7 +116,9 @@ async def load_table(
     catalog = service(request)
     ident = target.ident(table)
     referenced_by(through)
-    state = catalog.load_table_if_cached(ident) or await run_in_threadpool(catalog.load_table, ident)
+    state = catalog.load_table_if_cached(ident)
+    if state is None:
+        state = await run_in_threadpool(catalog.load_table, ident)
     metadata = _refs_only(state) if snapshots == "refs" else state.json
     if wanted(request.headers.get(HEADER)):
         # Credentials come with every answer: no 304 that would leave a client with old ones.
