@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from pyiceberg.table.snapshots import Snapshot
 
@@ -136,10 +137,10 @@ class Coverage:
         ]
 
     @classmethod
-    def from_json(cls, entries: list[dict[str, object]]) -> Coverage:
+    def from_json(cls, entries: list[dict[str, Any]]) -> Coverage:
         return cls(
             {
-                SpanKey(e["source-id"], e["topic"], e["partition"]): [tuple(r) for r in e["ranges"]]  # type: ignore[misc]
+                SpanKey(e["source-id"], e["topic"], e["partition"]): [tuple(r) for r in e["ranges"]]
                 for e in entries
             }
         )

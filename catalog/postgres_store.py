@@ -721,7 +721,7 @@ class PostgresStore(Store):
                 connection.rollback()
 
     @contextmanager
-    def write(self) -> Iterator[WriteView]:
+    def write(self) -> Iterator[_PostgresView]:
         with self._connection(self.engine) as connection, connection.begin():
             connection.execute(_LOCK)
             view = _PostgresView(connection)
