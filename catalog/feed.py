@@ -15,8 +15,8 @@ import logging
 import threading
 from collections.abc import Callable
 
+from isbre.catalog.commit_log import CommitLog
 from isbre.catalog.records import CommitRecord
-from isbre.catalog.service import CatalogService
 from isbre.catalog.store import StoreUnavailableError
 
 log = logging.getLogger(__name__)
@@ -28,16 +28,16 @@ NOTIFIED_POLL_S = 1.0
 
 
 class CommitFeed:
-    def __init__(self, service: CatalogService, interval: float = POLL_S) -> None:
-        self._service = service
+    def __init__(self, commit_log: CommitLog, interval: float = POLL_S) -> None:
+        self._log = commit_log
         self._interval = interval
-        self._seen = service.commit_seq()
+        self._seen = commit_log.commit_seq()
         self._followers: list[Callable[[], None]] = []
         self._stop = threading.Event()
         self._woken = threading.Event()
         self._thread = threading.Thread(target=self._run, name="isbre-commit-feed", daemon=True)
-        service.writer.add_listener(self._committed_here)
-        if service.store.on_commit(self._notified):
+        commit_log.writer.add_listener(self._committed_here)
+        if commit_log.store.on_commit(self._notified):
             self._interval = max(interval, NOTIFIED_POLL_S)
 
     def follow(self, follower: Callable[[], None]) -> None:
@@ -50,7 +50,7 @@ class CommitFeed:
     def close(self) -> None:
         self._stop.set()
         self._woken.set()
-        self._service.writer.remove_listener(self._committed_here)
+        self._log.writer.remove_listener(self._committed_here)
         if self._thread.is_alive():
             self._thread.join()
 
@@ -68,7 +68,7 @@ class CommitFeed:
             if self._stop.is_set():
                 return
             try:
-                high = self._service.commit_seq()
+                high = self._log.commit_seq()
             except StoreUnavailableError as exc:
                 log.warning("cannot read the commit log's high-water (%s); trying again", exc)
                 continue

@@ -6,10 +6,10 @@ import json
 import logging
 import struct
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import lmdb
 from isbre.catalog.coverage import Coverage, Range, Span, SpanKey, merge
@@ -22,15 +22,30 @@ from isbre.catalog.identifiers import (
 )
 from isbre.catalog.records import CommitRecord
 from isbre.catalog.store import (
-    Entry,
+    FIRST_WAREHOUSE,
     InsufficientStorageError,
     Pointer,
     ReadView,
     Store,
-    StoreFullError,
+    StoreGrowthError,
     WriteView,
+    check_scope,
+)
+from isbre.catalog.store_copy import (
+    CoverageCommitEntry,
+    CoverageEntry,
+    CursorEntry,
+    Entry,
+    HighWaterEntry,
+    IdempotencyEntry,
+    LocationEntry,
+    MarkerEntry,
+    NamespaceEntry,
+    PointerEntry,
+    RecordEntry,
 )
 
+T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 FORMAT_VERSION = b"1"
@@ -103,8 +118,13 @@ def _after(cursor: lmdb.Cursor, prefix: bytes, after: bytes | None) -> Iterator[
         yield _bytes(key), _bytes(value)
 
 
+class MapFullError(Exception):
+    """The map has no room left for this transaction: it is aborted; `LmdbStore.transact` grows
+    the map and runs the transaction again."""
+
+
 class _LmdbView(WriteView):
-    def __init__(self, store: LmdbStore, txn: lmdb.Transaction, scope: str = "") -> None:
+    def __init__(self, store: LmdbStore, txn: lmdb.Transaction, scope: str = FIRST_WAREHOUSE) -> None:
         self._store = store
         self._txn = txn
         self._scope = scope
@@ -115,8 +135,7 @@ class _LmdbView(WriteView):
         return self._store.dbs[name]
 
     def scoped(self, warehouse: str) -> _LmdbView:
-        if warehouse and f"{warehouse}/namespaces" not in self._store.dbs:
-            raise KeyError(f"the store was not opened with warehouse {warehouse!r}")
+        check_scope(self._store.opened_scopes, warehouse)
         return _LmdbView(self._store, self._txn, warehouse)
 
     def namespace(self, namespace: tuple[str, ...]) -> dict[str, str] | None:
@@ -226,7 +245,8 @@ class _LmdbView(WriteView):
         try:
             yield
         except lmdb.MapFullError as exc:
-            raise StoreFullError(str(exc)) from exc
+            self._store.map_was_full = True  # whoever catches this, `transact` runs the work again
+            raise MapFullError(str(exc)) from exc
 
     def put_namespace(self, namespace: tuple[str, ...], properties: dict[str, str]) -> None:
         with self._full_is_retryable():
@@ -323,6 +343,26 @@ class _LmdbView(WriteView):
         with self._full_is_retryable():
             self._txn.put(b"marker:" + name.encode(), b"", db=self._db("meta"))
 
+    def clear_markers(self) -> None:
+        db = self._db("meta")
+        with self._txn.cursor(db=db) as cursor:
+            markers = [_bytes(key) for key in cursor.iternext(values=False) if key.startswith(b"marker:")]
+        for key in markers:
+            self._txn.delete(key, db=db)
+
+    def set_high_water(self, commit_seq: int) -> None:
+        with self._full_is_retryable():
+            self._txn.put(_HIGH_WATER, _SEQ.pack(commit_seq), db=self._db("meta"))
+
+    def holds_anything(self) -> bool:
+        if self.commit_seq():
+            return True
+        return any(
+            self._txn.stat(self._store.dbs[name])["entries"]
+            for name in self._store.dbs
+            if name.rsplit("/", 1)[-1] in PER_WAREHOUSE
+        )
+
     def trim_log(self, keep_after: int, older_than_us: int, ceiling: int, limit: int) -> int:
         removed = 0
         with self._txn.cursor(db=self._db("commit_log")) as cursor:
@@ -414,6 +454,8 @@ class LmdbStore(Store):
             str(path), map_size=map_size, max_dbs=len(names), subdir=True, sync=True, metasync=True
         )
         self._gate = _ResizeGate()
+        self.map_was_full = False
+        self.opened_scopes = frozenset({FIRST_WAREHOUSE, *warehouses})
         with self.env.begin(write=True) as txn:
             self.dbs = {name: self.env.open_db(name.encode(), txn=txn) for name in names}
             version = txn.get(b"format", db=self.dbs["meta"])
@@ -444,7 +486,8 @@ class LmdbStore(Store):
                     try:
                         txn.commit()
                     except lmdb.MapFullError as exc:
-                        raise StoreFullError(str(exc)) from exc
+                        self.map_was_full = True
+                        raise MapFullError(str(exc)) from exc
                     except lmdb.Error as exc:
                         if "No space left" in str(exc) or "quota" in str(exc).lower():
                             raise InsufficientStorageError(
@@ -462,10 +505,28 @@ class LmdbStore(Store):
 
     @contextmanager
     def write(self) -> Iterator[WriteView]:
+        """One attempt: a full map raises MapFullError (`transact` grows the map and runs again)."""
         with self._begin(write=True) as txn:
             yield _LmdbView(self, txn)
 
+    def transact(self, work: Callable[[WriteView], T]) -> T:
+        while True:
+            self.map_was_full = False
+            try:
+                with self.write() as view:
+                    result = work(view)
+                    if self.map_was_full:  # `work` went on past a full map: its transaction is void
+                        raise MapFullError("the LMDB map filled up during the transaction")
+                return result
+            except MapFullError:
+                try:
+                    self.grow()
+                except Exception as exc:
+                    log.error("the LMDB map is full and could not grow: %s", exc)
+                    raise StoreGrowthError(f"the store is full and could not make room: {exc}") from exc
+
     def grow(self) -> None:
+        """Double the map (every process of the store adopts the new size on its next transaction)."""
         with self._gate.exclusive():
             size = self.env.info()["map_size"] * 2
             log.warning("LMDB map is full; growing it to %d MiB", size >> 20)
@@ -477,6 +538,9 @@ class LmdbStore(Store):
     def describe(self) -> dict[str, Any]:
         return {"kind": "lmdb", "path": str(self.path)}
 
+    def local_dir(self) -> Path:
+        return self.path
+
     def scopes(self) -> list[str]:
         """Every warehouse scope the store holds ("" first), whether or not this process opened it."""
         with self.env.begin() as txn, txn.cursor() as cursor:
@@ -487,40 +551,38 @@ class LmdbStore(Store):
         ]
 
     def export(self) -> Iterator[Entry]:
-        """Everything the store holds, in one read transaction, as entries `PostgresStore.load` takes."""
         with self.env.begin() as txn:
             for scope in self.scopes():
                 for name in PER_WAREHOUSE:
                     db = self.env.open_db(f"{scope}/{name}".removeprefix("/").encode(), txn=txn, create=False)
                     for key, value in txn.cursor(db=db):
                         if name == "namespaces":
-                            yield Entry("namespace", (scope, key, json.loads(value)))
+                            yield NamespaceEntry(scope, _bytes(key), json.loads(value))
                         else:
-                            yield Entry(
-                                "pointer", (scope, name.removesuffix("s"), key, Pointer.from_json(value))
-                            )
+                            pointer = Pointer.from_json(_bytes(value))
+                            yield PointerEntry(scope, name.removesuffix("s"), _bytes(key), pointer)
             for _, value in txn.cursor(db=self.dbs["commit_log"]):
-                yield Entry("record", (CommitRecord.from_json(value),))
+                yield RecordEntry(CommitRecord.from_json(_bytes(value)))
             high = txn.get(_HIGH_WATER, db=self.dbs["meta"])
-            yield Entry("high_water", (0 if high is None else _SEQ.unpack(high)[0],))
+            yield HighWaterEntry(0 if high is None else _SEQ.unpack(high)[0])
             for key in txn.cursor(db=self.dbs["meta"]).iternext(values=False):
                 if key.startswith(b"marker:"):
-                    yield Entry("marker", (key.removeprefix(b"marker:").decode(),))
+                    yield MarkerEntry(_bytes(key).removeprefix(b"marker:").decode())
             for key, value in txn.cursor(db=self.dbs["cursors"]):
-                yield Entry("cursor", (key.decode(), _SEQ.unpack(value)[0]))
+                yield CursorEntry(_bytes(key).decode(), _SEQ.unpack(value)[0])
             for key, value in txn.cursor(db=self.dbs["idempotency"]):
-                yield Entry("idempotency", (key.decode(), json.loads(value)))
+                yield IdempotencyEntry(_bytes(key).decode(), json.loads(value))
             for key, value in txn.cursor(db=self.dbs["locations"]):
                 if not key.startswith(_OWNER):
-                    yield Entry("location", (value.decode(), key.decode()))
+                    yield LocationEntry(_bytes(value).decode(), _bytes(key).decode())
             for key, value in txn.cursor(db=self.dbs["coverage"]):
-                table_uuid, kind = key.split(b"\x00", 1)
+                table_uuid, kind = _bytes(key).split(b"\x00", 1)
                 if kind.startswith(b"C"):
                     snapshot = _SNAPSHOT.unpack(kind[1:])[0]
-                    yield Entry("coverage_commit", (table_uuid.decode(), snapshot, _SEQ.unpack(value)[0]))
+                    yield CoverageCommitEntry(table_uuid.decode(), snapshot, _SEQ.unpack(value)[0])
                 else:
-                    stream, (start, end) = _stream_key(key)
-                    yield Entry("coverage", (table_uuid.decode(), stream, start, end))
+                    stream, (start, end) = _stream_key(_bytes(key))
+                    yield CoverageEntry(table_uuid.decode(), stream, start, end)
 
     def close(self) -> None:
         self.env.close()

@@ -1,7 +1,7 @@
 """The catalog's durable state behind a small interface.
 
 `Store` is what the writer and the readers need; `LmdbStore` (in lmdb_store.py)
-is the embedded implementation, `PostgresStore` (in postgres_store.py) the one
+is the embedded implementation, `PostgresStore` (in postgres/) the one
 that several servers share. `open_store` (in stores.py) picks one by location.
 """
 
@@ -10,14 +10,21 @@ from __future__ import annotations
 import errno
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from isbre.catalog.coverage import Coverage, Span
 from isbre.catalog.identifiers import Identifier
 from isbre.catalog.records import CommitRecord
+
+if TYPE_CHECKING:
+    from isbre.catalog.store_copy import Entry as StoreEntry
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -36,17 +43,8 @@ class Pointer:
         return cls(value["metadata-location"], value["uuid"])
 
 
-@dataclass(frozen=True)
-class Entry:
-    """One item of a store's state, as copied from one store to another (`kind`: namespace, pointer,
-    record, high_water, marker, cursor, idempotency, location, coverage or coverage_commit)."""
-
-    kind: str
-    values: tuple[Any, ...]
-
-
-class StoreFullError(Exception):
-    """The store ran out of room for this transaction; grow it and run the batch again."""
+class StoreGrowthError(Exception):
+    """The store was full and could not make room; the transaction that needed it was refused."""
 
 
 class InsufficientStorageError(Exception):
@@ -56,6 +54,16 @@ class InsufficientStorageError(Exception):
 class StoreUnavailableError(Exception):
     """The store cannot be reached (its database is down or unreachable): nothing was done, or, for
     a commit, its outcome is unknown; the same request can be tried again shortly."""
+
+
+# The scope of the store's first warehouse (a store made before it held several has only this one).
+FIRST_WAREHOUSE = ""
+
+
+def check_scope(opened: frozenset[str], warehouse: str) -> None:
+    """A store reads and writes only the warehouses it was opened with."""
+    if warehouse not in opened:
+        raise KeyError(f"the store was not opened with warehouse {warehouse!r}")
 
 
 def is_disk_full(exc: BaseException) -> bool:
@@ -71,8 +79,8 @@ class ReadView(ABC):
 
     @abstractmethod
     def scoped(self, warehouse: str) -> WriteView:
-        """The same transaction, seeing warehouse `warehouse`'s namespaces, tables and views ("" for
-        the store's first warehouse)."""
+        """The same transaction, seeing warehouse `warehouse`'s namespaces, tables and views
+        (FIRST_WAREHOUSE: the store's first); KeyError for one the store was not opened with."""
 
     @abstractmethod
     def namespace(self, namespace: tuple[str, ...]) -> dict[str, str] | None: ...
@@ -133,6 +141,10 @@ class ReadView(ABC):
     def coverage_commit(self, table_uuid: str, snapshot_id: int) -> int | None:
         """The `commit_seq` of the commit that added `snapshot_id` with spans, if it did."""
 
+    @abstractmethod
+    def holds_anything(self) -> bool:
+        """Whether the store holds a catalog: a log, a namespace or an object in any warehouse."""
+
 
 class WriteView(ReadView):
     """A write transaction: everything in it becomes durable together, or not at all."""
@@ -187,6 +199,14 @@ class WriteView(ReadView):
     def set_marker(self, name: str) -> None: ...
 
     @abstractmethod
+    def clear_markers(self) -> None:
+        """Forget every one-time step done (a load brings the loaded catalog's)."""
+
+    @abstractmethod
+    def set_high_water(self, commit_seq: int) -> None:
+        """Where the log goes on: the next record appended is `commit_seq + 1` (for a load)."""
+
+    @abstractmethod
     def trim_log(self, keep_after: int, older_than_us: int, ceiling: int, limit: int) -> int:
         """Delete up to `limit` of the oldest records that have `commit_seq <= keep_after` or
         `ts < older_than_us`, but none above `ceiling`; returns how many went."""
@@ -214,24 +234,33 @@ class Lease:
 class Store(ABC):
     @abstractmethod
     def read(self, warehouse: str = "", snapshot: bool = True) -> AbstractContextManager[ReadView]:
-        """A read of warehouse `warehouse`'s state. With `snapshot` (the default) every read in the
-        block sees one consistent state; without it each may see the latest (for a block of one
-        read, or of reads that need not agree: a database then saves a round trip or two)."""
+        """A read of warehouse `warehouse`'s state (KeyError: not opened with it, as `scoped`).
+        With `snapshot` (the default) every read in the block sees one consistent state; without
+        it each may see the latest (for a block of one read, or of reads that need not agree: a
+        database then saves a round trip or two)."""
 
     @abstractmethod
     def write(self) -> AbstractContextManager[WriteView]:
-        """The one write transaction; commits (durably) when the block ends cleanly."""
+        """The one write transaction; commits (durably) when the block ends cleanly. One attempt:
+        the writer uses `transact`, which may make room and try again."""
 
     @abstractmethod
-    def grow(self) -> None:
-        """Make room after a StoreFullError."""
+    def transact(self, work: Callable[[WriteView], T]) -> T:
+        """`work(view)` in the one write transaction, committed durably; returns what it returns.
+        The store may abort it and run `work` again from the start (LMDB grows its map first), so
+        `work` must have no effect but on the view. StoreGrowthError: no room could be made."""
 
     @abstractmethod
     def capacity(self) -> int:
-        """Bytes the store has reserved (for LMDB, the map size)."""
+        """Bytes the store takes on its disk or reserves there (LMDB: its map; PostgreSQL: its
+        database)."""
 
     @abstractmethod
     def close(self) -> None: ...
+
+    def local_dir(self) -> Path | None:
+        """The directory on this host the store keeps its files in (None: a database elsewhere)."""
+        return None
 
     def on_commit(self, callback: Callable[[int | None], None]) -> bool:
         """Have `callback(commit_seq)` called (on some thread) soon after any process commits to this
@@ -242,6 +271,19 @@ class Store(ABC):
     def try_lease(self, name: str) -> Lease | None:
         """Take the lease `name`, held until released or the process ends; None when another holds it."""
         return Lease()
+
+    @abstractmethod
+    def export(self) -> Iterator[StoreEntry]:
+        """Everything the store holds, read in one snapshot, as `load` takes it."""
+
+    def load(self, entries: Iterable[StoreEntry]) -> Counter[str]:
+        """Fill this empty store with `entries` (another store's `export`, of either kind), keeping
+        every commit_seq, in one transaction: all of it lands, or nothing. Returns how many of
+        each kind; NotEmptyError when the store already holds a catalog."""
+        from isbre.catalog.store_copy import load_entries
+
+        held = list(entries)  # `transact` may run the load again
+        return self.transact(lambda view: load_entries(view, held))
 
     @abstractmethod
     def describe(self) -> dict[str, Any]:

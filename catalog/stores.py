@@ -22,15 +22,16 @@ def open_store(
     database's schema up to date (a server's helpers leave that to the server)."""
     if isinstance(location, str) and is_database_url(location):
         # Imported here: an embedded catalog never loads SQLAlchemy and the driver.
-        from isbre.catalog.postgres_store import PostgresStore
+        from isbre.catalog.postgres.store import PostgresStore
 
-        return PostgresStore(location, migrate=migrate)
+        return PostgresStore(location, migrate=migrate, warehouses=warehouses)
     return LmdbStore(Path(location).resolve(), map_size=map_size, warehouses=warehouses)
 
 
 def store_files(store: Store) -> tuple[str, ...]:
     """Locations no table may take: the store's own files, when it has any."""
-    return (file_uri(store.path),) if isinstance(store, LmdbStore) else ()
+    where = store.local_dir()
+    return () if where is None else (file_uri(where),)
 
 
 # A helper process (the events fan-out, the lineage worker) learns its store from the environment:

@@ -11,6 +11,7 @@ from isbre.catalog.limits import Limits
 from isbre.catalog.metadata_files import file_uri, local_path
 from isbre.catalog.object_storage import ObjectStorageIO, S3Options
 from isbre.catalog.service import CatalogService
+from isbre.catalog.store import FIRST_WAREHOUSE
 from isbre.catalog.stores import open_store, store_files
 from pyiceberg.table.metadata import TableMetadata
 
@@ -75,7 +76,7 @@ def open_warehouses(
                 protected=store_files(opened),
                 on_fatal=on_fatal,
                 name=warehouse.name,
-                scope="" if position == 0 else warehouse.name,
+                scope=FIRST_WAREHOUSE if position == 0 else warehouse.name,
                 writer=services[0].writer if services else None,
             )
         )

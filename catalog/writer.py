@@ -21,11 +21,21 @@ from typing import Any, Generic, TypeVar
 
 from isbre.catalog.identifiers import Identifier
 from isbre.catalog.records import CommitRecord, now_us
-from isbre.catalog.store import Store, StoreFullError, StoreUnavailableError, WriteView
+from isbre.catalog.store import FIRST_WAREHOUSE, Store, StoreGrowthError, StoreUnavailableError, WriteView
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Whose mutation it is: the warehouse it sees (`scope` in the store, `warehouse` its name in
+    the records it logs; None: the store's first, untagged) and who asked for it (`actor`)."""
+
+    scope: str = FIRST_WAREHOUSE
+    warehouse: str | None = None
+    actor: str | None = None
 
 
 class Batch:
@@ -35,16 +45,13 @@ class Batch:
         self.view = view
         self.last_ts = last_ts
         self.logged: list[CommitRecord] = []
-        # The warehouse of the mutation running now (set by the catalog service around it).
-        self.warehouse: str | None = None
-        # Who asked for it, when the caller is known (set likewise).
-        self.actor: str | None = None
+        self.origin = Origin()
 
     def log(self, record: CommitRecord) -> CommitRecord:
         if record.warehouse is None:
-            record.warehouse = self.warehouse
+            record.warehouse = self.origin.warehouse
         if record.actor is None:
-            record.actor = self.actor
+            record.actor = self.origin.actor
         # Keep `ts` from going backwards if the wall clock does.
         self.last_ts = max(now_us(), self.last_ts)
         record.stamp(self.view.commit_seq() + 1, self.last_ts)
@@ -66,6 +73,7 @@ class _Request(Generic[T]):
     mutation: Mutation[T]
     future: Future[T]
     prefetch: Prefetch = ()
+    origin: Origin = Origin()
 
 
 @dataclass
@@ -84,10 +92,6 @@ class WriterStats:
 
 class WriterClosedError(RuntimeError):
     pass
-
-
-class StoreGrowthError(RuntimeError):
-    """The store was full and could not be made larger; the batch that needed the room was refused."""
 
 
 class WriterOverloadedError(RuntimeError):
@@ -127,7 +131,7 @@ class Writer:
     def remove_listener(self, listener: Listener) -> None:
         self._listeners.remove(listener)
 
-    def submit(self, mutation: Mutation[T], prefetch: Prefetch = ()) -> Future[T]:
+    def submit(self, mutation: Mutation[T], prefetch: Prefetch = (), origin: Origin = Origin()) -> Future[T]:
         future: Future[T] = Future()
         with self._close_lock:
             if self._closed:
@@ -135,16 +139,16 @@ class Writer:
             if self._queue.qsize() >= self._max_queue:
                 # Refuse rather than let memory and every caller's wait grow without bound.
                 raise WriterOverloadedError(f"{self._max_queue} mutations are already waiting; retry shortly")
-            self._queue.put(_Request(mutation, future, prefetch))
+            self._queue.put(_Request(mutation, future, prefetch, origin))
         return future
 
-    def execute(self, mutation: Mutation[T], prefetch: Prefetch = ()) -> T:
-        """Run `mutation` in the next batch and return its result once it is durable; `prefetch`
-        names the pointers it reads first, which a database store then reads for the whole batch
-        in one query."""
+    def execute(self, mutation: Mutation[T], prefetch: Prefetch = (), origin: Origin = Origin()) -> T:
+        """Run `mutation` in the next batch, seeing the warehouse `origin` names, and return its
+        result once it is durable; `prefetch` names the pointers it reads first, which a database
+        store then reads for the whole batch in one query."""
         started = time.perf_counter()
         try:
-            return self.submit(mutation, prefetch).result()
+            return self.submit(mutation, prefetch, origin).result()
         finally:
             self.stats.observe(time.perf_counter() - started)
 
@@ -203,47 +207,37 @@ class Writer:
 
     def _commit(self, batch: list[_Request[Any]]) -> None:
         batch = [request for request in batch if request.future.set_running_or_notify_cancel()]
-        while True:
-            outcomes: list[tuple[_Request[Any], Any, Exception | None]] = []
-            try:
-                committed: list[CommitRecord] = []
-                with self._store.write() as view:
-                    context = Batch(view, self._last_ts)
-                    for kind in {kind for request in batch for kind, _, _ in request.prefetch}:
-                        view.prefetch(kind, [(s, i) for r in batch for k, s, i in r.prefetch if k == kind])
-                    for request in batch:
-                        context.logged = []
-                        try:
-                            with view.savepoint() as savepoint:
-                                context.view = savepoint
-                                outcomes.append((request, request.mutation(context), None))
-                            committed += context.logged
-                        except StoreFullError:
-                            raise
-                        except Exception as exc:  # this request's own failure, e.g. a conflict
-                            outcomes.append((request, None, exc))
-                break
-            except StoreFullError:
+        outcomes: list[tuple[_Request[Any], Any, Exception | None]] = []
+        committed: list[CommitRecord] = []
+
+        def run(view: WriteView) -> Batch:
+            # The store may run this again from the start (LMDB, after growing its map).
+            outcomes.clear()
+            committed.clear()
+            context = Batch(view, self._last_ts)
+            for kind in {kind for request in batch for kind, _, _ in request.prefetch}:
+                view.prefetch(kind, [(s, i) for r in batch for k, s, i in r.prefetch if k == kind])
+            for request in batch:
+                context.logged, context.origin = [], request.origin
                 try:
-                    self._store.grow()  # then run the whole batch again in a larger map
-                except Exception as exc:
-                    log.error(
-                        "the store is full and could not grow (%s); refusing %d request(s)", exc, len(batch)
-                    )
-                    failed = StoreGrowthError(f"the store is full and could not make room: {exc}")
-                    for request in batch:
-                        request.future.set_exception(failed)
-                    return
-            except Exception as exc:  # the commit itself failed: no mutation of the batch landed
-                if isinstance(exc, StoreUnavailableError):  # expected while a database is down: no trace
-                    log.warning("%s; answering %d request(s) with 503", exc, len(batch))
-                else:
-                    log.exception(
-                        "write transaction failed; answering %d request(s) with the error", len(batch)
-                    )
-                for request in batch:
-                    request.future.set_exception(exc)
-                return
+                    with view.savepoint() as savepoint:
+                        context.view = savepoint.scoped(request.origin.scope)
+                        outcomes.append((request, request.mutation(context), None))
+                    committed.extend(context.logged)
+                except Exception as exc:  # this request's own failure, e.g. a conflict
+                    outcomes.append((request, None, exc))
+            return context
+
+        try:
+            context = self._store.transact(run)
+        except Exception as exc:  # the commit itself failed: no mutation of the batch landed
+            if isinstance(exc, StoreUnavailableError):  # expected while a database is down: no trace
+                log.warning("%s; answering %d request(s) with 503", exc, len(batch))
+            elif not isinstance(exc, StoreGrowthError):  # the store said why already
+                log.exception("write transaction failed; answering %d request(s) with the error", len(batch))
+            for request in batch:
+                request.future.set_exception(exc)
+            return
         self._last_ts = context.last_ts
         self.stats.batches += 1
         self.stats.mutations += len(batch)

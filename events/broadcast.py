@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any, Protocol
 
-from isbre.catalog import CatalogService
+from isbre.catalog.commit_log import CommitLog
 from isbre.catalog.records import CommitRecord
 from isbre.events.filters import EventFilter
 from isbre.events.frames import sse_frame
@@ -62,21 +62,21 @@ class Waiter:
 
 
 class Broadcaster:
-    def __init__(self, service: CatalogService, capacity: int = 4096, max_bytes: int = 64 << 20) -> None:
+    def __init__(self, commit_log: CommitLog, capacity: int = 4096, max_bytes: int = 64 << 20) -> None:
         """The ring holds at most `capacity` records and about `max_bytes` of them (a record and its
         frame); the oldest go first."""
-        self._service = service
+        self._log = commit_log
         self._ring: deque[Entry] = deque(maxlen=capacity)
         self._max_bytes = max_bytes
         self.ring_bytes = 0
         self._lock = threading.Lock()
-        self._high = service.commit_seq()
+        self._high = commit_log.commit_seq()
         self._waiters: dict[asyncio.AbstractEventLoop, set[Waiter]] = {}
         self._lag: dict[asyncio.AbstractEventLoop, float] = {}
-        service.writer.add_listener(self.publish)
+        commit_log.writer.add_listener(self.publish)
 
     def close(self) -> None:
-        self._service.writer.remove_listener(self.publish)
+        self._log.writer.remove_listener(self.publish)
 
     @property
     def high(self) -> int:
@@ -92,20 +92,18 @@ class Broadcaster:
         """Called on the writer thread after each committed batch."""
         if records[0].commit_seq > self._high + 1:
             # Another process committed to this store in between: keep the ring gap-free.
-            records = (
-                self._service.commits_since(self._high, records[0].commit_seq - self._high - 1) + records
-            )
+            records = self._log.commits_since(self._high, records[0].commit_seq - self._high - 1) + records
         self._append([Entry.of(r) for r in records if r.commit_seq > self._high])
 
     def publish_from_log(self) -> None:
         """Publish what the commit log gained since the last call: in a process other than the
         writer's, and for commits other processes made. Only the newest ring's worth is kept;
         older subscribers read the log."""
-        high = self._service.commit_seq()
+        high = self._log.commit_seq()
         if high <= self._high:
             return
         start = max(self._high, high - (self._ring.maxlen or 0))
-        self._append([Entry.of(r) for r in self._service.commits_since(start, high - start)])
+        self._append([Entry.of(r) for r in self._log.commits_since(start, high - start)])
 
     def _append(self, entries: list[Entry]) -> None:
         with self._lock:

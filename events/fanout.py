@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from isbre.catalog import CatalogService
+from isbre.catalog.commit_log import CommitLog
 from isbre.catalog.processes import SupervisedProcess, terminate
 from isbre.catalog.records import CommitRecord
 from isbre.catalog.stores import helper_environment
@@ -139,8 +139,8 @@ class FanoutProcess(_Handover):
     """Runs `python -m events.fanout_process` and restarts it if it dies; its streams then reconnect
     (clients resume from Last-Event-ID) and are served in the server's process until it is back."""
 
-    def __init__(self, service: CatalogService, store: str, options: FanoutOptions) -> None:
-        self._service = service
+    def __init__(self, commit_log: CommitLog, store: str, options: FanoutOptions) -> None:
+        self._log = commit_log
         self._store = store
         self._options = options
         self._process: subprocess.Popen[bytes] | None = None
@@ -178,7 +178,7 @@ class FanoutProcess(_Handover):
         with self._wake_lock:
             self._channel, self._wake_fd = ours, wake_write
         self._loop.add_reader(ours, self._on_message)
-        self._service.writer.add_listener(self._wake)
+        self._log.writer.add_listener(self._wake)
         self._started_at = time.monotonic()
         log.info("event streams are served by process %d", self._process.pid)
 
@@ -230,7 +230,7 @@ class FanoutProcess(_Handover):
             self._channel, self._wake_fd = None, None
         if channel is None:
             return
-        self._service.writer.remove_listener(self._wake)
+        self._log.writer.remove_listener(self._wake)
         if self._loop is not None:
             self._loop.remove_reader(channel)
         channel.close()

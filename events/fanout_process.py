@@ -27,7 +27,7 @@ import socket
 from collections.abc import Callable
 from pathlib import Path
 
-from isbre.catalog import CatalogService
+from isbre.catalog.commit_log import CommitLog
 from isbre.catalog.feed import CommitFeed
 from isbre.catalog.processes import die_with_parent
 from isbre.catalog.store import StoreUnavailableError
@@ -51,9 +51,9 @@ def _chunk(data: bytes) -> bytes:
 
 
 class FanoutServer:
-    def __init__(self, service: CatalogService, args: argparse.Namespace) -> None:
-        self.service = service
-        self.broadcaster = Broadcaster(service, capacity=args.ring_size, max_bytes=args.ring_bytes)
+    def __init__(self, commit_log: CommitLog, args: argparse.Namespace) -> None:
+        self.commit_log = commit_log
+        self.broadcaster = Broadcaster(commit_log, capacity=args.ring_size, max_bytes=args.ring_bytes)
         self.broadcaster.close()  # nothing commits in this process: the pipe says when to look
         self.retry_ms = args.retry_ms
         self.keepalive = args.keepalive_seconds
@@ -97,7 +97,7 @@ class FanoutServer:
         listener.listen()
         listener.setblocking(False)
         loop.add_reader(listener, lambda: self._add_channel(listener.accept()[0]))
-        feed = CommitFeed(self.service)
+        feed = CommitFeed(self.commit_log)
 
         def wake() -> None:  # on the feed's thread
             loop.call_soon_threadsafe(self._on_commit)
@@ -215,7 +215,7 @@ class FanoutServer:
             writer.write(_HEAD + _chunk(retry_frame(self.retry_ms)))
             try:
                 async for entries in follow(
-                    self.broadcaster, self.service, request.cursor, request.event_filter(), ended
+                    self.broadcaster, self.commit_log, request.cursor, request.event_filter(), ended
                 ):
                     writer.write(_chunk(b"".join(entry.frame for entry in entries)))
                     await writer.drain()
@@ -269,12 +269,12 @@ def main(argv: list[str] | None = None) -> int:
     # One descriptor per subscriber: take all the system allows, not the usual soft limit of 1024.
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    service = CatalogService.follow_log(helper_store())
+    commit_log = CommitLog.follow(helper_store())
     try:
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-            runner.run(FanoutServer(service, args).run())
+            runner.run(FanoutServer(commit_log, args).run())
     finally:
-        service.close()
+        commit_log.close()
     return 0
 
 

@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator
 
 import anyio
-from isbre.catalog import CatalogService
+from isbre.catalog.commit_log import CommitLog
 from isbre.catalog.records import CommitRecord
 from isbre.events.broadcast import Broadcaster, Entry, Stop, Waiter
 from isbre.events.filters import EventFilter
@@ -31,8 +31,8 @@ class CursorAheadError(ValueError):
     """The cursor is beyond the log's high-water: it comes from another catalog or an older copy."""
 
 
-def check_cursor(service: CatalogService, after: int) -> None:
-    floor, high = service.log_bounds()
+def check_cursor(commit_log: CommitLog, after: int) -> None:
+    floor, high = commit_log.log_bounds()
     if after < floor - 1:
         raise CursorExpiredError(
             f"Cursor {after} is older than the retained commit log (it starts at {floor}); "
@@ -43,19 +43,19 @@ def check_cursor(service: CatalogService, after: int) -> None:
 
 
 def latest(
-    service: CatalogService, event_filter: EventFilter, limit: int, scan_limit: int
+    commit_log: CommitLog, event_filter: EventFilter, limit: int, scan_limit: int
 ) -> tuple[list[CommitRecord], int]:
     """The newest `limit` matching records, oldest first, and the high-water to follow from.
 
     The log is read backwards in chunks, at most `scan_limit` records: a filter that matches
     nothing recent answers quickly with what it found.
     """
-    floor, high = service.log_bounds()
+    floor, high = commit_log.log_bounds()
     found: list[CommitRecord] = []
     end = high
     while end >= floor and len(found) < limit and high - end < scan_limit:
         start = max(floor - 1, end - LOG_CHUNK)
-        chunk = [r for r in service.commits_since(start, end - start) if event_filter.matches(r)]
+        chunk = [r for r in commit_log.commits_since(start, end - start) if event_filter.matches(r)]
         found[:0] = chunk
         end = start
     return found[-limit:] if limit else [], high
@@ -63,7 +63,7 @@ def latest(
 
 async def follow(
     broadcaster: Broadcaster,
-    service: CatalogService,
+    commit_log: CommitLog,
     after: int,
     event_filter: EventFilter = EVERYTHING,
     stop: Stop | None = None,
@@ -79,7 +79,7 @@ async def follow(
 
         watcher = asyncio.ensure_future(stop_when_set())
     try:
-        async for entries in _follow(broadcaster, service, after, waiter):
+        async for entries in _follow(broadcaster, commit_log, after, waiter):
             yield entries
     finally:
         if watcher is not None:
@@ -87,14 +87,14 @@ async def follow(
 
 
 async def _follow(
-    broadcaster: Broadcaster, service: CatalogService, after: int, waiter: Waiter
+    broadcaster: Broadcaster, commit_log: CommitLog, after: int, waiter: Waiter
 ) -> AsyncIterator[list[Entry]]:
     event_filter = waiter.event_filter
     cursor = after
     while True:
         entries = broadcaster.since(cursor)
         if entries is None:  # behind the ring: catch up from the log
-            records = await anyio.to_thread.run_sync(service.commits_since, cursor, LOG_CHUNK)
+            records = await anyio.to_thread.run_sync(commit_log.commits_since, cursor, LOG_CHUNK)
             if not records or records[0].commit_seq != cursor + 1:
                 raise CursorExpiredError(
                     f"Records after {cursor} were trimmed while this subscriber caught up"
@@ -117,10 +117,10 @@ async def _follow(
 
 
 async def subscribe(
-    broadcaster: Broadcaster, service: CatalogService, after: int, event_filter: EventFilter = EVERYTHING
+    broadcaster: Broadcaster, commit_log: CommitLog, after: int, event_filter: EventFilter = EVERYTHING
 ) -> AsyncIterator[CommitRecord]:
     """The in-process subscription: every matching record after `after`, then live ones as they commit."""
-    check_cursor(service, after)
-    async for entries in follow(broadcaster, service, after, event_filter):
+    check_cursor(commit_log, after)
+    async for entries in follow(broadcaster, commit_log, after, event_filter):
         for entry in entries:
             yield entry.record

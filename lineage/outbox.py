@@ -16,7 +16,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from isbre.catalog import CatalogService
+from isbre.catalog.commit_log import CommitLog
 from isbre.catalog.records import CommitRecord
 from isbre.catalog.store import StoreUnavailableError
 from isbre.catalog.writer import WriterOverloadedError
@@ -33,11 +33,11 @@ class _Stopping(Exception):
     pass
 
 
-def start_from_now(service: CatalogService) -> None:
+def start_from_now(commit_log: CommitLog) -> None:
     """Give a new outbox its cursor: lineage starts with the next commit (`isbre lineage replay`
     sends history). A no-op once the cursor exists."""
-    if service.consumer_cursor(CURSOR) is None:
-        service.set_consumer_cursor(CURSOR, service.commit_seq())
+    if commit_log.consumer_cursor(CURSOR) is None:
+        commit_log.set_consumer_cursor(CURSOR, commit_log.commit_seq())
 
 
 @dataclass
@@ -61,14 +61,14 @@ class OutboxStatus:
 class LineageOutbox:
     def __init__(
         self,
-        service: CatalogService,
+        commit_log: CommitLog,
         client: OpenLineageClient,
         mapper: LineageMapper,
         chunk: int = 200,
         max_backoff: float = 30.0,
         idle_wait: float = 1.0,
     ) -> None:
-        self._service = service
+        self._log = commit_log
         self._client = client
         self._mapper = mapper
         self._chunk = chunk
@@ -76,25 +76,25 @@ class LineageOutbox:
         self._idle_wait = idle_wait
         self._wake = threading.Event()
         self._stopping = threading.Event()
-        start_from_now(service)
-        self.status = OutboxStatus(delivered_seq=service.consumer_cursor(CURSOR) or 0)
+        start_from_now(commit_log)
+        self.status = OutboxStatus(delivered_seq=commit_log.consumer_cursor(CURSOR) or 0)
         self._thread = threading.Thread(target=self._run, name="isbre-lineage-outbox", daemon=True)
 
     def _on_commit(self, records: list[CommitRecord]) -> None:
         self._wake.set()
 
     def start(self) -> None:
-        self._service.writer.add_listener(self._on_commit)
+        self._log.writer.add_listener(self._on_commit)
         self._thread.start()
 
     def stop(self) -> None:
         self._stopping.set()
         self._wake.set()
         self._thread.join(timeout=30)
-        self._service.writer.remove_listener(self._on_commit)
+        self._log.writer.remove_listener(self._on_commit)
 
     def backlog(self) -> int:
-        return self._service.commit_seq() - self.status.delivered_seq
+        return self._log.commit_seq() - self.status.delivered_seq
 
     @property
     def alive(self) -> bool:
@@ -131,7 +131,7 @@ class LineageOutbox:
         delay = 0.5
         while True:
             try:
-                self._service.set_consumer_cursor(CURSOR, commit_seq)
+                self._log.set_consumer_cursor(CURSOR, commit_seq)
                 return
             except (StoreUnavailableError, WriterOverloadedError) as exc:
                 self.status.failed(exc)
@@ -140,14 +140,14 @@ class LineageOutbox:
                 delay = min(self._max_backoff, delay * 2)
 
     def _next_chunk(self, cursor: int) -> list[CommitRecord]:
-        records = self._service.commits_since(cursor, self._chunk)
+        records = self._log.commits_since(cursor, self._chunk)
         # Never split a transaction's records over two chunks: they form one run.
         while (
             records
             and records[-1].txn
             and sum(r.txn == records[-1].txn for r in records) < (records[-1].txn_size or 1)
         ):
-            more = self._service.commits_since(records[-1].commit_seq, records[-1].txn_size or 1)
+            more = self._log.commits_since(records[-1].commit_seq, records[-1].txn_size or 1)
             if not more:
                 break
             records += more

@@ -27,7 +27,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from isbre.catalog import CatalogService
+from isbre.catalog.commit_log import CommitLog
 from isbre.catalog.object_storage import S3Options
 from isbre.catalog.processes import SupervisedProcess, die_with_parent
 from isbre.catalog.store import Lease, StoreUnavailableError
@@ -71,12 +71,12 @@ def _write_status(state: Path, status: OutboxStatus, delivering: bool) -> None:
     os.replace(temporary, path)
 
 
-def _take_lease(service: CatalogService, state: Path, keep_waiting: Callable[[], bool]) -> Lease | None:
+def _take_lease(commit_log: CommitLog, state: Path, keep_waiting: Callable[[], bool]) -> Lease | None:
     """Wait for the store's lineage lease; None when told to stop first."""
     waiting = OutboxStatus(delivered_seq=0)
     while keep_waiting():
         try:
-            lease = service.store.try_lease(LEASE)
+            lease = commit_log.store.try_lease(LEASE)
         except StoreUnavailableError as exc:
             waiting.failed(exc)
             lease = None
@@ -115,12 +115,12 @@ def main(argv: list[str] | None = None) -> int:
     def serving() -> bool:
         return not stopping.is_set() and os.getppid() == parent
 
-    lease = _take_lease(service, args.state, serving)
+    lease = _take_lease(service.commit_log, args.state, serving)
     if lease is None:
         service.close()
         return 0
     outbox = LineageOutbox(
-        service,
+        service.commit_log,
         client,
         LineageMapper(LineageNames(**delivery["names"]), partial(read_metadata, services)),
         idle_wait=0.05,
@@ -153,13 +153,13 @@ class LineageObserver:
     """The lineage worker as the server's processes see it: its status file in the server's state
     directory and the store's cursor say how it does."""
 
-    def __init__(self, service: CatalogService, state: Path) -> None:
-        self._service = service
+    def __init__(self, commit_log: CommitLog, state: Path) -> None:
+        self._log = commit_log
         self._state = state
 
     @property
     def status(self) -> OutboxStatus:
-        delivered = self._service.consumer_cursor(CURSOR) or 0
+        delivered = self._log.consumer_cursor(CURSOR) or 0
         found = read_status(self._state)
         status = found[0] if found else OutboxStatus()
         status.delivered_seq = max(status.delivered_seq, delivered)
@@ -184,7 +184,7 @@ class LineageObserver:
         return pid
 
     def backlog(self) -> int:
-        return self._service.commit_seq() - (self._service.consumer_cursor(CURSOR) or 0)
+        return self._log.commit_seq() - (self._log.consumer_cursor(CURSOR) or 0)
 
 
 class LineageWorker(SupervisedProcess, LineageObserver):
@@ -192,14 +192,14 @@ class LineageWorker(SupervisedProcess, LineageObserver):
 
     def __init__(
         self,
-        service: CatalogService,
+        commit_log: CommitLog,
         store: str,
         state: Path,
         warehouses: list[Warehouse],
         names: LineageNames,
         delivery: dict[str, str],
     ) -> None:
-        LineageObserver.__init__(self, service, state)
+        LineageObserver.__init__(self, commit_log, state)
         worker_settings = {
             **delivery,
             "warehouses": [asdict(w) for w in warehouses],
@@ -213,5 +213,5 @@ class LineageWorker(SupervisedProcess, LineageObserver):
         )
 
     def start(self) -> None:
-        start_from_now(self._service)  # before any request: the worker takes a moment to start
+        start_from_now(self._log)  # before any request: the worker takes a moment to start
         super().start()

@@ -15,6 +15,7 @@ from dataclasses import replace
 from fastapi import Depends, FastAPI, Query, Request, Response
 from fastapi.routing import APIRoute
 from isbre.catalog import CatalogService
+from isbre.catalog.commit_log import CommitLog
 from isbre.catalog.feed import CommitFeed
 from isbre.catalog.limits import Limits
 from isbre.catalog.warehouses import open_warehouses
@@ -85,7 +86,7 @@ def start_lineage(settings: Settings, services: list[CatalogService]) -> Lineage
         replace(w, root=service.warehouse) for w, service in zip(warehouses(settings), services, strict=True)
     ]
     worker = LineageWorker(
-        services[0],
+        services[0].commit_log,
         settings.store_location(),
         settings.state_path(),
         served,
@@ -122,7 +123,7 @@ def fanout_options(settings: Settings) -> FanoutOptions:
 
 
 def _start_fanout(
-    settings: Settings, service: CatalogService, worker: bool
+    settings: Settings, commit_log: CommitLog, worker: bool
 ) -> FanoutProcess | FanoutChannel | None:
     if not settings.events_process:
         return None
@@ -133,7 +134,7 @@ def _start_fanout(
         channel = FanoutChannel(path)
         channel.start()
         return channel
-    fanout = FanoutProcess(service, settings.store_location(), fanout_options(settings))
+    fanout = FanoutProcess(commit_log, settings.store_location(), fanout_options(settings))
     try:
         fanout.start()
     except OSError as exc:  # e.g. a platform without SOCK_SEQPACKET Unix sockets
@@ -166,11 +167,13 @@ def create_app(settings: Settings, worker: bool = False) -> FastAPI:
             for (name, spec), each in zip(settings.served(), services, strict=True)
         }
         app.state.broadcaster = Broadcaster(
-            service, capacity=settings.events_ring_size, max_bytes=int(settings.events_ring_mb * (1 << 20))
+            service.commit_log,
+            capacity=settings.events_ring_size,
+            max_bytes=int(settings.events_ring_mb * (1 << 20)),
         )
         trimming = asyncio.create_task(
             trim_periodically(
-                service,
+                service.commit_log,
                 settings.events_retention_records,
                 settings.events_retention_days,
                 settings.events_trim_interval_seconds,
@@ -181,13 +184,13 @@ def create_app(settings: Settings, worker: bool = False) -> FastAPI:
         if not worker:
             app.state.outbox = start_lineage(settings, services)
         elif lineage_delivery(settings) is not None:  # the supervisor runs the lineage worker
-            app.state.outbox = LineageObserver(service, settings.state_path())
+            app.state.outbox = LineageObserver(service.commit_log, settings.state_path())
         else:
             app.state.outbox = None
-        app.state.fanout = _start_fanout(settings, service, worker)
+        app.state.fanout = _start_fanout(settings, service.commit_log, worker)
         # Commits another process makes on this store (an embedded catalog, a tool) reach the
         # streams too; the lineage worker polls the log on its own.
-        feed = CommitFeed(service)
+        feed = CommitFeed(service.commit_log)
         feed.follow(app.state.broadcaster.publish_from_log)
         if isinstance(app.state.fanout, FanoutProcess):  # the shared one follows the store itself
             feed.follow(app.state.fanout.wake)

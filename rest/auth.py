@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qs, unquote_plus
 
-from isbre.catalog.service import acting_as
 from isbre.rest.settings import AuthSettings, Principal
 from isbre.rest.wire import send_error
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -141,9 +140,9 @@ class AuthMiddleware:
             challenge = [(b"www-authenticate", b'Bearer realm="isbre"')]
             await send_error(send, 401, "NotAuthorizedException", message, challenge)
             return
+        # Routes act on what it may do (rest/access.py); its commits name it (rest/wire.py).
         scope = dict(scope, state={**scope.get("state", {}), "caller": caller})
-        with acting_as(caller.name):  # the commits it asks for name it
-            await self.app(scope, receive, send)
+        await self.app(scope, receive, send)
 
 
 def _basic_credentials(authorization: str) -> tuple[str, str] | None:

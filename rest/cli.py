@@ -93,7 +93,9 @@ def _lineage_replay(args: argparse.Namespace) -> int:
         mapper = LineageMapper(lineage_names(settings), partial(read_metadata, services))
         sent = 0
         records = [
-            r for r in service.records(after=args.from_seq - 1) if args.to is None or r.commit_seq <= args.to
+            r
+            for r in service.commit_log.records(after=args.from_seq - 1)
+            if args.to is None or r.commit_seq <= args.to
         ]
         for run in group_runs(records):
             for event in mapper.run_events(run):
@@ -108,7 +110,8 @@ def _lineage_replay(args: argparse.Namespace) -> int:
 
 def _store_migrate(args: argparse.Namespace) -> int:
     """Bring a PostgreSQL store's schema up to date (servers also do it when they start)."""
-    from isbre.catalog.postgres_store import SCHEMA_VERSION, PostgresStore
+    from isbre.catalog.postgres.schema import SCHEMA_VERSION
+    from isbre.catalog.postgres.store import PostgresStore
     from isbre.rest.settings import load_settings
 
     settings = load_settings(args.config, store=args.store)
@@ -133,7 +136,7 @@ def _store_copy(args: argparse.Namespace) -> int:
     import os
 
     from isbre.catalog.lmdb_store import LmdbStore
-    from isbre.catalog.postgres_store import PostgresStore
+    from isbre.catalog.postgres.store import PostgresStore
     from isbre.catalog.stores import is_database_url
     from isbre.rest.serve import claim_state
 
@@ -147,7 +150,7 @@ def _store_copy(args: argparse.Namespace) -> int:
     if holder is not None:
         raise RefusedError(f"{source} is served by process {holder}: stop that server first, then copy")
     lmdb = LmdbStore(source)
-    database = PostgresStore(target)
+    database = PostgresStore(target, warehouses=tuple(scope for scope in lmdb.scopes() if scope))
     try:
         counts = database.load(lmdb.export())
         with database.read() as view:

@@ -11,9 +11,9 @@ from fastapi.responses import JSONResponse
 from isbre.catalog.limits import MetadataTooLargeError
 from isbre.catalog.purge import PurgeIncompleteError
 from isbre.catalog.service import ConflictingPropertiesError
-from isbre.catalog.store import InsufficientStorageError, StoreUnavailableError
+from isbre.catalog.store import InsufficientStorageError, StoreGrowthError, StoreUnavailableError
 from isbre.catalog.views import InvalidViewVersionError
-from isbre.catalog.writer import StoreGrowthError, WriterClosedError, WriterOverloadedError
+from isbre.catalog.writer import WriterClosedError, WriterOverloadedError
 from isbre.events.subscription import CursorExpiredError
 from isbre.rest.access import ForbiddenError
 from isbre.rest.s3_signer import SigningRefusedError

@@ -13,7 +13,7 @@ from typing import Any
 
 import anyio
 from fastapi import APIRouter, Depends, Request, Response
-from isbre.catalog import CatalogService
+from isbre.catalog.commit_log import CommitLog
 from isbre.catalog.records import CommitRecord
 from isbre.events.filters import EventFilter
 from isbre.events.subscription import EVERYTHING, check_cursor
@@ -132,20 +132,20 @@ def _matches(record: CommitRecord, query: QueryEventsRequest) -> bool:
 
 
 def page(
-    service: CatalogService, query: QueryEventsRequest, page_size: int, visible: EventFilter = EVERYTHING
+    commit_log: CommitLog, query: QueryEventsRequest, page_size: int, visible: EventFilter = EVERYTHING
 ) -> dict[str, Any]:
     if query.continuation_token:
         cursor = decode_token(query.continuation_token)
     elif query.since_timestamp_ms is not None:
-        cursor = service.cursor_before(query.since_timestamp_ms * 1000)
+        cursor = commit_log.cursor_before(query.since_timestamp_ms * 1000)
     else:
-        cursor = service.log_bounds()[0] - 1
-    check_cursor(service, cursor)
+        cursor = commit_log.log_bounds()[0] - 1
+    check_cursor(commit_log, cursor)
 
     events: list[dict[str, Any]] = []
     scanned = 0
     while len(events) < page_size and scanned < SCAN_LIMIT:
-        records = service.commits_since(cursor, min(1000, SCAN_LIMIT - scanned))
+        records = commit_log.commits_since(cursor, min(1000, SCAN_LIMIT - scanned))
         if not records:
             break
         for record in records:
@@ -167,5 +167,5 @@ async def query_events(request: Request) -> Response:
     visible = EventFilter(
         scopes=caller.namespaces if caller else (), warehouses=frozenset(warehouse_tags(request))
     )
-    body = await anyio.to_thread.run_sync(page, state.service, query, page_size, visible)
+    body = await anyio.to_thread.run_sync(page, state.service.commit_log, query, page_size, visible)
     return Response(json.dumps(body, separators=(",", ":")), media_type="application/json")

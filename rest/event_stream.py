@@ -94,7 +94,7 @@ async def stream_events(
     caller = getattr(request.state, "caller", None)  # set when authentication is on
     event_filter = _filter(request, namespace, table, kind)
     cursor = _start(after, last_event_id, state.broadcaster.high)
-    check_cursor(state.service, cursor)
+    check_cursor(state.service.commit_log, cursor)
     expires_at = caller.expires_at if caller else None
     connection = request.scope.get("extensions", {}).get(DETACHABLE)
     if state.fanout is not None and connection is not None:
@@ -124,7 +124,9 @@ def _stream_here(state: State, cursor: int, event_filter: EventFilter, expires_a
             expiry = asyncio.get_running_loop().call_later(delay, expire)
         try:
             yield retry_frame(state.settings.events_retry_ms)
-            async for entries in follow(state.broadcaster, state.service, cursor, event_filter, shutdown):
+            async for entries in follow(
+                state.broadcaster, state.service.commit_log, cursor, event_filter, shutdown
+            ):
                 yield b"".join(entry.frame for entry in entries)
             if expired.is_set():
                 yield token_expired_frame()
@@ -162,7 +164,7 @@ def events_health(state: State) -> dict[str, object]:
 
 @router.get("/events/cursor")
 def events_cursor(request: Request) -> Response:
-    floor, high = request.app.state.service.log_bounds()
+    floor, high = request.app.state.service.commit_log.log_bounds()
     body = json.dumps({"commit_seq": high, "oldest_commit_seq": floor})
     return Response(body, media_type="application/json")
 
@@ -176,6 +178,6 @@ def recent_events(
     kind: Annotated[list[str] | None, Query()] = None,
 ) -> Response:
     event_filter = _filter(request, namespace, table, kind)
-    records, high = latest(request.app.state.service, event_filter, limit, RECENT_SCAN_LIMIT)
+    records, high = latest(request.app.state.service.commit_log, event_filter, limit, RECENT_SCAN_LIMIT)
     body = b'{"commit_seq":%d,"records":[%s]}' % (high, b",".join(r.to_json() for r in records))
     return Response(body, media_type="application/json")

@@ -62,7 +62,7 @@ def ready(request: Request) -> Response:
     """Ready for traffic: the store opens a transaction and the writer takes mutations."""
     service = request.app.state.service
     try:
-        service.commit_seq()
+        service.commit_log.commit_seq()
     except Exception as exc:
         return json_response({"status": "down", "reason": f"store: {type(exc).__name__}"}, status_code=503)
     if not service.writer.alive:
@@ -96,7 +96,7 @@ def health(request: Request) -> Response:
 def _health(request: Request) -> tuple[int, dict[str, Any]]:
     service = request.app.state.service
     try:
-        floor, high = service.log_bounds()
+        floor, high = service.commit_log.log_bounds()
         store = {"status": "ok", **service.store.describe(), "commit_seq": high, "oldest_commit_seq": floor}
         lineage = lineage_status(request)
     except StoreUnavailableError as exc:

@@ -1,7 +1,7 @@
 """Idempotency-Key: a retried mutation is answered again instead of running again.
 
 What a mutation committed is kept, compactly, in the same store transaction as
-the change itself (through the service's after-mutation hook), so a commit whose
+the change itself (what the request's mutation context runs inside the transaction), so a commit whose
 answer was lost on the way is never committed twice. Only requests that changed
 something keep their key: a refusal changed nothing, and a retry runs it afresh.
 Keys are indexed by time, so expiring them reads only the expired ones.
@@ -21,10 +21,9 @@ from typing import Any
 
 from fastapi import Request, Response
 from isbre.catalog.records import now_us
-from isbre.catalog.service import after_mutation
 from isbre.catalog.writer import Batch
 from isbre.rest.errors import error_response
-from isbre.rest.wire import load_result, service
+from isbre.rest.wire import load_result, mutation_context, service
 from pyiceberg.exceptions import NoSuchTableError, NoSuchViewError
 
 HEADER = "idempotency-key"
@@ -114,9 +113,10 @@ def idempotent(request: Request, raw: bytes, call: Callable[[], Response], outco
             record = {"fingerprint": fingerprint, "outcome": outcome.keep(result), "ts": now_us()}
             batch.view.put_idempotent_response(key, record)
 
+        context = mutation_context(request)
+        context.inside = keep_with_change
         try:
-            with after_mutation(keep_with_change):
-                return call()
+            return call()
         except _AlreadyFinalized:
             stored = catalog.idempotent_response(key)
             assert stored is not None  # the key that aborted this request is there
@@ -129,3 +129,5 @@ def idempotent(request: Request, raw: bytes, call: Callable[[], Response], outco
             if stored is None:
                 raise
             return _replay(request, raw, stored, fingerprint, outcome)
+        finally:
+            context.inside = None

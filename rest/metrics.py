@@ -120,7 +120,7 @@ def metrics(request: Request) -> Response:
                 "isbre_commit_seq",
                 "gauge",
                 "Highest commit_seq in the commit log.",
-                [("", service.commit_seq())],
+                [("", service.commit_log.commit_seq())],
             ),
             _line(
                 "isbre_store_capacity_bytes",

@@ -72,7 +72,7 @@ def serve(settings: Settings) -> None:
     _raise_open_files_limit()
     _check_port_free(settings.host, settings.port)
     if settings.shares_store():
-        from isbre.catalog.postgres_store import PostgresStore
+        from isbre.catalog.postgres.store import PostgresStore
 
         # Reached, and its schema brought up to date, before any process serves: an unreachable
         # database is one line at start, not a failed application start-up in each worker.

@@ -13,6 +13,7 @@ import pydantic
 from fastapi import Request, Response
 from isbre.catalog import CatalogService, Identifier
 from isbre.catalog.identifiers import check_name, check_namespace
+from isbre.catalog.service import MutationContext
 from isbre.rest.settings import Settings
 from starlette.convertors import Convertor, register_url_convertor
 from starlette.types import Send
@@ -60,10 +61,22 @@ def routed_path(scope_path: str, raw_path: bytes | None) -> str | None:
 
 
 def service(request: Request) -> CatalogService:
-    """The catalog of the warehouse the route's `{prefix}` names (the default one for other routes)."""
+    """The catalog of the warehouse the route's `{prefix}` names (the default one for other routes),
+    acting for the request's caller."""
     state = request.app.state
     prefix = request.path_params.get("prefix")
-    return state.service if prefix is None else state.services[prefix]
+    catalog: CatalogService = state.service if prefix is None else state.services[prefix]
+    return catalog.acting(mutation_context(request))
+
+
+def mutation_context(request: Request) -> MutationContext:
+    """The one context of the request's mutations, made on first use: its caller (rest/auth.py)
+    acts, and rest/idempotency.py adds what runs inside the transaction."""
+    context: MutationContext | None = getattr(request.state, "mutation", None)
+    if context is None:
+        caller = getattr(request.state, "caller", None)  # set when authentication is on
+        context = request.state.mutation = MutationContext(None if caller is None else caller.name)
+    return context
 
 
 def warehouse_tags(request: Request) -> tuple[str | None, ...]:
@@ -72,8 +85,7 @@ def warehouse_tags(request: Request) -> tuple[str | None, ...]:
     state = request.app.state
     if len(state.services) == 1:
         return ()
-    catalog = service(request)
-    return (catalog.name, None) if catalog.scope == "" else (catalog.name,)
+    return service(request).record_tags
 
 
 def settings(request: Request) -> Settings:

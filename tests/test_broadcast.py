@@ -27,10 +27,10 @@ def create(service: CatalogService, names: range, prefix: str = "n") -> None:
 
 def test_replay_then_live_without_gap(service: CatalogService) -> None:
     create(service, range(10))
-    broadcaster = Broadcaster(service, capacity=4)
+    broadcaster = Broadcaster(service.commit_log, capacity=4)
 
     async def scenario() -> list[int]:
-        stream = follow(broadcaster, service, after=0)
+        stream = follow(broadcaster, service.commit_log, after=0)
         first = await take(stream, 10)  # all from the log: the ring started empty
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, create, service, range(10, 15))
@@ -40,10 +40,10 @@ def test_replay_then_live_without_gap(service: CatalogService) -> None:
 
 
 def test_a_subscriber_behind_the_ring_reads_the_log(service: CatalogService) -> None:
-    broadcaster = Broadcaster(service, capacity=4)
+    broadcaster = Broadcaster(service.commit_log, capacity=4)
 
     async def scenario() -> list[int]:
-        stream = follow(broadcaster, service, after=0)
+        stream = follow(broadcaster, service.commit_log, after=0)
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, create, service, range(2))
         seqs = await take(stream, 2)
@@ -58,11 +58,14 @@ def test_a_subscriber_behind_the_ring_reads_the_log(service: CatalogService) -> 
 
 def test_a_broadcaster_in_another_process_follows_the_log(service: CatalogService) -> None:
     """The fan-out process's broadcaster: nothing commits where it runs, it publishes from the log."""
-    broadcaster = Broadcaster(service, capacity=4)
+    broadcaster = Broadcaster(service.commit_log, capacity=4)
     broadcaster.close()  # as in the fan-out process: no writer calls it
 
     async def scenario() -> list[int]:
-        near, far = follow(broadcaster, service, after=0), follow(broadcaster, service, after=0)
+        near, far = (
+            follow(broadcaster, service.commit_log, after=0),
+            follow(broadcaster, service.commit_log, after=0),
+        )
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, create, service, range(3))
         assert broadcaster.high == 0, "only publish_from_log moves it"
@@ -83,10 +86,10 @@ def test_a_broadcaster_in_another_process_follows_the_log(service: CatalogServic
 
 
 def test_many_subscribers_share_one_ring(service: CatalogService) -> None:
-    broadcaster = Broadcaster(service, capacity=64)
+    broadcaster = Broadcaster(service.commit_log, capacity=64)
 
     async def scenario() -> list[list[int]]:
-        streams = [follow(broadcaster, service, after=0) for _ in range(20)]
+        streams = [follow(broadcaster, service.commit_log, after=0) for _ in range(20)]
         readers = [asyncio.ensure_future(take(s, 30)) for s in streams]
         await asyncio.sleep(0.05)
         assert broadcaster.subscribers_waiting() == 20
@@ -99,11 +102,11 @@ def test_many_subscribers_share_one_ring(service: CatalogService) -> None:
 def test_filtered_subscription_yields_records(service: CatalogService) -> None:
     create(service, range(3), prefix="keep")
     create(service, range(3), prefix="skip")
-    broadcaster = Broadcaster(service)
+    broadcaster = Broadcaster(service.commit_log)
 
     async def scenario() -> list[str]:
         names = []
-        async for record in subscribe(broadcaster, service, 0, EventFilter(namespace=("keep1",))):
+        async for record in subscribe(broadcaster, service.commit_log, 0, EventFilter(namespace=("keep1",))):
             names.append(record.namespace[0])
             break
         return names
@@ -113,14 +116,14 @@ def test_filtered_subscription_yields_records(service: CatalogService) -> None:
 
 def test_cursor_checks(service: CatalogService) -> None:
     create(service, range(10))
-    broadcaster = Broadcaster(service)
-    service.trim_log(keep_records=3, keep_us=10**15)
+    broadcaster = Broadcaster(service.commit_log)
+    service.commit_log.trim_log(keep_records=3, keep_us=10**15)
 
     async def first(after: int) -> None:
-        async for _ in subscribe(broadcaster, service, after):
+        async for _ in subscribe(broadcaster, service.commit_log, after):
             return
 
-    assert service.log_bounds() == (8, 10)  # the 3 newest records are kept
+    assert service.commit_log.log_bounds() == (8, 10)  # the 3 newest records are kept
     with pytest.raises(CursorExpiredError):
         asyncio.run(first(6))
     with pytest.raises(CursorAheadError):
@@ -129,7 +132,7 @@ def test_cursor_checks(service: CatalogService) -> None:
 
 
 def test_a_filtered_subscriber_sleeps_through_what_it_does_not_want(service: CatalogService) -> None:
-    broadcaster = Broadcaster(service, capacity=4)
+    broadcaster = Broadcaster(service.commit_log, capacity=4)
     looks = []
     since = broadcaster.since
 
@@ -140,7 +143,9 @@ def test_a_filtered_subscriber_sleeps_through_what_it_does_not_want(service: Cat
     broadcaster.since = counting  # observe, do not change: every call still reads the real ring
 
     async def scenario() -> list[tuple[int, str]]:
-        stream = follow(broadcaster, service, after=0, event_filter=EventFilter(namespace=("keep",)))
+        stream = follow(
+            broadcaster, service.commit_log, after=0, event_filter=EventFilter(namespace=("keep",))
+        )
         reader = asyncio.ensure_future(stream.__anext__())
         await asyncio.sleep(0.05)  # caught up at 0 and waiting
         loop = asyncio.get_running_loop()
@@ -157,10 +162,10 @@ def test_a_filtered_subscriber_sleeps_through_what_it_does_not_want(service: Cat
 
 
 def test_a_busy_loop_coalesces_sends_and_an_idle_one_does_not(service: CatalogService) -> None:
-    broadcaster = Broadcaster(service)
+    broadcaster = Broadcaster(service.commit_log)
 
     async def batches_for(commits: int, prefix: str) -> tuple[int, list[int]]:
-        stream = follow(broadcaster, service, after=service.commit_seq())
+        stream = follow(broadcaster, service.commit_log, after=service.commit_log.commit_seq())
         loop = asyncio.get_running_loop()
 
         def commit_paced() -> None:
@@ -177,7 +182,7 @@ def test_a_busy_loop_coalesces_sends_and_an_idle_one_does_not(service: CatalogSe
         await writing
         return batches, seqs
 
-    first = service.commit_seq()
+    first = service.commit_log.commit_seq()
     idle_batches, idle = asyncio.run(batches_for(30, "idle"))
     assert idle == list(range(first + 1, first + 31))
     # A loop that runs notifications 5 ms late: the subscriber pauses and takes several at once.

@@ -11,9 +11,11 @@ from pathlib import Path
 import httpx
 import pytest
 from isbre.catalog import CatalogService
+from isbre.catalog.commit_log import TRIM_CHUNK
 from isbre.catalog.lmdb_store import LmdbStore
 from isbre.catalog.records import now_us
-from isbre.catalog.service import TRIM_CHUNK, _Stale, after_mutation
+from isbre.catalog.service import MutationContext
+from isbre.catalog.service_core import Stale
 from isbre.catalog.stores import open_store
 from isbre.catalog.writer import Batch
 
@@ -156,7 +158,7 @@ def test_expired_keys_are_trimmed(tmp_path: Path) -> None:
         for i in range(5):
             service.store_idempotent_response(f"k{i}", {"fingerprint": "f", "status": 204, "ts": i})
         service.store_idempotent_response("fresh", {"fingerprint": "f", "status": 204, "ts": now_us()})
-        assert service.trim_idempotency(keep_us=10**9) == 5
+        assert service.commit_log.trim_idempotency(keep_us=10**9) == 5
         assert service.idempotent_response("k0") is None
         assert service.idempotent_response("fresh") is not None
     finally:
@@ -188,20 +190,23 @@ def test_trimming_100000_keys_holds_the_writer_under_10_ms_at_a_time(tmp_path: P
 
 
 def test_the_hook_stays_with_an_operation_whose_first_attempt_lost_a_race(service: CatalogService) -> None:
-    """A commit staged again after another process moved the table keeps its Idempotency-Key
-    hook: the attempt that commits stores the key (else a second worker could commit it twice)."""
+    """A commit staged again after another process moved the table keeps what its Idempotency-Key
+    runs inside the transaction: the attempt that commits stores the key (else a second worker
+    could commit it twice)."""
     attempts: list[int] = []
     hooked: list[int] = []
 
     def mutation(batch: Batch) -> int:
         attempts.append(len(attempts))
         if len(attempts) == 1:
-            raise _Stale  # lost the pointer swap: rolled back, staged again
+            raise Stale  # lost the pointer swap: rolled back, staged again
         return attempts[-1]
 
-    with after_mutation(lambda batch, result: hooked.append(result)):
-        with pytest.raises(_Stale):
-            service._mutate(mutation)
-        assert service._mutate(mutation) == 1
-        service._mutate(lambda batch: None)  # a later mutation of the same operation: no hook
+    acting = service.acting(MutationContext(inside=lambda batch, result: hooked.append(result)))
+    with pytest.raises(Stale):
+        acting._mutate(mutation)
+    assert acting._mutate(mutation) == 1
+    acting._mutate(lambda batch: None)  # a later mutation of the same operation: nothing runs inside
+    assert hooked == [1]
+    service._mutate(lambda batch: None)  # the service it was bound from runs nothing inside either
     assert hooked == [1]

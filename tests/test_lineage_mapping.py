@@ -38,7 +38,7 @@ def test_malformed_declarations_are_ignored_but_the_run_is_kept(catalog: LmdbCat
     table.append(pa.table({"a": pa.array([1], pa.int64())}), snapshot_properties=declared)
     service = catalog.service
     mapper = LineageMapper(LineageNames("isbre://test"), service.table_metadata_or_none)
-    (run,) = group_runs(list(service.records()))[-1:]
+    (run,) = group_runs(list(service.commit_log.records()))[-1:]
     events = [json.loads(Serde.to_json(e)) for e in mapper.run_events(run)]
 
     assert [e["eventType"] for e in events] == ["START", "COMPLETE"]
@@ -58,7 +58,7 @@ def test_an_overwrite_is_an_overwrite_lifecycle_change(catalog: LmdbCatalog) -> 
     table.overwrite(pa.table({"a": pa.array([3], pa.int64())}))
     service = catalog.service
     mapper = LineageMapper(LineageNames("isbre://test"), service.table_metadata_or_none)
-    runs = group_runs(list(service.records()))
+    runs = group_runs(list(service.commit_log.records()))
     lifecycles = []
     for run in runs:
         complete = json.loads(Serde.to_json(mapper.run_events(run)[1]))
@@ -76,7 +76,7 @@ def test_a_table_of_another_warehouse_has_that_warehouses_namespace(catalog: Lmd
     service = catalog.service
     names = LineageNames("isbre://test/isbre", {"scratch": "isbre://test/scratch"})
     mapper = LineageMapper(names, service.table_metadata_or_none)
-    (run,) = group_runs(list(service.records()))
+    (run,) = group_runs(list(service.commit_log.records()))
     assert run[0].warehouse == "isbre"  # the embedded catalog's one warehouse
     seen = {}
     for warehouse in ("isbre", "scratch", None):

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pytest
 from isbre.catalog import CatalogService
 from isbre.catalog.lmdb_store import LmdbStore
-from isbre.catalog.postgres_store import PostgresStore
+from isbre.catalog.postgres.store import PostgresStore
 from isbre.events.client import subscribe
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.exceptions import CommitFailedException
@@ -379,8 +379,8 @@ def test_store_copy_keeps_history_tables_and_cursors(tmp_path: Path, request: py
     embedded.stop()
     # A consumer's cursor, and a log trimmed below it: the copy keeps both as they are.
     service = CatalogService.open(warehouse)
-    service.set_consumer_cursor("audit", cursor)
-    assert service.trim_log(keep_records=1, keep_us=0) > 0
+    service.commit_log.set_consumer_cursor("audit", cursor)
+    assert service.commit_log.trim_log(keep_records=1, keep_us=0) > 0
     service.close()
     lmdb = LmdbStore(warehouse / "isbre.lmdb")
     with lmdb.read() as view:

@@ -25,7 +25,7 @@ def test_concurrent_mutations_share_transactions(service: CatalogService) -> Non
     stats = service.writer.stats
     assert stats.mutations == 400
     assert stats.batches < 400, "no two mutations ever shared a transaction"
-    assert [r.commit_seq for r in service.records()] == list(range(1, 401))
+    assert [r.commit_seq for r in service.commit_log.records()] == list(range(1, 401))
 
 
 def test_a_failing_mutation_does_not_spoil_its_batch(service: CatalogService) -> None:
@@ -46,7 +46,7 @@ def test_a_failing_mutation_does_not_spoil_its_batch(service: CatalogService) ->
     assert outcomes == ["exists" if n == "taken" else "ok" for n in names]
     listed = {ns[0] for ns in service.list_namespaces(())}
     assert listed == {"taken"} | {n for n in names if n != "taken"}
-    kinds = [r.kind for r in service.records()]
+    kinds = [r.kind for r in service.commit_log.records()]
     assert kinds == ["namespace.create"] * len(listed)
 
 
@@ -59,7 +59,7 @@ def test_map_grows_instead_of_failing(tmp_path: Path) -> None:
         assert service.store.capacity() > 1 << 20
         assert len(service.list_namespaces(())) == 1500
         assert service.load_namespace(("big1499",)) == payload
-        assert service.commit_seq() == 1500
+        assert service.commit_log.commit_seq() == 1500
     finally:
         service.close()
 
@@ -72,8 +72,8 @@ def test_commit_seq_continues_after_reopen(tmp_path: Path) -> None:
     service = CatalogService.open(tmp_path / "wh")
     try:
         service.create_namespace(("after",), {})
-        assert [r.commit_seq for r in service.records()] == [1, 2, 3, 4, 5, 6]
-        assert [r.commit_seq for r in service.records(after=4)] == [5, 6]
+        assert [r.commit_seq for r in service.commit_log.records()] == [1, 2, 3, 4, 5, 6]
+        assert [r.commit_seq for r in service.commit_log.records(after=4)] == [5, 6]
     finally:
         service.close()
 
@@ -105,30 +105,30 @@ def test_many_writers_on_one_table_never_starve(service: CatalogService) -> None
 def test_trimming_keeps_the_newest_records(service: CatalogService) -> None:
     for i in range(25):
         service.create_namespace((f"n{i}",), {})
-    assert service.log_bounds() == (1, 25)
+    assert service.commit_log.log_bounds() == (1, 25)
     year = 365 * 24 * 3600 * 10**6
-    assert service.trim_log(keep_records=10, keep_us=year, chunk=4) == 15
-    assert service.log_bounds() == (16, 25)
-    assert [r.commit_seq for r in service.records()] == list(range(16, 26))
-    assert service.trim_log(keep_records=10, keep_us=year) == 0
+    assert service.commit_log.trim_log(keep_records=10, keep_us=year, chunk=4) == 15
+    assert service.commit_log.log_bounds() == (16, 25)
+    assert [r.commit_seq for r in service.commit_log.records()] == list(range(16, 26))
+    assert service.commit_log.trim_log(keep_records=10, keep_us=year) == 0
     # By age: everything is older than "zero microseconds ago".
-    assert service.trim_log(keep_records=10**9, keep_us=0) == 10
-    assert service.log_bounds() == (26, 25)
+    assert service.commit_log.trim_log(keep_records=10**9, keep_us=0) == 10
+    assert service.commit_log.log_bounds() == (26, 25)
     service.create_namespace(("after",), {})
-    assert [r.commit_seq for r in service.records()] == [26]
+    assert [r.commit_seq for r in service.commit_log.records()] == [26]
 
 
 def test_trimming_keeps_what_a_consumer_has_not_handled(service: CatalogService) -> None:
     for i in range(20):
         service.create_namespace((f"n{i}",), {})
-    service.set_consumer_cursor("lineage", 7)
-    assert service.consumer_cursor("lineage") == 7
+    service.commit_log.set_consumer_cursor("lineage", 7)
+    assert service.commit_log.consumer_cursor("lineage") == 7
     # Everything is "old" and only 2 records need keeping, but the consumer is at 7.
-    assert service.trim_log(keep_records=2, keep_us=0) == 7
-    assert service.log_bounds() == (8, 20)
-    service.set_consumer_cursor("lineage", 20)
-    assert service.trim_log(keep_records=2, keep_us=0) == 13
-    assert service.log_bounds() == (21, 20)
+    assert service.commit_log.trim_log(keep_records=2, keep_us=0) == 7
+    assert service.commit_log.log_bounds() == (8, 20)
+    service.commit_log.set_consumer_cursor("lineage", 20)
+    assert service.commit_log.trim_log(keep_records=2, keep_us=0) == 13
+    assert service.commit_log.log_bounds() == (21, 20)
 
 
 def test_a_full_queue_refuses_instead_of_growing(tmp_path: Path) -> None:

@@ -12,22 +12,30 @@ import pytest
 from isbre.catalog.coverage import Span, SpanKey
 from isbre.catalog.identifiers import Identifier
 from isbre.catalog.lmdb_store import LmdbStore
-from isbre.catalog.postgres_store import PostgresStore
+from isbre.catalog.postgres.store import PostgresStore
 from isbre.catalog.records import CommitRecord
-from isbre.catalog.store import Pointer, Store
+from isbre.catalog.store import Pointer, Store, WriteView
+from isbre.catalog.store_copy import NotEmptyError
 
 from tests.postgres import PostgresServer
 
 _databases = iter(range(10_000))
 
 
-@pytest.fixture(params=["lmdb", "postgresql"])
+KINDS = ["lmdb", "postgresql"]
+
+
+def open_fresh(kind: str, request: pytest.FixtureRequest, path: Path) -> Store:
+    """A new, empty store of `kind` that knows the warehouse "second" besides the first."""
+    if kind == "lmdb":
+        return LmdbStore(path / f"isbre-{next(_databases)}.lmdb", warehouses=("second",))
+    server: PostgresServer = request.getfixturevalue("postgres")
+    return PostgresStore(server.database(f"contract_{next(_databases)}"), warehouses=("second",))
+
+
+@pytest.fixture(params=KINDS)
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    if request.param == "lmdb":
-        opened: Store = LmdbStore(tmp_path / "isbre.lmdb", warehouses=("second",))
-    else:
-        server: PostgresServer = request.getfixturevalue("postgres")
-        opened = PostgresStore(server.database(f"contract_{next(_databases)}"))
+    opened = open_fresh(request.param, request, tmp_path)
     yield opened
     opened.close()
 
@@ -230,3 +238,109 @@ def test_a_schema_newer_than_this_isbre_is_refused(postgres: PostgresServer) -> 
         connection.execute("UPDATE isbre_meta SET value = '99' WHERE key = 'schema_version'")
     with pytest.raises(RuntimeError, match="schema 99; this isbre knows up to 1"):
         PostgresStore(url)
+
+
+def test_a_warehouse_the_store_was_not_opened_with_is_a_key_error(store: Store) -> None:
+    with pytest.raises(KeyError, match="nosuch"), store.read("nosuch"):
+        pass
+    with store.write() as view, pytest.raises(KeyError, match="nosuch"):
+        view.scoped("nosuch")
+
+
+def test_prefetched_pointers_read_as_unprefetched_ones(store: Store) -> None:
+    t, missing = Identifier.of(("n",), "t"), Identifier.of(("n",), "missing")
+    with store.write() as view:
+        view.put_pointer("table", t, Pointer("file:///t", "t"))
+        view.scoped("second").put_pointer("table", t, Pointer("file:///second-t", "t2"))
+    with store.write() as view:
+        view.prefetch("table", [("", t), ("", missing), ("second", t)])
+        assert view.pointer("table", t) == Pointer("file:///t", "t")
+        assert view.pointer("table", missing) is None
+        assert view.scoped("second").pointer("table", t) == Pointer("file:///second-t", "t2")
+
+
+def test_transact_commits_what_the_work_did_or_nothing(store: Store) -> None:
+    def work(view: WriteView) -> int:
+        view.put_namespace(("done",), {})
+        return 7
+
+    assert store.transact(work) == 7
+
+    def failing(view: WriteView) -> None:
+        view.put_namespace(("undone",), {})
+        raise RuntimeError("no")
+
+    with pytest.raises(RuntimeError):
+        store.transact(failing)
+    with store.read() as view:
+        assert view.namespaces((), None, None) == [("done",)]
+
+
+def test_a_commit_notifies_whoever_listens_or_the_store_says_to_poll(store: Store) -> None:
+    heard = threading.Event()
+    if not store.on_commit(lambda commit_seq: heard.set()):
+        assert isinstance(store, LmdbStore)  # one host: its readers poll the file
+        return
+    with store.write() as view:
+        view.append(record(1))
+    assert heard.wait(10), "no notification of a commit"
+
+
+def test_a_lease_is_held_until_released(store: Store) -> None:
+    lease = store.try_lease("contract")
+    assert lease is not None and lease.held()
+    if isinstance(store, PostgresStore):  # shared by servers on several hosts: one holder at a time
+        assert store.try_lease("contract") is None
+    lease.release()
+    again = store.try_lease("contract")
+    assert again is not None and again.held()
+    again.release()
+
+
+def _fill(store: Store) -> None:
+    key = SpanKey("kafka-1", "orders", 0)
+    with store.write() as view:
+        view.put_namespace(("n",), {"p": "1"})
+        view.put_namespace(("n", "deep"), {})
+        view.put_pointer("table", Identifier.of(("n",), "t"), Pointer("file:///w/n/t/metadata/1.json", "t"))
+        view.put_pointer("view", Identifier.of(("n",), "v"), Pointer("file:///w/n/v/metadata/1.json", "v"))
+        second = view.scoped("second")
+        second.put_namespace(("other",), {})
+        second.put_pointer("table", Identifier.of(("other",), "t"), Pointer("file:///w2/t/m.json", "t2"))
+        for seq in range(1, 6):
+            view.append(record(seq, ts=seq))
+        view.trim_log(keep_after=2, older_than_us=0, ceiling=5, limit=10)  # the log starts at 3
+        view.put_cursor("lineage", 4)
+        view.set_marker("locations")
+        view.put_idempotent_response("k", {"ts": 9, "outcome": "x"})
+        view.place("t", "file:///w/n/t")
+        view.add_coverage("t", [Span(key, 0, 10), Span(key, 20, 30)], 77, 4)
+
+
+def _state(store: Store) -> set[object]:
+    return {repr(entry) for entry in store.export()}
+
+
+@pytest.mark.parametrize("target_kind", KINDS)
+def test_export_then_load_into_either_kind_keeps_everything(
+    store: Store, target_kind: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    _fill(store)
+    target = open_fresh(target_kind, request, tmp_path)
+    try:
+        counts = target.load(store.export())
+        assert counts["record"] == 3 and counts["pointer"] == 3 and counts["coverage"] == 2
+        assert _state(target) == _state(store)
+        with target.read() as view:
+            assert (view.log_floor(), view.commit_seq()) == (3, 5)
+            assert view.coverage("t").ranges == {SpanKey("kafka-1", "orders", 0): [(0, 10), (20, 30)]}
+            assert view.coverage_commit("t", 77) == 4
+            assert view.overlapping("file:///w/n/t/data") == [("file:///w/n/t", "t")]
+        with target.write() as view:  # the log goes on from the loaded high-water
+            view.append(record(6))
+        with pytest.raises(NotEmptyError):  # into a store that holds a catalog: nothing lands
+            target.load(store.export())
+        with target.read() as view:
+            assert view.commit_seq() == 6
+    finally:
+        target.close()

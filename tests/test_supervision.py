@@ -18,8 +18,8 @@ import lmdb
 import pytest
 from isbre.catalog import CatalogService
 from isbre.catalog.lmdb_store import LmdbStore
-from isbre.catalog.store import WriteView
-from isbre.catalog.writer import Batch, StoreGrowthError, Writer, WriterClosedError
+from isbre.catalog.store import StoreGrowthError, WriteView
+from isbre.catalog.writer import Batch, Writer, WriterClosedError
 
 from tests.lineage_receiver import Receiver
 from tests.server import ID_SCHEMA, IsbreServer

@@ -1,0 +1,110 @@
+"""Namespace operations."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from isbre.catalog.identifiers import check_namespace
+from isbre.catalog.locations import LocationPolicy
+from isbre.catalog.records import CommitRecord
+from isbre.catalog.service_core import ServiceCore, require_namespace
+from isbre.catalog.writer import Batch
+from pyiceberg.exceptions import (
+    NamespaceAlreadyExistsError,
+    NamespaceNotEmptyError,
+    NoSuchNamespaceError,
+)
+
+
+class ConflictingPropertiesError(ValueError):
+    """A property key appears in both the updates and the removals of one request."""
+
+
+@dataclass(frozen=True)
+class PropertiesChange:
+    updated: list[str]
+    removed: list[str]
+    missing: list[str]
+
+
+class NamespaceOperations(ServiceCore):
+    def _check_namespace_properties(self, properties: dict[str, str], places: LocationPolicy | None) -> None:
+        self.limits.check_properties(properties, "Namespace")
+        if "location" in properties:
+            (places or self.locations).check(properties["location"], "Namespace location")
+            self._check_protected(properties["location"], "Namespace location")
+
+    def create_namespace(
+        self, namespace: tuple[str, ...], properties: dict[str, str], places: LocationPolicy | None = None
+    ) -> dict[str, str]:
+        namespace = check_namespace(namespace)
+        self._check_namespace_properties(properties, places)
+
+        def mutation(batch: Batch) -> dict[str, str]:
+            if batch.view.namespace(namespace) is not None:
+                raise NamespaceAlreadyExistsError(f"Namespace already exists: {'.'.join(namespace)}")
+            if len(namespace) > 1:
+                require_namespace(batch.view, namespace[:-1])
+            batch.view.put_namespace(namespace, properties)
+            batch.log(CommitRecord("namespace.create", list(namespace), properties=dict(properties)))
+            return properties
+
+        return self._mutate(mutation)
+
+    def load_namespace(self, namespace: tuple[str, ...]) -> dict[str, str]:
+        namespace = check_namespace(namespace)
+        with self.store.read(self.scope) as view:
+            properties = view.namespace(namespace)
+        if properties is None:
+            raise NoSuchNamespaceError(f"Namespace does not exist: {'.'.join(namespace)}")
+        return properties
+
+    def list_namespaces(
+        self, parent: tuple[str, ...], after: tuple[str, ...] | None = None, limit: int | None = None
+    ) -> list[tuple[str, ...]]:
+        with self.store.read(self.scope) as view:
+            if parent and view.namespace(check_namespace(parent)) is None:
+                raise NoSuchNamespaceError(f"Namespace does not exist: {'.'.join(parent)}")
+            return view.namespaces(parent, after, limit)
+
+    def drop_namespace(self, namespace: tuple[str, ...]) -> None:
+        namespace = check_namespace(namespace)
+
+        def mutation(batch: Batch) -> None:
+            require_namespace(batch.view, namespace)
+            if not batch.view.is_empty(namespace):
+                raise NamespaceNotEmptyError(f"Namespace is not empty: {'.'.join(namespace)}")
+            batch.view.delete_namespace(namespace)
+            batch.log(CommitRecord("namespace.drop", list(namespace)))
+
+        self._mutate(mutation)
+
+    def update_namespace(
+        self,
+        namespace: tuple[str, ...],
+        removals: list[str],
+        updates: dict[str, str],
+        places: LocationPolicy | None = None,
+    ) -> PropertiesChange:
+        namespace = check_namespace(namespace)
+        overlap = set(removals) & set(updates)
+        if overlap:
+            raise ConflictingPropertiesError(f"Properties are both updated and removed: {sorted(overlap)}")
+        self._check_namespace_properties(updates, places)
+
+        def mutation(batch: Batch) -> PropertiesChange:
+            properties = dict(require_namespace(batch.view, namespace))
+            removed = [key for key in removals if key in properties]
+            missing = [key for key in removals if key not in properties]
+            for key in removed:
+                del properties[key]
+            properties.update(updates)
+            batch.view.put_namespace(namespace, properties)
+            batch.log(
+                CommitRecord(
+                    "namespace.update", list(namespace), properties={"updated": updates, "removed": removed}
+                )
+            )
+            return PropertiesChange(sorted(updates), removed, missing)
+
+        return self._mutate(mutation)

@@ -1,0 +1,346 @@
+"""Table operations: a commit stages its new metadata file first (in the caller's thread) and lets
+the writer swap the pointer only if nobody moved it meanwhile."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass
+
+from isbre.catalog.coverage import Coverage, snapshot_spans
+from isbre.catalog.deletion import TableFiles
+from isbre.catalog.identifiers import Identifier
+from isbre.catalog.locations import LocationNotAllowedError, LocationPolicy
+from isbre.catalog.metadata_files import (
+    Loaded,
+    local_path,
+    make_dirs_durably,
+    metadata_json,
+    remove_quietly,
+    write_durably,
+)
+from isbre.catalog.metadata_updates import check_unique_ids
+from isbre.catalog.purge import PurgeIncompleteError, PurgeReport, purge_files
+from isbre.catalog.records import CommitRecord
+from isbre.catalog.service_core import (
+    MAX_COMMIT_ATTEMPTS,
+    TABLE,
+    VIEW,
+    ServiceCore,
+    Stale,
+    read_for_register,
+    require_free,
+    require_namespace,
+    unplace,
+)
+from isbre.catalog.store import Pointer
+from isbre.catalog.tables import (
+    Staged,
+    TableChange,
+    check_carried_paths,
+    commit_record,
+    new_metadata,
+    next_metadata_location,
+    places_of,
+    stage,
+)
+from isbre.catalog.writer import Batch
+from pyiceberg.exceptions import (
+    CommitFailedException,
+    NoSuchTableError,
+    TableAlreadyExistsError,
+    ViewAlreadyExistsError,
+)
+from pyiceberg.partitioning import PartitionSpec
+from pyiceberg.schema import Schema
+from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.table.sorting import SortOrder
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TableState:
+    ident: Identifier
+    metadata_location: str | None
+    metadata: TableMetadata
+    json: bytes
+
+
+@dataclass(frozen=True)
+class TableCoverage:
+    table_uuid: str
+    coverage: Coverage
+    commit_seq: int | None = None
+
+
+class TableOperations(ServiceCore):
+    def table_pointer(self, ident: Identifier) -> Pointer:
+        with self.store.read(self.scope, snapshot=False) as view:
+            pointer = view.pointer(TABLE, ident)
+        if pointer is None:
+            raise NoSuchTableError(f"Table does not exist: {ident}")
+        self._table_pointers.put(ident, pointer)
+        return pointer
+
+    def load_table(self, ident: Identifier) -> TableState:
+        pointer = self.table_pointer(ident)
+        loaded = self.table_files.get(pointer.metadata_location)
+        return TableState(ident, pointer.metadata_location, loaded.metadata, loaded.json)
+
+    def table_metadata_or_none(self, location: str) -> TableMetadata | None:
+        """The metadata at `location`, or None when it cannot be read (e.g. purged since)."""
+        try:
+            return self.table_files.get(location).metadata
+        except Exception:
+            return None
+
+    def load_table_if_cached(self, ident: Identifier) -> TableState | None:
+        """`load_table` when it needs no file read (None otherwise): safe to call on an event loop."""
+        pointer = self.table_pointer(ident)
+        loaded = self.table_files.peek(pointer.metadata_location)
+        if loaded is None:
+            return None
+        return TableState(ident, pointer.metadata_location, loaded.metadata, loaded.json)
+
+    def list_tables(self, namespace: tuple[str, ...], after: str | None = None, limit: int | None = None):
+        return self._list(TABLE, namespace, after, limit)
+
+    def create_table(
+        self,
+        ident: Identifier,
+        schema: Schema,
+        partition_spec: PartitionSpec,
+        sort_order: SortOrder,
+        location: str | None = None,
+        properties: dict[str, str] | None = None,
+        stage_only: bool = False,
+        places: LocationPolicy | None = None,
+    ) -> TableState:
+        with self.store.read(self.scope) as view:
+            require_namespace(view, ident.namespace)
+            require_free(view, ident, TABLE)
+        table_uuid = uuid.uuid4()
+        location = (location or "").rstrip("/") or self._default_location(
+            ident.namespace, ident.name, table_uuid
+        )
+        self._check_places(places_of(location, properties or {}), "Table", places)
+        self.limits.check_properties(properties or {}, "Table")
+        metadata = new_metadata(
+            schema, partition_spec, sort_order, location, dict(properties or {}), table_uuid
+        )
+        if stage_only:
+            if (root := local_path(location)) is not None:
+                # Engines write a staged table's files before it exists (DuckDB's CTAS writes its
+                # manifests), and not every engine creates directories on a local disk.
+                make_dirs_durably(root / "metadata")
+            return TableState(ident, None, metadata, metadata_json(metadata))
+        first = next_metadata_location(location, metadata.properties, None)
+        staged = Staged(ident, None, metadata, metadata_json(metadata), first, True)
+        return self._swap([staged], txn=None)[0]
+
+    def coverage(self, ident: Identifier, snapshot_id: int | None = None) -> TableCoverage:
+        """The source offsets the table's commits declared (and which commit added `snapshot_id`)."""
+        with self.store.read(self.scope) as view:
+            pointer = view.pointer(TABLE, ident)
+            if pointer is None:
+                raise NoSuchTableError(f"Table does not exist: {ident}")
+            commit_seq = None if snapshot_id is None else view.coverage_commit(pointer.uuid, snapshot_id)
+            return TableCoverage(pointer.uuid, view.coverage(pointer.uuid), commit_seq)
+
+    def commit_table(self, change: TableChange, places: LocationPolicy | None = None) -> TableState:
+        return self.commit_tables([change], txn=None, places=places)[0]
+
+    def commit_tables(
+        self, changes: list[TableChange], txn: str | None, places: LocationPolicy | None = None
+    ) -> list[TableState]:
+        """Commit every change or none of them; `txn` tags the records of a multi-table transaction."""
+        idents = [change.ident for change in changes]
+        if len(set(idents)) != len(idents):
+            raise ValueError("A transaction may change each table only once")
+        with self._staging(TABLE, idents):
+            # Stage against the pointers this process last saw, when it saw them all: the writer
+            # swaps only if each is still current, so a stale one costs an attempt, never a
+            # wrong commit. Whatever an attempt from memory fails on, it is tried again from
+            # the store before it is answered (another server may have moved the table).
+            remembered = [self._table_pointers.peek(ident) for ident in idents]
+            bases = None if None in remembered else remembered
+            for _ in range(MAX_COMMIT_ATTEMPTS):
+                from_store = bases is None
+                if bases is None:
+                    with self.store.read(self.scope, snapshot=False) as view:
+                        bases = [view.pointer(TABLE, ident) for ident in idents]
+                try:
+                    staged = [
+                        stage(change, base, self.table_files.get(base.metadata_location) if base else None)
+                        for change, base in zip(changes, bases, strict=True)
+                    ]
+                    for entry in staged:
+                        if entry.moved:  # set-location, a metadata path, a create by updates
+                            owner = str(entry.metadata.table_uuid) if entry.base else ""
+                            self._check_places(entry.places, "Table", places, owner)
+                except Exception:
+                    if from_store:
+                        raise
+                    bases = None
+                    continue
+                try:
+                    return self._swap(staged, txn)
+                except Stale:
+                    bases = None
+        raise CommitFailedException(
+            f"Gave up after {MAX_COMMIT_ATTEMPTS} attempts lost to concurrent commits"
+        )
+
+    def _swap(self, staged: list[Staged], txn: str | None) -> list[TableState]:
+        written: list[str] = []
+        for entry in staged:
+            if entry.changed:
+                self.limits.check_properties(entry.metadata.properties, "Table")
+                self.limits.check_metadata(entry.json, "Table")
+        self.limits.check_room(self._local_warehouse)
+        try:
+            for entry in staged:
+                if entry.changed:
+                    write_durably(self.io, entry.metadata_location, entry.json)
+                    written.append(entry.metadata_location)
+
+            txn_size = sum(entry.changed for entry in staged) if txn else None
+
+            def mutation(batch: Batch) -> list[TableState]:
+                for entry in staged:
+                    now = batch.view.pointer(TABLE, entry.ident)
+                    if now != entry.base:
+                        if entry.base is None:  # a concurrent create of the same table won
+                            raise TableAlreadyExistsError(f"Table already exists: {entry.ident}")
+                        raise Stale
+                    if entry.base is None:
+                        require_namespace(batch.view, entry.ident.namespace)
+                        require_free(batch.view, entry.ident, TABLE)
+                for entry in staged:
+                    if entry.moved:
+                        self._claim_places(batch.view, entry.pointer.uuid, entry.places, "Table")
+                    if entry.changed:
+                        batch.view.put_pointer(TABLE, entry.ident, entry.pointer)
+                        record = batch.log(commit_record(entry, txn, txn_size))
+                        if entry.spans:
+                            batch.view.add_coverage(
+                                entry.pointer.uuid, list(entry.spans), record.snapshot_id, record.commit_seq
+                            )
+                return [TableState(e.ident, e.metadata_location, e.metadata, e.json) for e in staged]
+
+            states = self._mutate(mutation, [(TABLE, entry.ident) for entry in staged])
+        except BaseException:
+            for location in written:
+                remove_quietly(self.io, location)
+            raise
+        for entry in staged:
+            self.table_files.put(entry.metadata_location, Loaded(entry.metadata, entry.json))
+            self._table_pointers.put(entry.ident, entry.pointer)
+        return states
+
+    def drop_table(self, ident: Identifier, purge: bool = False) -> None:
+        pointer = self._drop(TABLE, ident, {"purge": purge})
+        if purge:
+            self._purge(ident, pointer)
+
+    def _purge(self, ident: Identifier, pointer: Pointer) -> None:
+        """Delete a dropped table's files: only those under its own location, never the store's, never
+        another table's or view's. Whatever is left behind is recorded in the log and reported."""
+        try:
+            metadata = self.table_files.get(pointer.metadata_location).metadata
+        except Exception as exc:
+            report = PurgeReport(
+                None, problems=[f"metadata {pointer.metadata_location}: {type(exc).__name__}"]
+            )
+        else:
+            report = purge_files(self.io, metadata, [pointer.metadata_location], self._table_files(metadata))
+        if not report.left_behind:
+            return
+
+        def mutation(batch: Batch) -> CommitRecord:
+            return batch.log(
+                CommitRecord(
+                    "table.purge-incomplete",
+                    list(ident.namespace),
+                    ident.name,
+                    table_uuid=pointer.uuid,
+                    previous_metadata_location=pointer.metadata_location,
+                    properties=report.summary(),
+                )
+            )
+
+        record = self._mutate(mutation)
+        log.warning(
+            "purge of %s left files behind (commit_seq %d): %s", ident, record.commit_seq, report.summary()
+        )
+        if report.problems:
+            raise PurgeIncompleteError(
+                f"Table {ident} was dropped, but its purge is incomplete: {len(report.problems)} "
+                f"problem(s), first: {report.problems[0]}; what was left behind is recorded at commit_seq "
+                f"{record.commit_seq} (kind table.purge-incomplete)"
+            )
+
+    def _table_files(self, metadata: TableMetadata) -> TableFiles | None:
+        """The deleter of a dropped table's files (None when its location may not be deleted from)."""
+
+        def claimed_by_other(location: str) -> bool:
+            # The dropped table is no longer indexed: anyone here is another.
+            with self.store.read(self.scope) as view:
+                return bool(view.overlapping(location))
+
+        try:
+            where = places_of(metadata.location, metadata.properties)
+            return TableFiles(self.io, where, self.locations.roots, self.protected, claimed_by_other)
+        except LocationNotAllowedError as exc:
+            log.warning("purge deletes nothing at %s: %s", metadata.location, exc)
+            return None
+
+    def rename_table(self, source: Identifier, target: Identifier) -> None:
+        self._rename(TABLE, source, target)
+
+    def register_table(
+        self,
+        ident: Identifier,
+        metadata_location: str,
+        overwrite: bool = False,
+        places: LocationPolicy | None = None,
+    ) -> TableState:
+        loaded = read_for_register(self.table_files, places or self.locations, metadata_location)
+        where = places_of(loaded.metadata.location, loaded.metadata.properties)
+        self._check_places(where, "Table", places, writes_to=None)
+        check_carried_paths(loaded.metadata)
+        check_unique_ids(loaded.metadata)
+        # Whatever coverage the snapshots still declare (expired ones are gone with their summaries).
+        spans = [span for snapshot in loaded.metadata.snapshots for span in snapshot_spans(snapshot)]
+
+        def mutation(batch: Batch) -> TableState:
+            require_namespace(batch.view, ident.namespace)
+            existing = batch.view.pointer(TABLE, ident)
+            if existing is not None and not overwrite:
+                raise TableAlreadyExistsError(f"Table already exists: {ident}")
+            if batch.view.pointer(VIEW, ident) is not None:
+                raise ViewAlreadyExistsError(f"View with same name already exists: {ident}")
+            pointer = Pointer(metadata_location, str(loaded.metadata.table_uuid))
+            if existing is not None:
+                unplace(batch.view, existing.uuid)
+            where = places_of(loaded.metadata.location, loaded.metadata.properties)
+            self._claim_places(batch.view, pointer.uuid, where, "Table", moving=False)
+            batch.view.put_pointer(TABLE, ident, pointer)
+            record = batch.log(
+                CommitRecord(
+                    "table.register",
+                    list(ident.namespace),
+                    ident.name,
+                    table_uuid=pointer.uuid,
+                    metadata_location=metadata_location,
+                    previous_metadata_location=existing.metadata_location if existing else None,
+                    snapshot_id=loaded.metadata.current_snapshot_id,
+                    schema_id=loaded.metadata.current_schema_id,
+                )
+            )
+            if spans:
+                batch.view.add_coverage(pointer.uuid, spans, None, record.commit_seq)
+            return TableState(ident, metadata_location, loaded.metadata, loaded.json)
+
+        return self._mutate(mutation)

@@ -1,0 +1,180 @@
+"""View operations: like a table's, a view's commit writes its metadata file, then swaps the pointer."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+from isbre.catalog.identifiers import Identifier
+from isbre.catalog.locations import LocationPolicy
+from isbre.catalog.metadata_files import (
+    Loaded,
+    metadata_json,
+    remove_quietly,
+    write_durably,
+)
+from isbre.catalog.records import CommitRecord
+from isbre.catalog.service_core import (
+    MAX_COMMIT_ATTEMPTS,
+    VIEW,
+    ServiceCore,
+    Stale,
+    read_for_register,
+    require_free,
+    require_namespace,
+)
+from isbre.catalog.store import Pointer
+from isbre.catalog.tables import (
+    next_metadata_location,
+    places_of,
+)
+from isbre.catalog.views import ViewRequirement, ViewUpdate, new_view_metadata, update_view_metadata
+from isbre.catalog.writer import Batch
+from pyiceberg.exceptions import (
+    CommitFailedException,
+    NoSuchViewError,
+    ViewAlreadyExistsError,
+)
+from pyiceberg.schema import Schema
+from pyiceberg.view.metadata import ViewMetadata, ViewVersion
+
+
+@dataclass(frozen=True)
+class ViewState:
+    ident: Identifier
+    metadata_location: str
+    metadata: ViewMetadata
+    json: bytes
+
+
+class ViewOperations(ServiceCore):
+    def load_view(self, ident: Identifier) -> ViewState:
+        with self.store.read(self.scope) as view:
+            pointer = view.pointer(VIEW, ident)
+        if pointer is None:
+            raise NoSuchViewError(f"View does not exist: {ident}")
+        loaded = self.view_files.get(pointer.metadata_location)
+        return ViewState(ident, pointer.metadata_location, loaded.metadata, loaded.json)
+
+    def list_views(self, namespace: tuple[str, ...], after: str | None = None, limit: int | None = None):
+        return self._list(VIEW, namespace, after, limit)
+
+    def create_view(
+        self,
+        ident: Identifier,
+        schema: Schema,
+        version: ViewVersion,
+        location: str | None = None,
+        properties: dict[str, str] | None = None,
+        places: LocationPolicy | None = None,
+    ) -> ViewState:
+        view_uuid = uuid.uuid4()
+        location = (location or "").rstrip("/") or self._default_location(
+            ident.namespace, ident.name, view_uuid
+        )
+        self._check_places(places_of(location, properties or {}), "View", places)
+        metadata = new_view_metadata(view_uuid, location, schema, version, dict(properties or {}))
+        return self._swap_view(ident, None, metadata, moved=True)
+
+    def replace_view(
+        self,
+        ident: Identifier,
+        requirements: tuple[ViewRequirement, ...],
+        updates: tuple[ViewUpdate, ...],
+        places: LocationPolicy | None = None,
+    ) -> ViewState:
+        with self._staging(VIEW, [ident]):
+            for _ in range(MAX_COMMIT_ATTEMPTS):
+                current = self.load_view(ident)
+                for requirement in requirements:
+                    requirement.validate_against(current.metadata)
+                metadata = update_view_metadata(current.metadata, updates)
+                if metadata == current.metadata:
+                    return current
+                where = places_of(metadata.location, metadata.properties)
+                moved = where != places_of(current.metadata.location, current.metadata.properties)
+                if moved:
+                    self._check_places(where, "View", places, str(metadata.view_uuid))
+                base = Pointer(current.metadata_location, current.metadata.view_uuid)
+                try:
+                    return self._swap_view(ident, base, metadata, moved)
+                except Stale:
+                    continue
+        raise CommitFailedException(
+            f"Gave up after {MAX_COMMIT_ATTEMPTS} attempts lost to concurrent commits"
+        )
+
+    def _swap_view(
+        self, ident: Identifier, base: Pointer | None, metadata: ViewMetadata, moved: bool
+    ) -> ViewState:
+        data = metadata_json(metadata)
+        self.limits.check_properties(metadata.properties, "View")
+        self.limits.check_metadata(data, "View")
+        self.limits.check_room(self._local_warehouse)
+        previous = base.metadata_location if base else None
+        location = next_metadata_location(metadata.location, metadata.properties, previous)
+        pointer = Pointer(location, metadata.view_uuid)
+        write_durably(self.io, location, data)
+
+        def mutation(batch: Batch) -> ViewState:
+            if batch.view.pointer(VIEW, ident) != base:
+                if base is None:
+                    raise ViewAlreadyExistsError(f"View already exists: {ident}")
+                raise Stale
+            if base is None:
+                require_namespace(batch.view, ident.namespace)
+                require_free(batch.view, ident, VIEW)
+            if moved:
+                where = places_of(metadata.location, metadata.properties)
+                self._claim_places(batch.view, metadata.view_uuid, where, "View")
+            batch.view.put_pointer(VIEW, ident, pointer)
+            batch.log(
+                CommitRecord(
+                    "view.create" if base is None else "view.replace",
+                    list(ident.namespace),
+                    ident.name,
+                    table_uuid=metadata.view_uuid,
+                    metadata_location=location,
+                    previous_metadata_location=base.metadata_location if base else None,
+                )
+            )
+            return ViewState(ident, location, metadata, data)
+
+        try:
+            state = self._mutate(mutation)
+        except BaseException:
+            remove_quietly(self.io, location)
+            raise
+        self.view_files.put(location, Loaded(metadata, data))
+        return state
+
+    def drop_view(self, ident: Identifier) -> None:
+        self._drop(VIEW, ident)
+
+    def rename_view(self, source: Identifier, target: Identifier) -> None:
+        self._rename(VIEW, source, target)
+
+    def register_view(
+        self, ident: Identifier, metadata_location: str, places: LocationPolicy | None = None
+    ) -> ViewState:
+        loaded = read_for_register(self.view_files, places or self.locations, metadata_location)
+        where = places_of(loaded.metadata.location, loaded.metadata.properties)
+        self._check_places(where, "View", places, writes_to=None)
+
+        def mutation(batch: Batch) -> ViewState:
+            require_namespace(batch.view, ident.namespace)
+            require_free(batch.view, ident, VIEW)
+            self._claim_places(batch.view, loaded.metadata.view_uuid, where, "View", moving=False)
+            batch.view.put_pointer(VIEW, ident, Pointer(metadata_location, loaded.metadata.view_uuid))
+            batch.log(
+                CommitRecord(
+                    "view.register",
+                    list(ident.namespace),
+                    ident.name,
+                    table_uuid=loaded.metadata.view_uuid,
+                    metadata_location=metadata_location,
+                )
+            )
+            return ViewState(ident, metadata_location, loaded.metadata, loaded.json)
+
+        return self._mutate(mutation)
