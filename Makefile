@@ -22,9 +22,19 @@ $(TESTS): pyproject.toml $(SERVER)
 run: $(SERVER)
 	$(VENV)/bin/isbre serve $(if $(PORT),--port $(PORT))
 
+# mypy reads the packages under their installed names through a tree of links (build/ is ignored):
+# it cannot follow the editable install's import hook.
+TYPECHECK := build/typecheck
+PACKAGES := catalog rest events lineage sinks console
+
 lint: $(TESTS)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(PY) -m pytest -q -p no:cacheprovider tests/test_layers.py
+	rm -rf $(TYPECHECK)/isbre && mkdir -p $(TYPECHECK)/isbre
+	for package in $(PACKAGES); do ln -s ../../../$$package $(TYPECHECK)/isbre/$$package; done
+	cd $(TYPECHECK) && $(abspath $(VENV))/bin/mypy --config-file $(CURDIR)/pyproject.toml \
+		$(foreach package,$(PACKAGES),-p isbre.$(package))
 
 # Test modules run in parallel processes, one module's tests in one process (they share its servers);
 # `make test TEST_PROCESSES=0` runs them one at a time.

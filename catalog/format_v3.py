@@ -11,12 +11,13 @@ cannot be written ever reaches a metadata file or an answer.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union, get_args
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias, Union, get_args
 
+from isbre.catalog.pyiceberg_internals import UpdateContext
 from pydantic import Field
 from pyiceberg.table import metadata as pyiceberg_metadata
 from pyiceberg.table.metadata import TableMetadata
-from pyiceberg.table.update import TableUpdate, _TableMetadataUpdateContext
+from pyiceberg.table.update import TableUpdate
 from pyiceberg.typedef import IcebergBaseModel
 
 # Where a v3 table's row ids start (the spec's initial next-row-id).
@@ -43,7 +44,8 @@ class RemoveEncryptionKeyUpdate(IcebergBaseModel):
 class TableMetadataV3(pyiceberg_metadata.TableMetadataV3):
     encryption_keys: list[EncryptedKey] = Field(alias="encryption-keys", default_factory=list)
 
-    def model_dump_json(
+    # PyIceberg's own override (the one that raises) has this signature, narrower than pydantic's.
+    def model_dump_json(  # type: ignore[override]
         self, exclude_none: bool = True, exclude: Any | None = None, by_alias: bool = True, **kwargs: Any
     ) -> str:
         if not self.encryption_keys:  # written only when there are some
@@ -68,7 +70,7 @@ def as_v3(metadata: TableMetadata) -> TableMetadata:
 def apply_encryption_update(
     update: AddEncryptionKeyUpdate | RemoveEncryptionKeyUpdate,
     metadata: TableMetadata,
-    context: _TableMetadataUpdateContext,
+    context: UpdateContext,
 ) -> TableMetadata:
     if not isinstance(metadata, TableMetadataV3):
         raise ValueError(
@@ -88,7 +90,10 @@ def apply_encryption_update(
 
 
 # Every update of the REST spec: PyIceberg's, and the encryption-key updates it lacks.
-AnyTableUpdate = Annotated[
-    Union[(*get_args(get_args(TableUpdate)[0]), AddEncryptionKeyUpdate, RemoveEncryptionKeyUpdate)],
-    Field(discriminator="action"),
-]
+if TYPE_CHECKING:
+    AnyTableUpdate: TypeAlias = TableUpdate | AddEncryptionKeyUpdate | RemoveEncryptionKeyUpdate
+else:  # one flat union, for pydantic to pick the model by its `action`
+    AnyTableUpdate = Annotated[
+        Union[(*get_args(get_args(TableUpdate)[0]), AddEncryptionKeyUpdate, RemoveEncryptionKeyUpdate)],
+        Field(discriminator="action"),
+    ]

@@ -346,7 +346,9 @@ class _LmdbView(WriteView):
     def clear_markers(self) -> None:
         db = self._db("meta")
         with self._txn.cursor(db=db) as cursor:
-            markers = [_bytes(key) for key in cursor.iternext(values=False) if key.startswith(b"marker:")]
+            markers = [
+                key for key in map(_bytes, cursor.iternext(values=False)) if key.startswith(b"marker:")
+            ]
         for key in markers:
             self._txn.delete(key, db=db)
 

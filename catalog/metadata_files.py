@@ -24,7 +24,7 @@ from isbre.catalog.object_storage import ObjectStorageIO
 from isbre.catalog.store import InsufficientStorageError, is_disk_full
 from pyiceberg.io import FileIO
 from pyiceberg.serializers import Compressor
-from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil
+from pyiceberg.table.metadata import TableMetadata, TableMetadataWrapper
 from pyiceberg.view.metadata import ViewMetadata
 
 M = TypeVar("M", TableMetadata, ViewMetadata)
@@ -193,7 +193,7 @@ def parse_table_metadata(io: FileIO, location: str) -> TableMetadata:
         text = raw.read()
     if _FORMAT_V3.search(text):  # PyIceberg parses v3 into a model that cannot be written
         return as_v3(TableMetadataV3.model_validate_json(text))
-    return TableMetadataUtil.parse_raw(text)
+    return TableMetadataWrapper.model_validate_json(text).root
 
 
 def parse_view_metadata(io: FileIO, location: str) -> ViewMetadata:

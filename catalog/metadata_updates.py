@@ -1,6 +1,6 @@
 """A commit's updates applied to table metadata, with ids assigned as the Java reference builder does.
 
-PyIceberg's own update functions do the work (`_apply_table_update`); before
+PyIceberg's own update functions do the work (`apply_table_update`); before
 each one runs, isbre settles what the reference builder (Iceberg core's
 `TableMetadata.Builder`) settles and PyIceberg does not:
 
@@ -32,6 +32,7 @@ from isbre.catalog.format_v3 import (
     apply_encryption_update,
     as_v3,
 )
+from isbre.catalog.pyiceberg_internals import UpdateContext, add_to_metadata_log, apply_table_update
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table.metadata import TableMetadata
@@ -46,9 +47,6 @@ from pyiceberg.table.update import (
     SetDefaultSpecUpdate,
     TableUpdate,
     UpgradeFormatVersionUpdate,
-    _apply_table_update,
-    _TableMetadataUpdateContext,
-    _update_table_metadata_log,
 )
 from pyiceberg.utils.datetime import datetime_to_millis
 
@@ -100,7 +98,7 @@ def _resolved(update: TableUpdate, metadata: TableMetadata, added: _LastAdded) -
                 return None
         new_id = _next_free(given.schema_id, {s.schema_id for s in metadata.schemas})
         added.schema = new_id
-        return update if new_id == given.schema_id else AddSchemaUpdate(schema=_with_id(given, new_id))
+        return update if new_id == given.schema_id else AddSchemaUpdate(schema_=_with_id(given, new_id))
     if isinstance(update, AddPartitionSpecUpdate):
         _check_spec_fields(update.spec)
         for spec in metadata.partition_specs:
@@ -159,15 +157,15 @@ def _order_with_id(order: SortOrder, order_id: int) -> SortOrder:
 
 
 def _upgraded(
-    update: UpgradeFormatVersionUpdate, metadata: TableMetadata, context: _TableMetadataUpdateContext
+    update: UpgradeFormatVersionUpdate, metadata: TableMetadata, context: UpdateContext
 ) -> TableMetadata:
     """An upgrade PyIceberg does not make itself: to format version 3, whose row ids start at 0."""
     if update.format_version > MAX_FORMAT_VERSION:
         raise ValueError(f"Unsupported table format version: {update.format_version} (isbre writes 1 to 3)")
     if update.format_version < 3 or metadata.format_version >= 3:
-        return _apply_table_update(update, metadata, context)
+        return apply_table_update(update, metadata, context)
     if metadata.format_version < 2:
-        metadata = _apply_table_update(UpgradeFormatVersionUpdate(format_version=2), metadata, context)
+        metadata = apply_table_update(UpgradeFormatVersionUpdate(format_version=2), metadata, context)
     for schema in metadata.schemas:
         schema.check_format_version_compatibility(3)
     context.add_update(update)
@@ -184,7 +182,7 @@ def apply_updates(
     PyIceberg's `update_table_metadata` deep-copies its result, to guard callers that
     mutate metadata in place; isbre never does (cached metadata is shared read-only), and the
     copy was a quarter of a commit's CPU."""
-    context = _TableMetadataUpdateContext()
+    context = UpdateContext()
     added = _LastAdded()
     metadata = base
     for update in updates:
@@ -196,11 +194,11 @@ def apply_updates(
             continue
         resolved = _resolved(update, metadata, added)
         if resolved is not None:
-            metadata = _apply_table_update(resolved, metadata, context)
+            metadata = apply_table_update(resolved, metadata, context)
     if not context.has_changes():
         return None
     if location is not None:
-        metadata = _update_table_metadata_log(metadata, location, base.last_updated_ms)
+        metadata = add_to_metadata_log(metadata, location, base.last_updated_ms)
     if metadata.last_updated_ms == base.last_updated_ms:
         metadata = metadata.model_copy(
             update={"last_updated_ms": datetime_to_millis(datetime.now().astimezone())}

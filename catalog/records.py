@@ -11,7 +11,15 @@ import os
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
-from typing import Any, ClassVar
+from typing import Any
+
+# Every kind of record the log holds (the events, their filters, lineage and the console go by it).
+TABLE_KINDS = ("table.create", "table.commit", "table.register", "table.drop", "table.rename")
+# A purge that left files behind says what it left.
+PURGE_INCOMPLETE = "table.purge-incomplete"
+VIEW_KINDS = ("view.create", "view.replace", "view.register", "view.drop", "view.rename")
+NAMESPACE_KINDS = ("namespace.create", "namespace.update", "namespace.drop")
+RECORD_KINDS = (*TABLE_KINDS, PURGE_INCOMPLETE, *VIEW_KINDS, *NAMESPACE_KINDS)
 
 # Snapshot-summary counters copied into a record, under snake_case names.
 SUMMARY_COUNTERS = (
@@ -66,7 +74,7 @@ class CommitRecord:
     run_id: str = field(default="")
     # A stamped record never changes, so its JSON is made (or read) once and reused:
     # replaying the log would otherwise spend most of its time re-encoding.
-    _json: ClassVar[bytes | None] = None
+    _json: bytes | None = field(default=None, init=False, repr=False, compare=False)
 
     def stamp(self, commit_seq: int, ts_us: int) -> None:
         self.commit_seq = commit_seq
@@ -75,7 +83,7 @@ class CommitRecord:
 
     def to_json(self) -> bytes:
         if self._json is None:
-            values = {k: v for k, v in asdict(self).items() if v is not None}
+            values = {k: v for k, v in asdict(self).items() if v is not None and k != "_json"}
             self._json = json.dumps(values, separators=(",", ":")).encode()
         return self._json
 

@@ -142,7 +142,9 @@ class ServiceCore:
         self.limits = limits or Limits()
         self.protected = tuple(normalized(location) for location in protected)
         self.io = io or PyArrowFileIO()
-        self._owns_writer = writer is None
+        # close() stops the writer and the store: only the service that made them (not one bound
+        # to a request by `acting`, nor one sharing another's writer).
+        self.owns_writer = writer is None
         self.writer = writer or Writer(store, max_batch=max_batch, max_queue=max_queue, on_fatal=on_fatal)
         self.commit_log = CommitLog(store, self.writer)
         self.table_files: MetadataCache[TableMetadata] = MetadataCache(self.io, parse_table_metadata)
@@ -176,14 +178,14 @@ class ServiceCore:
 
     def close(self) -> None:
         """Stop the writer and close the store (the service that made the writer does it)."""
-        if self._owns_writer:
+        if self.owns_writer:
             self.writer.close()
             self.store.close()
 
     def acting(self, context: MutationContext) -> Self:
         """This service, running its mutations for `context` (the caller of one request)."""
         bound = copy.copy(self)
-        bound.context, bound._owns_writer = context, False
+        bound.context, bound.owns_writer = context, False
         return bound
 
     def _run(self, mutation: Callable[[Batch], T], reads: Sequence[tuple[str, Identifier]] = ()) -> T:

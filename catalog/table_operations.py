@@ -21,7 +21,7 @@ from isbre.catalog.metadata_files import (
 )
 from isbre.catalog.metadata_updates import check_unique_ids
 from isbre.catalog.purge import PurgeIncompleteError, PurgeReport, purge_files
-from isbre.catalog.records import CommitRecord
+from isbre.catalog.records import PURGE_INCOMPLETE, CommitRecord
 from isbre.catalog.service_core import (
     MAX_COMMIT_ATTEMPTS,
     TABLE,
@@ -261,7 +261,7 @@ class TableOperations(ServiceCore):
         def mutation(batch: Batch) -> CommitRecord:
             return batch.log(
                 CommitRecord(
-                    "table.purge-incomplete",
+                    PURGE_INCOMPLETE,
                     list(ident.namespace),
                     ident.name,
                     table_uuid=pointer.uuid,

@@ -19,6 +19,7 @@ from isbre.catalog.identifiers import Identifier
 from isbre.catalog.locations import LocationNotAllowedError, inside, normalized
 from isbre.catalog.metadata_files import Loaded, metadata_json
 from isbre.catalog.metadata_updates import apply_updates, check_unique_ids
+from isbre.catalog.pyiceberg_internals import empty_table_metadata
 from isbre.catalog.records import CommitRecord, summary_counters
 from isbre.catalog.requirements import check_requirement
 from isbre.catalog.store import Pointer
@@ -34,7 +35,6 @@ from pyiceberg.table.update import (
     SetPartitionStatisticsUpdate,
     SetStatisticsUpdate,
     TableRequirement,
-    TableUpdate,
 )
 from pyiceberg.types import NestedField, StructType
 
@@ -58,7 +58,7 @@ class Staged:
     json: bytes
     metadata_location: str
     changed: bool
-    updates: tuple[TableUpdate, ...] = ()
+    updates: tuple[AnyTableUpdate, ...] = ()
     spans: tuple[Span, ...] = ()
     previous_places: tuple[str, ...] | None = None  # the table's places before this change
 
@@ -170,7 +170,7 @@ def stage(change: TableChange, base: Pointer | None, current: Loaded[TableMetada
 
 def _created_by_updates(change: TableChange) -> TableMetadata:
     try:
-        metadata = apply_updates(_empty_metadata(), change.updates, None)
+        metadata = apply_updates(empty_table_metadata(), change.updates, None)
         if metadata is None:
             raise ValueError("A create by updates needs updates")
         # Validated whole, as PyIceberg's own catalogs validate a create.
@@ -201,7 +201,7 @@ def check_carried_paths(metadata: TableMetadata) -> None:
         check_path(statistics.statistics_path, "statistics")
 
 
-def _check_statistics(metadata: TableMetadata, updates: tuple[TableUpdate, ...]) -> None:
+def _check_statistics(metadata: TableMetadata, updates: tuple[AnyTableUpdate, ...]) -> None:
     """Statistics files a change adds must belong to one of the table's snapshots and lie inside its
     location: a purge deletes them."""
     snapshots = {snapshot.snapshot_id for snapshot in metadata.snapshots}
@@ -226,13 +226,6 @@ def _check_statistics(metadata: TableMetadata, updates: tuple[TableUpdate, ...])
             raise ValueError(
                 f"The {what} file {found.statistics_path!r} is outside the table's location {root}"
             )
-
-
-def _empty_metadata() -> TableMetadata:
-    # The same starting point PyIceberg's own catalogs use for a create-by-updates.
-    from pyiceberg.catalog import MetastoreCatalog
-
-    return MetastoreCatalog._empty_table_metadata()
 
 
 def commit_record(staged: Staged, txn: str | None, txn_size: int | None) -> CommitRecord:

@@ -211,7 +211,7 @@ def new_view_metadata(
     return update_view_metadata(
         empty,
         (
-            AddSchemaUpdate(schema=schema),
+            AddSchemaUpdate(schema_=schema),
             SetPropertiesUpdate(updates=properties),
             AddViewVersionUpdate(view_version=version.model_copy(update={"schema_id": LAST_ADDED})),
             SetCurrentViewVersionUpdate(view_version_id=LAST_ADDED),

@@ -20,12 +20,14 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from isbre.catalog.identifiers import Identifier
-from isbre.catalog.records import CommitRecord, now_us
+from isbre.catalog.records import RECORD_KINDS, CommitRecord, now_us
 from isbre.catalog.store import FIRST_WAREHOUSE, Store, StoreGrowthError, StoreUnavailableError, WriteView
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+_KINDS = frozenset(RECORD_KINDS)
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,8 @@ class Batch:
         self.origin = Origin()
 
     def log(self, record: CommitRecord) -> CommitRecord:
+        if record.kind not in _KINDS:
+            raise ValueError(f"Not a kind of commit record: {record.kind!r}")
         if record.warehouse is None:
             record.warehouse = self.origin.warehouse
         if record.actor is None:

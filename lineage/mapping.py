@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, TypeVar
 
-from isbre.catalog.records import CommitRecord
+from isbre.catalog.records import TABLE_KINDS, CommitRecord
 from openlineage.client.event_v2 import InputDataset, Job, OutputDataset, Run, RunEvent, RunState
 from openlineage.client.facet_v2 import (
     column_lineage_dataset,
@@ -45,7 +45,6 @@ INPUTS_KEY = "isbre.lineage.inputs"
 COLUMN_LINEAGE_KEY = "isbre.lineage.column-lineage"
 PARENT_RUN_KEY = "isbre.lineage.parent-run"
 
-TABLE_KINDS = frozenset({"table.create", "table.commit", "table.drop", "table.rename", "table.register"})
 _LIFECYCLE = {
     "table.create": lifecycle_state_change_dataset.LifecycleStateChange.CREATE,
     "table.drop": lifecycle_state_change_dataset.LifecycleStateChange.DROP,

@@ -13,14 +13,15 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import Depends, Request
 from fastapi.dependencies.models import Dependant
 from fastapi.routing import APIRoute
 from isbre.catalog import CatalogService, Identifier
 from isbre.catalog.locations import LocationPolicy
-from isbre.rest.auth import RANK, Caller
+from isbre.rest.auth import Caller
+from isbre.rest.roles import RANK, Role
 from isbre.rest.wire import namespace_from_path
 
 # Marks a dependency as a route's authorization rule; its value is the least role.
@@ -37,12 +38,12 @@ class Access:
 
     caller: Caller | None
 
-    def require(self, role: str) -> None:
+    def require(self, role: Role) -> None:
         if not self.may(role):
             assert self.caller is not None
             raise ForbiddenError(f"{self.caller.name} may not do this: it needs the {role} role")
 
-    def may(self, role: str) -> bool:
+    def may(self, role: Role) -> bool:
         return self.caller is None or self.caller.rank >= RANK[role]
 
     def namespace(self, namespace: tuple[str, ...]) -> tuple[str, ...]:
@@ -74,12 +75,12 @@ def access(request: Request) -> Access:
     return Access(getattr(request.state, "caller", None))
 
 
-def _rule(role: str, dependency: Callable[..., Any]) -> Callable[..., Any]:
+def _rule(role: Role | Literal["public"], dependency: Callable[..., Any]) -> Callable[..., Any]:
     setattr(dependency, RULE, role)
     return dependency
 
 
-def permits(role: str) -> Callable[[Request], Awaitable[Access]]:
+def permits(role: Role) -> Callable[[Request], Awaitable[Access]]:
     """A route's rule when what it acts on is named in its body, or is the whole catalog."""
 
     # async: a check this cheap must not cost a trip to the thread pool.
@@ -102,7 +103,7 @@ class InNamespace:
         return Identifier.of(self.namespace, name)
 
 
-def in_namespace(role: str) -> Callable[[Request, str], Awaitable[InNamespace]]:
+def in_namespace(role: Role) -> Callable[[Request, str], Awaitable[InNamespace]]:
     """A route's rule for `/namespaces/{namespace}/...`: the role, and the path's namespace in scope."""
 
     async def dependency(request: Request, namespace: str) -> InNamespace:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qs, unquote_plus
 
+from isbre.rest.roles import RANK
 from isbre.rest.settings import AuthSettings, Principal
 from isbre.rest.wire import send_error
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -29,7 +30,6 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 PUBLIC = frozenset({"/v1/oauth/tokens", "/live", "/ready", "/health", "/metrics"})
 # Public routes that say more to an admin: a token is verified when one comes, never required.
 MORE_TO_ADMINS = frozenset({"/health"})
-RANK = {"reader": 0, "writer": 1, "admin": 2}
 
 
 def sha256_hex(value: str) -> str:

@@ -8,6 +8,9 @@ ending (the connection is closed after): idle and slow connections cannot pile
 up. The event stream route takes connections over to pass them to the fan-out
 process (events/fanout.py); a request whose connection is not taken is served
 exactly as uvicorn serves it.
+
+This is the one module that reaches into uvicorn's protocol internals (tests/test_upstream_seams.py
+fails when they change underneath).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from typing import Any
+from typing import Any, cast
 
 from isbre.events.fanout import DETACHABLE
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
@@ -122,7 +125,9 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self._cancel_head_timer()
         super().on_headers_complete()
         if self.cycle is not None and self.cycle.scope is self.scope:
-            self.scope.setdefault("extensions", {})[DETACHABLE] = _Connection(self, self.cycle)
+            # ASGI's types say extensions are dicts; this one is the object the app calls.
+            extensions = cast(dict[str, Any], self.scope.setdefault("extensions", {}))
+            extensions[DETACHABLE] = _Connection(self, self.cycle)
 
     def on_body(self, body: bytes) -> None:
         if not self._refused:

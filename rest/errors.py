@@ -24,7 +24,7 @@ from starlette.exceptions import HTTPException
 log = logging.getLogger(__name__)
 
 # Most specific first: a subclass must come before its base class.
-_KNOWN: list[tuple[type[BaseException], int, str]] = [
+_KNOWN: list[tuple[type[Exception], int, str]] = [
     (ForbiddenError, 403, "ForbiddenException"),
     (SigningRefusedError, 403, "ForbiddenException"),
     (ice.NoSuchNamespaceError, 404, "NoSuchNamespaceException"),
@@ -105,7 +105,8 @@ async def _handle(request: Request, exc: Exception) -> JSONResponse:
     return render_error(exc)
 
 
-async def _handle_http(request: Request, exc: HTTPException) -> JSONResponse:
+async def _handle_http(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, HTTPException)  # registered for it alone
     error_type = _HTTP_TYPES.get(exc.status_code, "RESTException")
     return error_response(exc.status_code, error_type, str(exc.detail))
 

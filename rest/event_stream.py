@@ -16,28 +16,16 @@ from isbre.events.filters import EventFilter
 from isbre.events.frames import STREAM_HEADERS, expired_frame, retry_frame, token_expired_frame
 from isbre.events.subscription import CursorExpiredError, check_cursor, follow, latest
 from isbre.rest.access import READER
+from isbre.rest.sse_starlette_internals import EventStream
 from isbre.rest.wire import warehouse_tags
-from sse_starlette import EventSourceResponse
 from starlette.datastructures import State
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 # Any authenticated caller may follow events; its namespace scopes filter what it sees.
 router = APIRouter(dependencies=[Depends(READER)])
 RECENT_LIMIT = 1000
 # Records read at most for one /events/recent answer, whatever its filter matches.
 RECENT_SCAN_LIMIT = 10_000
-
-
-class _EventStream(EventSourceResponse):
-    """sse-starlette's response without a cancel scope around every chunk when no send timeout
-    is set (isbre sets none): with a hundred subscribers those scopes were a quarter of the
-    event loop's time, taken from the commits it also serves."""
-
-    async def _send_with_timeout(self, send: Send, message: Message) -> None:
-        if self.send_timeout is None:
-            await send(message)
-        else:
-            await super()._send_with_timeout(send, message)
 
 
 class _HandedOver(Response):
@@ -137,7 +125,7 @@ def _stream_here(state: State, cursor: int, event_filter: EventFilter, expires_a
                 expiry.cancel()
             state.event_streams -= 1
 
-    return _EventStream(
+    return EventStream(
         body(),
         shutdown_event=shutdown,
         shutdown_grace_period=2.0,

@@ -22,6 +22,7 @@ from urllib.parse import quote, unquote, urlsplit
 from xml.etree import ElementTree
 
 from isbre.catalog.object_storage import S3Options
+from isbre.rest.roles import Role
 
 # Bounds checked before any other work: parsing and signing cost grows with what a request carries.
 MAX_HEADERS = 64
@@ -51,7 +52,7 @@ class Operation:
     name: str
     method: str
     target: Target
-    role: Literal["reader", "writer"]
+    role: Role  # reader or writer: no object operation needs more
     # Query parameters it must carry, and those it may carry: name -> the pattern of its value.
     required: Mapping[str, str] = field(default_factory=dict)
     optional: Mapping[str, str] = field(default_factory=dict)

@@ -6,9 +6,10 @@ import os
 import re
 import tomllib
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from isbre.catalog.stores import is_database_url
+from isbre.rest.roles import Role
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_settings import (
     BaseSettings,
@@ -20,7 +21,6 @@ from pydantic_settings import (
 if TYPE_CHECKING:
     from isbre.catalog.warehouses import Warehouse
 
-ROLES = ("reader", "writer", "admin")
 # A warehouse's name is its catalog prefix: one URL path segment.
 NAME = r"^[A-Za-z0-9_-]+$"
 
@@ -31,7 +31,7 @@ class Principal(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str
-    roles: list[Literal["reader", "writer", "admin"]]
+    roles: list[Role]
     client_id: str | None = None
     secret_sha256: str | None = Field(None, description="SHA-256 (hex) of the client secret.")
     token_sha256: str | None = Field(None, description="SHA-256 (hex) of a static bearer token.")

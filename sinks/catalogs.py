@@ -13,6 +13,7 @@ from typing import Any
 
 from isbre.catalog.coverage import Coverage
 from isbre.catalog.embedded import LmdbCatalog
+from isbre.catalog.pyiceberg_internals import rest_extension_get
 from isbre.sinks.contract import SinkError
 from pyiceberg.catalog import Catalog
 from pyiceberg.catalog.rest import RestCatalog
@@ -60,24 +61,21 @@ class _RestCoverage(CoverageSource):
     indexed = True
     catalog: RestCatalog
 
-    def _get(self, **params: Any) -> dict[str, Any] | None:
-        # PyIceberg has no public hook for extension endpoints; url() and _session are how its
-        # own methods build requests (and carry the catalog's auth headers).
-        url = self.catalog.url(_COVERAGE_ENDPOINT, **self.catalog._split_identifier_for_path(self.identifier))
-        response = self.catalog._session.get(url, params=params)
+    def get(self, **params: Any) -> dict[str, Any] | None:
+        response = rest_extension_get(self.catalog, _COVERAGE_ENDPOINT, self.identifier, params)
         if response.status_code != 200:
             return None
         body = response.json()
         return body if isinstance(body, dict) and "coverage" in body else None
 
     def coverage(self, table: Table) -> Coverage:
-        body = self._get()
+        body = self.get()
         if body is None:
             raise SinkError(f"{self.identifier}: the catalog stopped answering coverage requests")
         return Coverage.from_json(body["coverage"])
 
     def commit_seq_of(self, snapshot_id: int) -> int | None:
-        body = self._get(**{"snapshot-id": snapshot_id})
+        body = self.get(**{"snapshot-id": snapshot_id})
         return None if body is None else body.get("commit-seq")
 
 
@@ -86,7 +84,7 @@ def coverage_source(catalog: Catalog, identifier: str) -> CoverageSource:
         return _EmbeddedCoverage(catalog, identifier)
     if isinstance(catalog, RestCatalog):
         rest = _RestCoverage(catalog, identifier)
-        if rest._get() is not None:
+        if rest.get() is not None:
             return rest
         log.info("%s: the REST catalog keeps no coverage index; using snapshot summaries", identifier)
     return CoverageSource(catalog, identifier)

@@ -19,11 +19,9 @@ from functools import lru_cache
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from isbre.catalog.pyiceberg_internals import as_file_schema, data_files_of, parquet_writer_options
 from pyiceberg.io.fileformat import FileFormatFactory
 from pyiceberg.io.pyarrow import (
-    _dataframe_to_data_files,
-    _get_parquet_writer_kwargs,
-    _to_requested_schema,
     compute_statistics_plan,
     data_file_statistics_from_parquet_metadata,
     parquet_path_to_id_mapping,
@@ -56,17 +54,14 @@ def write_data_files(table: Table, rows: pa.Table, options: Mapping[str, ColumnO
     metadata = table.metadata
     schema = metadata.schema()
     if not metadata.spec().is_unpartitioned() or sanitize_column_names(schema) != schema:
-        return list(_dataframe_to_data_files(metadata, rows, table.io, uuid.uuid4()))
+        return list(data_files_of(metadata, rows, table.io, uuid.uuid4()))
     file_schema = pyarrow_to_schema(
         rows.schema, name_mapping=schema.name_mapping, format_version=metadata.format_version
     )
     data = pa.Table.from_batches(
-        [
-            _to_requested_schema(schema, file_schema, batch, include_field_ids=True, format_model=PARQUET)
-            for batch in rows.to_batches()
-        ]
+        [as_file_schema(schema, file_schema, batch, PARQUET) for batch in rows.to_batches()]
     )
-    kwargs = _get_parquet_writer_kwargs(metadata.properties)
+    kwargs = parquet_writer_options(metadata.properties)
     codec, level = kwargs.pop("compression"), kwargs.pop("compression_level")
     paths = _leaf_paths(data.schema)
     dictionary = [p for p in paths if options.get(p, (True, None, None, True))[0]]

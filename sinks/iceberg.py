@@ -20,6 +20,7 @@ import pyarrow as pa
 import requests
 from isbre.catalog.coverage import SPANS_PROPERTY, Coverage, Span, SpanKey, encode_spans, merge
 from isbre.catalog.metadata_files import local_path, sync_directories, sync_file
+from isbre.catalog.pyiceberg_internals import arrow_schema_without_ids
 from isbre.sinks.catalogs import CoverageSource, coverage_source
 from isbre.sinks.columns import DEFAULT_PREFIX, MetadataColumns, now
 from isbre.sinks.contract import CommitInfo, OffsetSpan, OneStreamSink, SinkError, SourceFields, row_offsets
@@ -33,7 +34,6 @@ from pyiceberg.exceptions import (
     NoSuchTableError,
     TableAlreadyExistsError,
 )
-from pyiceberg.io.pyarrow import _pyarrow_to_schema_without_ids
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 
@@ -134,7 +134,7 @@ class TableWriter:
         except NoSuchTableError:
             pass
         documented = with_docs(schema)
-        synced = comment_hash(_pyarrow_to_schema_without_ids(documented))
+        synced = comment_hash(arrow_schema_without_ids(documented))
         properties = {**self.table_properties, **sink_properties(self.columns.prefix, synced)}
         try:
             return self.catalog.create_table(self.identifier, schema=documented, properties=properties)

@@ -11,8 +11,8 @@ import json
 from dataclasses import dataclass, field
 
 import pyarrow as pa
+from isbre.catalog.pyiceberg_internals import arrow_schema_without_ids
 from isbre.sinks.contract import SchemaDriftError
-from pyiceberg.io.pyarrow import _pyarrow_to_schema_without_ids
 from pyiceberg.schema import Schema
 from pyiceberg.types import (
     DecimalType,
@@ -123,17 +123,17 @@ def plan(
             f"The table's metadata columns use the prefix {known!r}; a sink with prefix {prefix!r} "
             "cannot write to it (the prefix is fixed once the table exists)"
         )
-    incoming = _pyarrow_to_schema_without_ids(with_docs(batch_schema))
+    incoming = arrow_schema_without_ids(with_docs(batch_schema))
     result = Plan()
-    for wanted in incoming.fields:
-        name, kind = wanted.name, wanted.field_type
+    for column in incoming.fields:
+        name, kind = column.name, column.field_type
         existing = next((f for f in table_schema.fields if f.name == name), None)
         if existing is None:
-            result.add.append((name, kind, wanted.doc))
+            result.add.append((name, kind, column.doc))
             continue
         have = existing.field_type
-        if wanted.doc and wanted.doc != existing.doc:
-            result.docs[name] = wanted.doc
+        if column.doc and column.doc != existing.doc:
+            result.docs[name] = column.doc
         if _shape(kind) == _shape(have) or lossless(kind, have):
             continue
         if isinstance(have, StringType) and _is_nested(kind):

@@ -182,8 +182,8 @@ def record_ids(
             start = ((start ^ digest) * int(multiplier)) & _MASK64
         h = offset_digests ^ U64(start)
         h *= multiplier
-        for digest in column_digests:
-            h ^= digest
+        for column_hash in column_digests:
+            h ^= column_hash
             h *= multiplier
         ids[:, lane] = fmix64(h, in_place=True)
     return pa.Array.from_buffers(RECORD_ID, len(offsets), [None, pa.py_buffer(ids)])

@@ -20,6 +20,7 @@ from pathlib import Path
 import httpx
 
 from tests.server import free_port
+from tests.test_layers import PACKAGES
 
 ROOT = Path(__file__).parent.parent
 
@@ -46,8 +47,17 @@ def test_a_built_wheel_installs_one_package_that_serves_embeds_and_ingests(tmp_p
         tmp_path,
     )
     (wheel,) = tmp_path.glob("isbre-*.whl")
-    tops = {name.split("/")[0] for name in zipfile.ZipFile(wheel).namelist()}
+    names = zipfile.ZipFile(wheel).namelist()
+    tops = {name.split("/")[0] for name in names}
     assert {top for top in tops if not top.endswith(".dist-info")} == {"isbre"}
+    # Every module of the folders, subpackages too (a package missing from pyproject.toml's list is
+    # left out of the wheel, and only a fresh install shows it).
+    sources = {
+        f"isbre/{path.relative_to(ROOT).as_posix()}"
+        for package in PACKAGES
+        for path in (ROOT / package).rglob("*.py")
+    }
+    assert sources - set(names) == set()
 
     environment = tmp_path / "env"
     venv.create(environment, with_pip=False)

@@ -1,0 +1,92 @@
+"""Every name isbre takes from PyIceberg that PyIceberg does not publish, in one place.
+
+PyIceberg applies a table update, keeps the metadata log and writes Parquet data files with
+functions it keeps private, and offers no hook for a REST catalog's extension endpoints. isbre
+uses them rather than copy them, and only through this module: tests/test_upstream_seams.py
+fails when PyIceberg changes any of them underneath. The Parquet writers are imported when
+called, so that the catalog does not load PyIceberg's pyarrow I/O to apply an update.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.table.update import (
+    TableUpdate,
+    _apply_table_update,
+    _TableMetadataUpdateContext,
+    _update_table_metadata_log,
+)
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import requests
+    from pyiceberg.catalog.rest import RestCatalog
+    from pyiceberg.io import FileIO
+    from pyiceberg.manifest import DataFile
+    from pyiceberg.schema import Schema
+
+# What one commit's updates share while they are applied (the snapshots and schemas they add).
+UpdateContext = _TableMetadataUpdateContext
+
+
+def apply_table_update(update: TableUpdate, metadata: TableMetadata, context: UpdateContext) -> TableMetadata:
+    return _apply_table_update(update, metadata, context)
+
+
+def add_to_metadata_log(metadata: TableMetadata, location: str, last_updated_ms: int) -> TableMetadata:
+    """`metadata` with the file at `location` (last updated at `last_updated_ms`) in its log."""
+    return _update_table_metadata_log(metadata, location, last_updated_ms)
+
+
+def empty_table_metadata() -> TableMetadata:
+    """The starting point of PyIceberg's own catalogs for a table created by updates."""
+    from pyiceberg.catalog import MetastoreCatalog
+
+    return MetastoreCatalog._empty_table_metadata()
+
+
+def arrow_schema_without_ids(schema: pa.Schema) -> Schema:
+    """An Iceberg schema for an Arrow schema whose fields carry no field ids."""
+    from pyiceberg.io.pyarrow import _pyarrow_to_schema_without_ids
+
+    return _pyarrow_to_schema_without_ids(schema)
+
+
+def data_files_of(
+    metadata: TableMetadata, rows: pa.Table, io: FileIO, write_uuid: uuid.UUID
+) -> Iterable[DataFile]:
+    """PyIceberg's own writer: `rows` as the table's data files (partitioned as the table is)."""
+    from pyiceberg.io.pyarrow import _dataframe_to_data_files
+
+    return _dataframe_to_data_files(metadata, rows, io, write_uuid)
+
+
+def as_file_schema(
+    requested: Schema, file_schema: Schema, batch: pa.RecordBatch, format_model: Any
+) -> pa.RecordBatch:
+    """`batch` (whose schema is `file_schema`) as the table's schema `requested`, with field ids."""
+    from pyiceberg.io.pyarrow import _to_requested_schema
+
+    return _to_requested_schema(
+        requested, file_schema, batch, include_field_ids=True, format_model=format_model
+    )
+
+
+def parquet_writer_options(properties: dict[str, str]) -> dict[str, Any]:
+    """The pyarrow Parquet writer's options the table's `write.parquet.*` properties ask for."""
+    from pyiceberg.io.pyarrow import _get_parquet_writer_kwargs
+
+    return _get_parquet_writer_kwargs(properties)
+
+
+def rest_extension_get(
+    catalog: RestCatalog, endpoint: str, identifier: str, params: dict[str, Any]
+) -> requests.Response:
+    """GET a catalog's extension endpoint for the table `identifier`, on the catalog's own
+    authenticated session (PyIceberg builds its own requests the same way)."""
+    url = catalog.url(endpoint, **catalog._split_identifier_for_path(identifier))
+    return catalog._session.get(url, params=params)

@@ -1,0 +1,113 @@
+"""isbre reaches into three libraries' private parts, each through one module: PyIceberg's
+(catalog/pyiceberg_internals.py), sse-starlette's (rest/sse_starlette_internals.py) and uvicorn's
+protocol (rest/connections.py). Nothing else does, and each use is checked here against the
+installed library, so that an upgrade that changes one fails here, by name."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import uuid
+from pathlib import Path
+
+import pyarrow as pa
+from isbre.catalog import pyiceberg_internals as pyiceberg
+from isbre.rest.sse_starlette_internals import EventStream
+from pyiceberg.catalog.rest import RestCatalog
+from pyiceberg.io.pyarrow import PyArrowFileIO
+from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
+from pyiceberg.schema import Schema
+from pyiceberg.table.metadata import new_table_metadata
+from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
+from pyiceberg.table.update import SetPropertiesUpdate
+from pyiceberg.types import LongType, NestedField
+from sse_starlette import EventSourceResponse
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
+
+from tests.test_layers import PACKAGES, ROOT
+
+SEAMS = {"catalog/pyiceberg_internals.py", "rest/sse_starlette_internals.py", "rest/connections.py"}
+SCHEMA = Schema(NestedField(1, "x", LongType(), required=False))
+
+
+def test_no_other_module_imports_a_private_name_of_another_library() -> None:
+    found = []
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            where = path.relative_to(ROOT).as_posix()
+            for node in ast.walk(ast.parse(path.read_text(), where)):
+                if not isinstance(node, ast.ImportFrom) or node.level or not node.module:
+                    continue
+                if node.module.split(".")[0] == "isbre":
+                    continue
+                private = [a.name for a in node.names if a.name.startswith("_")]
+                if (private or node.module.startswith("uvicorn.protocols")) and where not in SEAMS:
+                    found.append(f"{where}: from {node.module} import {private or '...'}")
+    assert found == []
+
+
+def _metadata(tmp_path: Path):  # type: ignore[no-untyped-def]
+    return new_table_metadata(
+        SCHEMA, UNPARTITIONED_PARTITION_SPEC, UNSORTED_SORT_ORDER, tmp_path.as_uri(), {}, uuid.uuid4()
+    )
+
+
+def test_pyiceberg_applies_an_update_and_logs_a_metadata_file(tmp_path: Path) -> None:
+    metadata = _metadata(tmp_path)
+    context = pyiceberg.UpdateContext()
+    updated = pyiceberg.apply_table_update(SetPropertiesUpdate(updates={"a": "b"}), metadata, context)
+    assert updated.properties["a"] == "b"
+    logged = pyiceberg.add_to_metadata_log(updated, "file:///t/metadata/1.json", metadata.last_updated_ms)
+    assert [entry.metadata_file for entry in logged.metadata_log] == ["file:///t/metadata/1.json"]
+    assert pyiceberg.empty_table_metadata().format_version == 1  # what a create by updates upgrades
+
+
+def test_pyiceberg_writes_parquet_data_files(tmp_path: Path) -> None:
+    from isbre.sinks.datafiles import PARQUET
+
+    metadata = _metadata(tmp_path)
+    rows = pa.table({"x": pa.array([1, 2, 3], pa.int64())})
+    assert pyiceberg.arrow_schema_without_ids(rows.schema).find_field("x").field_type == LongType()
+    (batch,) = rows.to_batches()
+    shaped = pyiceberg.as_file_schema(SCHEMA, SCHEMA, batch, PARQUET)
+    assert shaped.schema.field("x").metadata[b"PARQUET:field_id"] == b"1"
+    options = pyiceberg.parquet_writer_options(metadata.properties)
+    assert {"compression", "compression_level"} <= set(options)  # the sink takes both out
+    (written,) = pyiceberg.data_files_of(metadata, rows, PyArrowFileIO(), uuid.uuid4())
+    assert written.record_count == 3 and Path(written.file_path.removeprefix("file://")).is_file()
+
+
+def test_pyiceberg_rest_catalog_builds_requests_as_the_seam_does() -> None:
+    split = inspect.signature(RestCatalog._split_identifier_for_path)
+    assert list(split.parameters)[:2] == ["self", "identifier"]
+    assert "self._session" in inspect.getsource(RestCatalog.__init__)
+    assert "self._session.get(" in inspect.getsource(RestCatalog)
+
+
+def test_sse_starlette_sends_every_chunk_through_the_overridden_method() -> None:
+    sent = EventSourceResponse._send_with_timeout
+    assert inspect.iscoroutinefunction(sent)
+    assert list(inspect.signature(sent).parameters) == ["self", "send", "message"]
+    assert "_send_with_timeout(" in inspect.getsource(EventSourceResponse._stream_response)
+    assert EventStream._send_with_timeout is not sent
+
+
+def test_uvicorn_protocol_has_what_the_guarded_protocol_uses() -> None:
+    for method in (
+        "connection_made",
+        "connection_lost",
+        "data_received",
+        "on_url",
+        "on_header",
+        "on_headers_complete",
+        "on_body",
+        "on_message_complete",
+        "on_response_complete",
+    ):
+        assert callable(getattr(HttpToolsProtocol, method)), method
+    protocol = inspect.getsource(HttpToolsProtocol)
+    for attribute in ("self.cycle", "self.pipeline", "self.transport", "self.scope", "self.loop"):
+        assert attribute in protocol, attribute
+    cycle = inspect.getsource(RequestResponseCycle.__init__)
+    for attribute in ("self.scope", "self.response_started", "self.disconnected"):
+        assert attribute in cycle, attribute
