@@ -80,8 +80,8 @@ def _lineage_replay(args: argparse.Namespace) -> int:
     from isbre.catalog.warehouses import open_warehouses, read_metadata
     from isbre.lineage.config import build_client
     from isbre.lineage.mapping import LineageMapper, group_runs
-    from isbre.rest.app import lineage_names
     from isbre.rest.settings import load_settings, warehouses
+    from isbre.rest.startup import lineage_names
 
     settings = load_settings(args.config, warehouse=args.warehouse, store=args.store)
     client = build_client(settings.lineage_url, settings.lineage_api_key, settings.lineage_transport)

@@ -18,6 +18,7 @@ from isbre.catalog.records import CommitRecord
 from isbre.events.filters import EventFilter
 from isbre.events.subscription import EVERYTHING, check_cursor
 from isbre.rest.access import READER
+from isbre.rest.runtime import runtime
 from isbre.rest.wire import warehouse_tags
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -161,11 +162,11 @@ def page(
 @router.post("/events")
 async def query_events(request: Request) -> Response:
     query = QueryEventsRequest.model_validate_json(await request.body() or b"{}")
-    state = request.app.state
-    page_size = min(query.page_size or DEFAULT_PAGE_SIZE, state.settings.max_page_size)
+    running = runtime(request)
+    page_size = min(query.page_size or DEFAULT_PAGE_SIZE, running.settings.max_page_size)
     caller = getattr(request.state, "caller", None)  # set when authentication is on
     visible = EventFilter(
         scopes=caller.namespaces if caller else (), warehouses=frozenset(warehouse_tags(request))
     )
-    body = await anyio.to_thread.run_sync(page, state.service.commit_log, query, page_size, visible)
+    body = await anyio.to_thread.run_sync(page, running.service.commit_log, query, page_size, visible)
     return Response(json.dumps(body, separators=(",", ":")), media_type="application/json")

@@ -11,14 +11,21 @@ from typing import Annotated
 
 import anyio
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
-from isbre.events.fanout import DETACHABLE, Detachable, FanoutProcess, StreamRequest, until_expiry
+from isbre.events.fanout import (
+    DETACHABLE,
+    Detachable,
+    FanoutChannel,
+    FanoutProcess,
+    StreamRequest,
+    until_expiry,
+)
 from isbre.events.filters import EventFilter
 from isbre.events.frames import STREAM_HEADERS, expired_frame, retry_frame, token_expired_frame
 from isbre.events.subscription import CursorExpiredError, check_cursor, follow, latest
 from isbre.rest.access import READER
+from isbre.rest.runtime import Runtime, runtime
 from isbre.rest.sse_starlette_internals import EventStream
 from isbre.rest.wire import warehouse_tags
-from starlette.datastructures import State
 from starlette.types import Receive, Scope, Send
 
 # Any authenticated caller may follow events; its namespace scopes filter what it sees.
@@ -33,7 +40,7 @@ class _HandedOver(Response):
 
     def __init__(
         self,
-        fanout: FanoutProcess,
+        fanout: FanoutProcess | FanoutChannel,
         connection: Detachable,
         request: StreamRequest,
         here: Callable[[], Response],
@@ -78,7 +85,7 @@ async def stream_events(
     kind: Annotated[list[str] | None, Query()] = None,
     last_event_id: str | None = Header(None),
 ) -> Response:
-    state = request.app.state
+    state = runtime(request)
     caller = getattr(request.state, "caller", None)  # set when authentication is on
     event_filter = _filter(request, namespace, table, kind)
     cursor = _start(after, last_event_id, state.broadcaster.high)
@@ -94,7 +101,9 @@ async def stream_events(
     return _stream_here(state, cursor, event_filter, expires_at)
 
 
-def _stream_here(state: State, cursor: int, event_filter: EventFilter, expires_at: float | None) -> Response:
+def _stream_here(
+    state: Runtime, cursor: int, event_filter: EventFilter, expires_at: float | None
+) -> Response:
     # Set by sse-starlette when the server begins to shut down, or when the caller's token expires:
     # the stream then ends by itself, with a complete response, instead of being cut.
     shutdown = anyio.Event()
@@ -106,7 +115,7 @@ def _stream_here(state: State, cursor: int, event_filter: EventFilter, expires_a
         shutdown.set()
 
     async def body() -> AsyncIterator[bytes]:
-        state.event_streams += 1
+        state.counters.event_streams += 1
         expiry = None
         if (delay := until_expiry(expires_at)) is not None:
             expiry = asyncio.get_running_loop().call_later(delay, expire)
@@ -123,7 +132,7 @@ def _stream_here(state: State, cursor: int, event_filter: EventFilter, expires_a
         finally:
             if expiry is not None:
                 expiry.cancel()
-            state.event_streams -= 1
+            state.counters.event_streams -= 1
 
     return EventStream(
         body(),
@@ -134,16 +143,11 @@ def _stream_here(state: State, cursor: int, event_filter: EventFilter, expires_a
     )
 
 
-def open_streams(state: State) -> int:
-    """Event streams served in this process and by the fan-out process."""
-    return state.event_streams + (state.fanout.streams if state.fanout is not None else 0)
-
-
-def events_health(state: State) -> dict[str, object]:
+def events_health(state: Runtime) -> dict[str, object]:
     """Streams open, and the fan-out process serving them (degraded: it is restarting, streams are
     served in the server's process meanwhile)."""
     fanout = state.fanout
-    body: dict[str, object] = {"status": "ok", "streams": open_streams(state)}
+    body: dict[str, object] = {"status": "ok", "streams": state.open_streams}
     if fanout is not None:
         body["process"] = fanout.pid
         body["status"] = "ok" if fanout.alive else "degraded"
@@ -152,7 +156,7 @@ def events_health(state: State) -> dict[str, object]:
 
 @router.get("/events/cursor")
 def events_cursor(request: Request) -> Response:
-    floor, high = request.app.state.service.commit_log.log_bounds()
+    floor, high = runtime(request).service.commit_log.log_bounds()
     body = json.dumps({"commit_seq": high, "oldest_commit_seq": floor})
     return Response(body, media_type="application/json")
 
@@ -166,6 +170,6 @@ def recent_events(
     kind: Annotated[list[str] | None, Query()] = None,
 ) -> Response:
     event_filter = _filter(request, namespace, table, kind)
-    records, high = latest(request.app.state.service.commit_log, event_filter, limit, RECENT_SCAN_LIMIT)
+    records, high = latest(runtime(request).service.commit_log, event_filter, limit, RECENT_SCAN_LIMIT)
     body = b'{"commit_seq":%d,"records":[%s]}' % (high, b",".join(r.to_json() for r in records))
     return Response(body, media_type="application/json")

@@ -10,6 +10,7 @@ from isbre.catalog import CatalogService
 from isbre.catalog.store import StoreUnavailableError
 from isbre.rest.access import PUBLIC, READER, access
 from isbre.rest.event_stream import events_health
+from isbre.rest.runtime import runtime
 from isbre.rest.shared_counters import running_workers
 from isbre.rest.wire import json_response
 
@@ -18,7 +19,7 @@ PROBE = [Depends(PUBLIC)]
 
 
 def lineage_status(request: Request) -> dict[str, Any]:
-    outbox = request.app.state.outbox
+    outbox = runtime(request).outbox
     if outbox is None:
         return {"enabled": False}
     status = outbox.status
@@ -53,21 +54,21 @@ def liveness(service: CatalogService) -> tuple[int, dict[str, Any]]:
 @router.get("/live", dependencies=PROBE)
 def live(request: Request) -> Response:
     """The process answers and can still commit (Kubernetes restarts it when this fails)."""
-    status, body = liveness(request.app.state.service)
+    status, body = liveness(runtime(request).service)
     return json_response(body, status_code=status)
 
 
 @router.get("/ready", dependencies=PROBE)
 def ready(request: Request) -> Response:
     """Ready for traffic: the store opens a transaction and the writer takes mutations."""
-    service = request.app.state.service
+    service = runtime(request).service
     try:
         service.commit_log.commit_seq()
     except Exception as exc:
         return json_response({"status": "down", "reason": f"store: {type(exc).__name__}"}, status_code=503)
     if not service.writer.alive:
         return json_response({"status": "down", "reason": "writer stopped"}, status_code=503)
-    state = request.app.state
+    state = runtime(request)
     if state.shared_counters is not None:  # one of several workers: ready when all of them are
         up, wanted = len(running_workers(state.settings.state_path())), state.settings.worker_count()
         if up < wanted:
@@ -94,7 +95,7 @@ def health(request: Request) -> Response:
 
 
 def _health(request: Request) -> tuple[int, dict[str, Any]]:
-    service = request.app.state.service
+    service = runtime(request).service
     try:
         floor, high = service.commit_log.log_bounds()
         store = {"status": "ok", **service.store.describe(), "commit_seq": high, "oldest_commit_seq": floor}
@@ -108,7 +109,7 @@ def _health(request: Request) -> tuple[int, dict[str, Any]]:
     degraded = lineage.get("enabled") and (
         lineage["process"] is None or (lineage["failures"] and lineage["backlog"] > 0)
     )
-    events = events_health(request.app.state)
+    events = events_health(runtime(request))
     body = {
         "status": "degraded" if degraded or events["status"] != "ok" else "ok",
         "process": os.getpid(),  # with several workers, the one that answered

@@ -9,10 +9,8 @@ from fastapi import APIRouter, Depends, Request, Response
 from isbre.catalog.store import StoreUnavailableError
 from isbre.catalog.writer import WriterStats
 from isbre.rest.access import PUBLIC
-from isbre.rest.event_stream import open_streams
 from isbre.rest.labels import labels, method_label
-from isbre.rest.shared_counters import Counts
-from starlette.datastructures import State
+from isbre.rest.runtime import runtime
 from starlette.routing import compile_path
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -100,20 +98,16 @@ class RouteCapture:
                 holder.append(getattr(route, "path_format", None) or getattr(route, "path", "?"))
 
 
-def own_counts(state: State) -> Counts:
-    return Counts(state.service.writer.stats, state.http_requests, state.metrics_reports, open_streams(state))
-
-
 @router.get("/metrics")
 def metrics(request: Request) -> Response:
     """This process's counters, or with several workers the sum of every worker's."""
-    state = request.app.state
+    state = runtime(request)
     service = state.service
-    counts = own_counts(state)
+    counts = state.own_counts()
     if state.shared_counters is not None:
         counts = state.shared_counters.total(counts)
     stats, reports = counts.writer, counts.reports
-    outbox = request.app.state.outbox
+    outbox = state.outbox
     try:  # what the store says: absent while a database store is unreachable, which store_up tells
         stored = [
             _line(

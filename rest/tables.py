@@ -24,6 +24,7 @@ from isbre.rest.models import (
     ReportMetricsRequest,
     SignRequest,
 )
+from isbre.rest.runtime import runtime
 from isbre.rest.wire import identifiers_page, load_result, parse, raw_body, referenced_by, service
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
@@ -48,7 +49,7 @@ def _etag(metadata_location: str, snapshots: str) -> str:
 
 def _delegation(request: Request) -> Delegation:
     """The access delegation of the route's warehouse."""
-    return request.app.state.delegation[service(request).name]
+    return runtime(request).delegation[service(request).name]
 
 
 def _delegated(request: Request, target: InNamespace, table: str, location: str) -> TableAccess:
@@ -261,7 +262,7 @@ def report_metrics(
     does, the report is accepted and counted)."""
     report = parse(ReportMetricsRequest, raw)
     ident = target.ident(table)
-    request.app.state.metrics_reports[report_type(report.report_type)] += 1
+    runtime(request).counters.metrics_reports[report_type(report.report_type)] += 1
     log.debug("metrics report %s for %s", report_type(report.report_type), ident)
     return Response(status_code=204)
 

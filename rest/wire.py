@@ -14,6 +14,7 @@ from fastapi import Request, Response
 from isbre.catalog import CatalogService, Identifier
 from isbre.catalog.identifiers import check_name, check_namespace
 from isbre.catalog.service import MutationContext
+from isbre.rest.runtime import runtime
 from isbre.rest.settings import Settings
 from starlette.convertors import Convertor, register_url_convertor
 from starlette.types import Send
@@ -63,9 +64,9 @@ def routed_path(scope_path: str, raw_path: bytes | None) -> str | None:
 def service(request: Request) -> CatalogService:
     """The catalog of the warehouse the route's `{prefix}` names (the default one for other routes),
     acting for the request's caller."""
-    state = request.app.state
+    running = runtime(request)
     prefix = request.path_params.get("prefix")
-    catalog: CatalogService = state.service if prefix is None else state.services[prefix]
+    catalog = running.service if prefix is None else running.services[prefix]
     return catalog.acting(mutation_context(request))
 
 
@@ -82,14 +83,13 @@ def mutation_context(request: Request) -> MutationContext:
 def warehouse_tags(request: Request) -> tuple[str | None, ...]:
     """The `warehouse` values of the records of the route's warehouse; () when the server has only
     one (every record is its own)."""
-    state = request.app.state
-    if len(state.services) == 1:
+    if len(runtime(request).services) == 1:
         return ()
     return service(request).record_tags
 
 
 def settings(request: Request) -> Settings:
-    return request.app.state.settings
+    return runtime(request).settings
 
 
 class BodyTooLargeError(ValueError):

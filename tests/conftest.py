@@ -37,6 +37,24 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize(("workers", "store_kind"), variants, ids=ids, scope="module")
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Markers by what a test starts besides a one-process server: `postgres` (a PostgreSQL
+    server), `browser` (Chromium), `multi_process` (several workers, or replicas); e.g.
+    `pytest -m "not postgres and not browser"` runs the others."""
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        values = set(map(str, callspec.params.values())) if callspec is not None else set()
+        names = set(getattr(item, "fixturenames", ()))
+        module = item.module.__name__ if item.module is not None else ""
+        if "postgres" in names or "postgresql" in values or module.endswith("test_replicas"):
+            item.add_marker(pytest.mark.postgres)
+        if "browser" in names:
+            item.add_marker(pytest.mark.browser)
+        workers = callspec.params.get("workers", 1) if callspec is not None else 1
+        if workers > 1 or module.endswith(("test_workers", "test_replicas")):
+            item.add_marker(pytest.mark.multi_process)
+
+
 @pytest.fixture(scope="module")
 def workers() -> int:
     return 1

@@ -23,6 +23,7 @@ from isbre.events.client import CommitEvent, EventStreamError, subscribe
 from tests.postgres import new_database
 from tests.server import ID_SCHEMA as SCHEMA
 from tests.server import IsbreServer, sse_records
+from tests.waiting import eventually
 
 
 def create_table(server: IsbreServer, namespace: str, name: str) -> None:
@@ -281,10 +282,7 @@ def test_open_streams_are_counted(server: IsbreServer) -> None:
         lines = response.iter_lines()  # kept: a dropped iterator closes the response
         next(lines)  # the retry hint: the stream is open
         assert streams() == before + 1
-    deadline = time.monotonic() + 5
-    while streams() != before:
-        assert time.monotonic() < deadline, "a closed stream was never uncounted"
-        time.sleep(0.05)
+    eventually(lambda: streams() == before, "the closed stream uncounted", timeout=5)
 
 
 def test_cursor_ahead_of_the_log_is_400(server: IsbreServer) -> None:
@@ -310,10 +308,8 @@ def test_expired_cursor_is_410(short_memory: IsbreServer) -> None:
     base = f"{short_memory.url}/v1/isbre"
     for i in range(20):
         httpx.post(f"{base}/namespaces", json={"namespace": [f"n{i}"]}).raise_for_status()
-    deadline = time.monotonic() + 10
-    while httpx.get(f"{short_memory.url}/v1/events/cursor").json()["oldest_commit_seq"] != 16:
-        assert time.monotonic() < deadline, "the log was never trimmed to its last 5 records"
-        time.sleep(0.1)
+    cursor = f"{short_memory.url}/v1/events/cursor"
+    eventually(lambda: httpx.get(cursor).json()["oldest_commit_seq"] == 16, "the log trimmed to 5", 10)
     response = httpx.get(f"{short_memory.url}/v1/events", params={"after": 0})
     assert response.status_code == 410
     assert response.json()["error"]["type"] == "CursorExpiredException"
@@ -373,10 +369,8 @@ def test_a_subscriber_slower_than_retention_is_told_why_its_stream_ends(short_me
     the stream ends with the 410 error frame, never silently."""
 
     def trimmed() -> None:
-        deadline = time.monotonic() + 30
-        while httpx.get(f"{short_memory.url}/v1/events/cursor").json()["oldest_commit_seq"] < 290:
-            assert time.monotonic() < deadline, "the log was never trimmed"
-            time.sleep(0.1)
+        cursor = f"{short_memory.url}/v1/events/cursor"
+        eventually(lambda: httpx.get(cursor).json()["oldest_commit_seq"] >= 290, "the log trimmed")
 
     seqs, error = paused_while_committing(short_memory, 300, trimmed)
     assert seqs == list(range(1, len(seqs) + 1)), "a gap without an error"
@@ -401,10 +395,7 @@ def test_client_survives_a_server_restart(tmp_path: Path) -> None:
         assert [e.commit_seq for e in events] == list(range(1, 11))
         assert [e.record["namespace"][0] for e in events[5:]] == [f"after{i}" for i in range(5)]
         collector.stop()
-        deadline = time.monotonic() + 5
-        while int(cursor_file.read_text()) != 10:
-            assert time.monotonic() < deadline, "the cursor file never reached the last event"
-            time.sleep(0.02)
+        eventually(lambda: int(cursor_file.read_text()) == 10, "the cursor file at the last event", 5)
         # A consumer started later resumes after the cursor its predecessor left on disk.
         resumed = Collector(restarted.url, cursor_file=cursor_file)
         httpx.post(f"{base}/namespaces", json={"namespace": ["late"]}).raise_for_status()
@@ -536,10 +527,12 @@ def test_a_killed_fanout_process_is_replaced_and_subscribers_miss_nothing(tmp_pa
         for i in range(5):  # commits go on while the streams have no process
             httpx.post(f"{base}/namespaces", json={"namespace": [f"during{i}"]}).raise_for_status()
         assert [e.commit_seq for e in collector.wait_for(10)] == list(range(1, 11))
-        deadline = time.monotonic() + 15
-        while (health := events_health(server))["process"] in (None, killed) or health["status"] != "ok":
-            assert time.monotonic() < deadline, f"the fan-out process was not replaced: {health}"
-            time.sleep(0.1)
+
+        def replaced_and_ok() -> dict:
+            health = events_health(server)
+            return health if health["process"] not in (None, killed) and health["status"] == "ok" else {}
+
+        health = eventually(replaced_and_ok, "the fan-out process replaced", timeout=15)
         httpx.post(f"{base}/namespaces", json={"namespace": ["after"]}).raise_for_status()
         assert [e.commit_seq for e in collector.wait_for(11)] == list(range(1, 12))
 
@@ -547,9 +540,7 @@ def test_a_killed_fanout_process_is_replaced_and_subscribers_miss_nothing(tmp_pa
             limits = Path(f"/proc/{health['process']}/limits").read_text().splitlines()
             return next(line for line in limits if line.startswith("Max open files")).split()[3:5]
 
-        while open_files_limits() != [str(hard), str(hard)]:  # once it has started
-            assert time.monotonic() < deadline, f"open files limits: {open_files_limits()}"
-            time.sleep(0.05)
+        eventually(lambda: open_files_limits() == [str(hard), str(hard)], "its open files limit raised", 15)
         assert "until it restarts in 1 s" in server.log()
         # Killed again soon after: the next restart waits twice as long.
         replaced = health["process"]
@@ -575,7 +566,4 @@ def test_the_fanout_process_ends_with_the_server(tmp_path: Path) -> None:
         except FileNotFoundError:
             return False
 
-    deadline = time.monotonic() + 10
-    while running():
-        assert time.monotonic() < deadline, "the fan-out process outlived its server"
-        time.sleep(0.05)
+    eventually(lambda: not running(), "the fan-out process gone with its server", timeout=10)

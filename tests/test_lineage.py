@@ -19,6 +19,7 @@ from pyiceberg.types import StringType
 from tests.lineage_receiver import Receiver, validate
 from tests.postgres import new_database
 from tests.server import IsbreServer, free_port
+from tests.waiting import eventually
 
 NAMESPACE = "isbre://lineage-test"
 
@@ -42,13 +43,11 @@ def lineage_server(
 
 
 def wait_for(receiver: Receiver, count: int, timeout: float = 60.0) -> list[dict]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def enough() -> list[dict]:
         events = receiver.snapshot()
-        if len(events) >= count:
-            return events
-        time.sleep(0.05)
-    raise TimeoutError(f"received {len(receiver.snapshot())} events, wanted {count}")
+        return events if len(events) >= count else []
+
+    return eventually(enough, f"{count} events received", timeout)
 
 
 def table_records(server: IsbreServer) -> list[dict]:
@@ -118,8 +117,10 @@ def test_a_scripted_session_produces_exactly_the_expected_runs(
 
     records = table_records(lineage_server)
     runs = len(records) - 1  # the transaction's two records are one run
-    events = wait_for(receiver, 2 * runs)
-    time.sleep(0.5)
+    wait_for(receiver, 2 * runs)
+    # Once the outbox has delivered up to the log's end it sends nothing more: what arrived is all.
+    status = f"{lineage_server.url}/v1/lineage/status"
+    eventually(lambda: httpx.get(status).json()["backlog"] == 0, "the outbox delivered everything")
     events = receiver.snapshot()
     assert len(events) == 2 * runs, "more events than runs: something was sent twice"
     for event in events:
@@ -215,10 +216,10 @@ def test_an_outage_delays_events_and_loses_none(lineage_server: IsbreServer, rec
     commit_properties(lineage_server, "t", 30)  # every commit succeeds with the receiver down
     health = httpx.get(f"{lineage_server.url}/health").json()
     assert health["components"]["lineage"]["backlog"] > 0
-    deadline = time.monotonic() + 30
-    while httpx.get(f"{lineage_server.url}/v1/lineage/status").json()["failures"] == 0:
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
+    eventually(
+        lambda: httpx.get(f"{lineage_server.url}/v1/lineage/status").json()["failures"] > 0,
+        "a failed delivery counted",
+    )
     assert httpx.get(f"{lineage_server.url}/health").json()["status"] == "degraded"
 
     revived = Receiver(port).start()
@@ -250,13 +251,12 @@ def test_a_crash_mid_backlog_loses_nothing(tmp_path: Path) -> None:
     revived = Receiver(port).start()
     restarted = IsbreServer(server.warehouse, env=env).start()
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            received = [e["run"]["runId"] for e in revived.snapshot() if e["eventType"] == "COMPLETE"]
-            if set(expected[1:]) <= set(received):
-                break
-            assert time.monotonic() < deadline, f"missing {len(set(expected[1:]) - set(received))} runs"
-            time.sleep(0.1)
+
+        def every_run() -> list[str]:
+            runs = [e["run"]["runId"] for e in revived.snapshot() if e["eventType"] == "COMPLETE"]
+            return runs if set(expected[1:]) <= set(runs) else []
+
+        received = eventually(every_run, "every run delivered after the restart", timeout=90)
         first_seen = list(dict.fromkeys(received))
         assert [r for r in first_seen if r in expected] == [r for r in expected if r in first_seen]
     finally:
@@ -297,10 +297,7 @@ def test_status_and_replay_commands(tmp_path: Path, receiver: Receiver) -> None:
         return json.loads(subprocess.run(command, capture_output=True, text=True, check=True).stdout)
 
     # The worker reports its counters a few times a second: the last ones may lag the receiver.
-    deadline = time.monotonic() + 10
-    while (sent := status()["events_sent"]) < 6 and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert sent == 6
+    assert eventually(lambda: (sent := status()["events_sent"]) >= 6 and sent, "6 events counted", 10) == 6
     server.stop()
 
     again = Receiver().start()

@@ -11,6 +11,7 @@ import pytest
 from pyiceberg.catalog.rest import RestCatalog
 
 from tests.server import IsbreServer
+from tests.waiting import eventually
 
 # The REST suite runs against one server process and against two workers on one store.
 SERVER_WORKERS = (1, 2)
@@ -161,17 +162,6 @@ def test_missing_objects_are_404_with_their_type(server: IsbreServer, namespace:
     assert httpx.head(f"{base}/{namespace}/tables/nope").status_code == 404
 
 
-def eventually(measure: Callable[[], object], wanted: object, seconds: float = 3.0) -> bool:
-    """Whether `measure()` gives `wanted` within `seconds`: with several workers, a scrape sums
-    the other workers' counts as they published them up to a quarter second ago."""
-    deadline = time.monotonic() + seconds
-    while measure() != wanted:
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
-
-
 def settled(measure: Callable[[], float]) -> float:
     """`measure()` after the other workers' counts have been published again."""
     time.sleep(0.3)
@@ -199,7 +189,9 @@ def test_metrics_reports_are_accepted(server: IsbreServer, namespace: str) -> No
             line for line in httpx.get(f"{server.url}/metrics").text.splitlines() if "scan-report" in line
         ]
 
-    assert eventually(counted, ['isbre_metrics_reports_total{type="scan-report"} 2'])
+    # With several workers, a scrape sums the others' counts as they published them a moment ago.
+    wanted = ['isbre_metrics_reports_total{type="scan-report"} 2']
+    eventually(lambda: counted() == wanted, "both reports counted", timeout=3)
     assert httpx.post(url, json={"report-type": "scan-report"}).status_code == 400
 
 
@@ -217,7 +209,7 @@ def test_metrics_exposes_writer_counters(server: IsbreServer, namespace: str) ->
     seq_before = sample("isbre_commit_seq")
     create(server, namespace, "counted").raise_for_status()
     # At least this commit (the retention task may commit a trim of its own meanwhile).
-    assert eventually(lambda: sample("isbre_commit_mutations_total") >= before + 1, True)
+    eventually(lambda: sample("isbre_commit_mutations_total") >= before + 1, "the commit counted", 3)
     assert sample("isbre_commit_seq") >= seq_before + 1
     assert sample("isbre_commit_batches_total") >= 1
 

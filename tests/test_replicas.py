@@ -29,6 +29,7 @@ from tests.lineage_receiver import Receiver
 from tests.postgres import PostgresServer, new_database
 from tests.server import ID_SCHEMA, IsbreServer, on_threads, sse_records, start_threads
 from tests.sink_helpers import rows, span, write_once
+from tests.waiting import eventually
 
 _names = itertools.count()
 IDS = pa.schema([pa.field("id", pa.int64())])
@@ -239,13 +240,6 @@ def lineage_status(server: IsbreServer) -> dict:
     return httpx.get(f"{server.url}/v1/lineage/status", timeout=10).json()
 
 
-def wait_until(check: object, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():  # type: ignore[operator]
-        assert time.monotonic() < deadline, what
-        time.sleep(0.1)
-
-
 def test_kill_9_of_a_replica_under_load(tmp_path: Path, request: pytest.FixtureRequest) -> None:
     """Every acknowledged commit stays; the lineage lease moves to the survivor, which delivers the
     runs the dead one had not."""
@@ -253,7 +247,9 @@ def test_kill_9_of_a_replica_under_load(tmp_path: Path, request: pytest.FixtureR
     store = new_database(request)
     env = {"ISBRE_LINEAGE_URL": receiver.url}
     first = replica(tmp_path / "warehouse", store, **env)
-    wait_until(lambda: lineage_status(first)["delivering"], 30, "the first replica never took the lease")
+    eventually(
+        lambda: lineage_status(first)["delivering"], "the first replica never took the lease", timeout=30
+    )
     second = replica(tmp_path / "warehouse", store, **env)
     try:
         assert not lineage_status(second)["delivering"]
@@ -289,7 +285,9 @@ def test_kill_9_of_a_replica_under_load(tmp_path: Path, request: pytest.FixtureR
         listed = httpx.get(f"{base[1]}/namespaces/db/tables", params={"pageSize": 1000}).json()
         present = {ident["name"] for ident in listed["identifiers"]}
         assert set(acknowledged) <= present and len(acknowledged) > 20
-        wait_until(lambda: lineage_status(second)["delivering"], 30, "the lease did not move to the survivor")
+        eventually(
+            lambda: lineage_status(second)["delivering"], "the lease did not move to the survivor", timeout=30
+        )
         records = sse_records(second, until=second.high_water(), after=0)
         assert [r["commit_seq"] for r in records] == list(range(1, len(records) + 1))
         expected = {r["run_id"] for r in records if r["kind"].startswith("table.")}
@@ -297,7 +295,7 @@ def test_kill_9_of_a_replica_under_load(tmp_path: Path, request: pytest.FixtureR
         def missing() -> set[str]:
             return expected - lineage_runs(receiver)
 
-        wait_until(lambda: not missing(), 60, "runs were lost when the replica died")
+        eventually(lambda: not missing(), "runs were lost when the replica died", timeout=60)
     finally:
         second.stop()
         receiver.stop()
@@ -345,7 +343,7 @@ def test_postgres_stopped_under_load_gives_503s_and_service_resumes(tmp_path: Pa
         for each in pair:
             assert first_stream_answer(each) in (200, 503)
         during = len(statuses)
-        wait_until(lambda: statuses[during:].count(200) > 20, 30, "service did not resume by itself")
+        eventually(lambda: statuses[during:].count(200) > 20, "service did not resume by itself", timeout=30)
         stop.set()
         for thread in writers:
             thread.join()

@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,18 +22,9 @@ from isbre.catalog.writer import Batch, Writer, WriterClosedError
 
 from tests.lineage_receiver import Receiver
 from tests.server import ID_SCHEMA, IsbreServer
+from tests.waiting import eventually
 
 P = "/v1/isbre"
-
-
-def wait_until(condition, timeout: float = 30.0, what: str = "condition"):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_the_lineage_worker_is_back_within_seconds_after_kill_9(tmp_path: Path) -> None:
@@ -42,11 +32,14 @@ def test_the_lineage_worker_is_back_within_seconds_after_kill_9(tmp_path: Path) 
     server = IsbreServer(tmp_path / "warehouse", env={"ISBRE_LINEAGE_URL": receiver.url}).start()
     try:
         lineage = lambda: httpx.get(f"{server.url}/health").json()["components"]["lineage"]  # noqa: E731
-        first = wait_until(lambda: lineage().get("process"), what="the lineage worker")
+        first = eventually(lambda: lineage().get("process"), what="the lineage worker")
         os.kill(first, signal.SIGKILL)
-        degraded = wait_until(lambda: lineage()["status"] == "degraded" or lineage().get("process") != first)
+        degraded = eventually(
+            lambda: lineage()["status"] == "degraded" or lineage().get("process") != first,
+            "the lineage worker seen gone",
+        )
         assert degraded
-        second = wait_until(
+        second = eventually(
             lambda: (p := lineage().get("process")) not in (None, first) and p,
             timeout=10,
             what="a new worker",
@@ -56,7 +49,7 @@ def test_the_lineage_worker_is_back_within_seconds_after_kill_9(tmp_path: Path) 
         httpx.post(
             f"{server.url}{P}/namespaces/db/tables", json={"name": "t", "schema": ID_SCHEMA}
         ).raise_for_status()
-        wait_until(lambda: len(receiver.snapshot()) >= 2, what="lineage from the new worker")
+        eventually(lambda: len(receiver.snapshot()) >= 2, what="lineage from the new worker")
         assert second != first
         assert "lineage worker" in server.log() and "restart" in server.log()
     finally:
@@ -116,7 +109,7 @@ def test_live_reports_a_dead_writer(tmp_path: Path) -> None:
     try:
         assert liveness(service)[0] == 200
         service.writer.submit(lambda batch: (_ for _ in ()).throw(_Bug("x")))  # kills the loop
-        wait_until(lambda: not service.writer.alive, timeout=10)
+        eventually(lambda: not service.writer.alive, "the writer stopped", timeout=10)
         status, body = liveness(service)
         assert status == 503 and "writer" in body["reason"]
     finally:

@@ -1,0 +1,68 @@
+"""What a server process runs while it serves, typed: the warehouses' catalogs, the events ring and
+its fan-out, the lineage outbox and the shared counters of workers. rest/startup.py's `running`
+makes it; the routes read it through `runtime(request)`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from fastapi import Request
+from isbre.rest.shared_counters import Counts
+
+# Imported for their types only: what the routes need of a runtime costs them no import.
+if TYPE_CHECKING:
+    from isbre.catalog import CatalogService
+    from isbre.events.broadcast import Broadcaster
+    from isbre.events.fanout import FanoutChannel, FanoutProcess
+    from isbre.lineage.worker import LineageObserver, LineageWorker
+    from isbre.rest.delegation import Delegation
+    from isbre.rest.settings import Settings
+    from isbre.rest.shared_counters import SharedCounters
+
+
+@dataclass
+class RequestCounters:
+    """What the middleware and the routes count from the first request on (before start-up ends)."""
+
+    http_requests: Counter[tuple[str, str, int]] = field(default_factory=Counter)
+    metrics_reports: Counter[str] = field(default_factory=Counter)
+    event_streams: int = 0  # served in this process
+
+
+@dataclass
+class Runtime:
+    """What one server process holds while it serves."""
+
+    settings: Settings
+    counters: RequestCounters
+    services: dict[str, CatalogService]
+    delegation: dict[str, Delegation]
+    broadcaster: Broadcaster
+    outbox: LineageWorker | LineageObserver | None
+    fanout: FanoutProcess | FanoutChannel | None
+    shared_counters: SharedCounters | None
+
+    @property
+    def service(self) -> CatalogService:
+        """The first warehouse's catalog: its writer and store are every warehouse's."""
+        return next(iter(self.services.values()))
+
+    @property
+    def open_streams(self) -> int:
+        """Event streams served in this process and by the fan-out process."""
+        return self.counters.event_streams + (self.fanout.streams if self.fanout is not None else 0)
+
+    def own_counts(self) -> Counts:
+        """What this process counted (with several workers, /metrics adds up every worker's)."""
+        counters = self.counters
+        return Counts(
+            self.service.writer.stats, counters.http_requests, counters.metrics_reports, self.open_streams
+        )
+
+
+def runtime(request: Request) -> Runtime:
+    found: Runtime = request.app.state.runtime
+    return found

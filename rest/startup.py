@@ -1,0 +1,206 @@
+"""Starting and stopping what a server process runs (`running`), and the helper processes a
+supervisor starts for its workers (the lineage worker)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import replace
+
+from isbre.catalog import CatalogService
+from isbre.catalog.commit_log import CommitLog
+from isbre.catalog.feed import CommitFeed
+from isbre.catalog.limits import Limits
+from isbre.catalog.warehouses import open_warehouses
+from isbre.events.broadcast import Broadcaster
+from isbre.events.fanout import FanoutChannel, FanoutOptions, FanoutProcess, shared_socket
+from isbre.events.retention import trim_periodically
+from isbre.lineage.config import openlineage_configured
+from isbre.lineage.mapping import LineageNames
+from isbre.lineage.worker import LineageObserver, LineageWorker
+from isbre.rest.delegation import Delegation
+from isbre.rest.runtime import RequestCounters, Runtime
+from isbre.rest.settings import Settings, warehouses
+from isbre.rest.shared_counters import SharedCounters
+
+log = logging.getLogger(__name__)
+
+
+def lineage_names(settings: Settings) -> LineageNames:
+    """The default warehouse's namespace is `lineage_namespace` (or isbre://host:port/prefix);
+    another warehouse's adds its name to it."""
+    default = settings.lineage_namespace or f"isbre://{settings.host}:{settings.port}/{settings.prefix}"
+    base = settings.lineage_namespace or f"isbre://{settings.host}:{settings.port}"
+    return LineageNames(default, {name: f"{base}/{name}" for name in settings.warehouses})
+
+
+def lineage_delivery(settings: Settings) -> dict[str, str] | None:
+    """Where the lineage worker delivers; None when lineage is off."""
+    # Passed in the environment, never on the command line: a transport and a key are secrets.
+    delivery: dict[str, str] = {}
+    if settings.lineage_transport:
+        delivery["transport"] = json.dumps(settings.lineage_transport)
+    elif settings.lineage_url:
+        delivery["url"] = settings.lineage_url
+        if settings.lineage_api_key:
+            delivery["api_key"] = settings.lineage_api_key
+    elif not openlineage_configured():
+        return None
+    return delivery
+
+
+def start_lineage(settings: Settings, services: list[CatalogService]) -> LineageWorker | None:
+    delivery = lineage_delivery(settings)
+    if delivery is None:
+        log.info("lineage is off: no OpenLineage transport is configured")
+        return None
+    served = [
+        replace(w, root=service.warehouse) for w, service in zip(warehouses(settings), services, strict=True)
+    ]
+    worker = LineageWorker(
+        services[0].commit_log,
+        settings.store_location(),
+        settings.state_path(),
+        served,
+        lineage_names(settings),
+        delivery,
+    )
+    worker.start()
+    log.info("lineage on: the outbox runs in its own process")
+    return worker
+
+
+def catalog_limits(settings: Settings) -> Limits:
+    return Limits(
+        max_property_value_bytes=settings.max_property_value_kb << 10,
+        max_metadata_bytes=int(settings.max_metadata_mb * (1 << 20)),
+        min_free_disk_bytes=settings.min_free_disk_mb << 20,
+    )
+
+
+def _shut_down(failure: BaseException) -> None:
+    """The writer broke: a server that cannot commit stops (its supervisor restarts it) rather than
+    accept requests it can never answer."""
+    log.critical("shutting down: the writer failed with %s", type(failure).__name__)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def fanout_options(settings: Settings) -> FanoutOptions:
+    return FanoutOptions(
+        settings.events_retry_ms,
+        settings.events_keepalive_seconds,
+        settings.events_ring_size,
+        int(settings.events_ring_mb * (1 << 20)),
+    )
+
+
+def _start_fanout(
+    settings: Settings, commit_log: CommitLog, worker: bool
+) -> FanoutProcess | FanoutChannel | None:
+    if not settings.events_process:
+        return None
+    if worker:  # the supervisor runs one fan-out process for every worker
+        path = shared_socket(settings.state_path())
+        if path is None:
+            return None
+        channel = FanoutChannel(path)
+        channel.start()
+        return channel
+    fanout = FanoutProcess(commit_log, settings.store_location(), fanout_options(settings))
+    try:
+        fanout.start()
+    except OSError as exc:  # e.g. a platform without SOCK_SEQPACKET Unix sockets
+        log.warning("event streams are served in this process: the fan-out process cannot start (%s)", exc)
+        return None
+    return fanout
+
+
+@asynccontextmanager
+async def running(settings: Settings, worker: bool, counters: RequestCounters) -> AsyncIterator[Runtime]:
+    """Start what the process serves with, in order; stop it in reverse, each step whatever the
+    one before it did (a failed start stops what had started), so the store is always closed.
+    `worker`: one of several server processes, whose supervisor runs the lineage worker and the
+    events fan-out process."""
+    stops: list[Callable[[], object]] = []
+    try:
+        services = open_warehouses(
+            settings.store_location(),
+            warehouses(settings),
+            map_size=settings.map_size_mb << 20,
+            max_batch=settings.max_batch,
+            max_queue=settings.max_queue,
+            allowed_locations=tuple(settings.allowed_locations),
+            limits=catalog_limits(settings),
+            on_fatal=_shut_down,
+        )
+        commit_log = services[0].commit_log
+        stops.append(services[0].close)
+        broadcaster = Broadcaster(
+            commit_log, capacity=settings.events_ring_size, max_bytes=int(settings.events_ring_mb * (1 << 20))
+        )
+        stops.append(broadcaster.close)
+        trimming = asyncio.create_task(
+            trim_periodically(
+                commit_log,
+                settings.events_retention_records,
+                settings.events_retention_days,
+                settings.events_trim_interval_seconds,
+                # Keys are kept twice their advertised lifetime: a grace for slow retries and clock skew.
+                keep_keys_us=2 * settings.idempotency_key_lifetime_minutes * 60 * 10**6,
+            )
+        )
+        stops.append(trimming.cancel)
+        outbox: LineageWorker | LineageObserver | None
+        if not worker:
+            outbox = start_lineage(settings, services)
+            if outbox is not None:
+                stops.append(outbox.stop)
+        elif lineage_delivery(settings) is not None:  # the supervisor runs the lineage worker
+            outbox = LineageObserver(commit_log, settings.state_path())
+        else:
+            outbox = None
+        fanout = _start_fanout(settings, commit_log, worker)
+        if fanout is not None:
+            stops.append(fanout.stop)
+        # Commits another process makes on this store (an embedded catalog, a tool) reach the
+        # streams too; the lineage worker polls the log on its own.
+        feed = CommitFeed(commit_log)
+        stops.append(feed.close)
+        feed.follow(broadcaster.publish_from_log)
+        if isinstance(fanout, FanoutProcess):  # the shared one follows the store itself
+            feed.follow(fanout.wake)
+        feed.start()
+        shared = SharedCounters(settings.state_path()) if worker else None
+        found = Runtime(
+            settings,
+            counters,
+            {each.name: each for each in services},
+            {
+                name: Delegation.of(each, spec.delegation)
+                for (name, spec), each in zip(settings.served(), services, strict=True)
+            },
+            broadcaster,
+            outbox,
+            fanout,
+            shared,
+        )
+        if shared is not None:
+            stops.append(shared.close)
+            publishing = asyncio.create_task(shared.publish_periodically(found.own_counts))
+            stops.append(publishing.cancel)
+        for each in services:
+            log.info("isbre warehouse %r at %s", each.name, each.warehouse)
+        if shared is not None:  # this worker's file says it has started: /ready and the supervisor count them
+            shared.publish(found.own_counts())
+        yield found
+    finally:
+        for stop in reversed(stops):
+            try:
+                stop()
+            except Exception:
+                log.exception("shutting down: %s failed", getattr(stop, "__qualname__", stop))

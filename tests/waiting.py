@@ -1,0 +1,22 @@
+"""The one way the tests wait for something another process or thread does: ask again until it
+holds, and fail naming what never happened (and the last answer), never sleep and hope."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+def eventually(check: Callable[[], T], what: str, timeout: float = 30.0, every: float = 0.05) -> T:
+    """`check()`'s first truthy answer, asked every `every` seconds for up to `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        answer = check()
+        if answer:
+            return answer
+        if time.monotonic() > deadline:
+            raise AssertionError(f"after {timeout} s: {what} (last answer: {answer!r})")
+        time.sleep(every)
