@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from isbre.catalog.locations import LocationNotAllowedError, inside, normalized
@@ -135,3 +135,33 @@ def _unlink_below(root: Path, parts: tuple[str, ...], path: str) -> None:
         os.unlink(parts[-1], dir_fd=directory)
     finally:
         os.close(directory)
+
+
+@dataclass
+class Deletions:
+    """What deleting a list of files did: how many went, which were not the table's to delete,
+    and which could not be read or deleted (with why)."""
+
+    deleted: int = 0
+    skipped: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
+def delete_each(files: TableFiles | None, named: Iterable[tuple[str, str]]) -> Deletions:
+    """Delete each (path, what it is) through `files` (None: nothing may be deleted, all is skipped).
+    A file already gone counts as neither: an earlier run deleted it and stopped before saying so."""
+    done = Deletions()
+    for path, kind in named:
+        if files is None:
+            done.skipped.append(path)
+            continue
+        try:
+            files.delete(path)
+            done.deleted += 1
+        except OutsideTableError:
+            done.skipped.append(path)
+        except FileNotFoundError:
+            continue
+        except Exception as exc:
+            done.problems.append(f"{kind} {path}: {type(exc).__name__}: {exc}"[:300])
+    return done

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
+import os
 import struct
 import threading
 from collections.abc import Callable, Iterator
@@ -24,6 +26,7 @@ from isbre.catalog.records import CommitRecord
 from isbre.catalog.store import (
     FIRST_WAREHOUSE,
     InsufficientStorageError,
+    Lease,
     Pointer,
     ReadView,
     Store,
@@ -116,6 +119,19 @@ def _after(cursor: lmdb.Cursor, prefix: bytes, after: bytes | None) -> Iterator[
         if after is not None and key == start:
             continue
         yield _bytes(key), _bytes(value)
+
+
+class _FileLease(Lease):
+    def __init__(self, descriptor: int) -> None:
+        self._descriptor: int | None = descriptor
+
+    def held(self) -> bool:
+        return self._descriptor is not None
+
+    def release(self) -> None:
+        if self._descriptor is not None:
+            os.close(self._descriptor)  # the lock goes with the descriptor
+            self._descriptor = None
 
 
 class MapFullError(Exception):
@@ -542,6 +558,17 @@ class LmdbStore(Store):
 
     def local_dir(self) -> Path:
         return self.path
+
+    def try_lease(self, name: str) -> Lease | None:
+        """A lock on a file beside the store: one holder among the processes of this host (the
+        workers of one server each run what only one of them may)."""
+        descriptor = os.open(self.path / f"lease-{name}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(descriptor)
+            return None
+        return _FileLease(descriptor)
 
     def scopes(self) -> list[str]:
         """Every warehouse scope the store holds ("" first), whether or not this process opened it."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from isbre.catalog.deletion import OutsideTableError, TableFiles
+from isbre.catalog.deletion import TableFiles, delete_each
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import ManifestFile
 from pyiceberg.table.metadata import TableMetadata
@@ -85,19 +85,10 @@ def purge_files(
         named |= {stat.statistics_path: "statistics" for stat in metadata.statistics}
         named |= {stat.statistics_path: "partition statistics" for stat in metadata.partition_statistics}
     named |= {path: "metadata" for path in extra}
-    for path, kind in named.items():
-        if files is None:
-            report.skipped.append(path)
-            continue
-        try:
-            files.delete(path)
-            report.deleted += 1
-        except OutsideTableError:
-            report.skipped.append(path)
-        except FileNotFoundError:
-            continue  # already gone
-        except Exception as exc:
-            report.problems.append(f"{kind} {path}: {_described(exc)}")
+    done = delete_each(files, named.items())
+    report.deleted += done.deleted
+    report.skipped += done.skipped
+    report.problems += done.problems
     if files is not None:
         try:
             files.remove_empty_directories()  # only empty ones: they hold nothing of anyone

@@ -68,6 +68,7 @@ class CommitRecord:
     txn_size: int | None = None
     warehouse: str | None = None
     actor: str | None = None  # the authenticated principal that asked for it
+    job: str | None = None  # the maintenance job that made this commit (catalog/maintenance.py)
     # Stamped by the writer when the record enters the log.
     commit_seq: int = 0
     ts: int = 0

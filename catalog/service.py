@@ -9,13 +9,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from isbre.catalog.maintenance_operations import MaintenanceOperations
 from isbre.catalog.namespace_operations import (
     ConflictingPropertiesError,
     NamespaceOperations,
     PropertiesChange,
 )
 from isbre.catalog.service_core import MutationContext
-from isbre.catalog.table_operations import TableCoverage, TableOperations, TableState
+from isbre.catalog.table_operations import TableCoverage, TableState
 from isbre.catalog.view_operations import ViewOperations, ViewState
 
 __all__ = [
@@ -29,7 +30,7 @@ __all__ = [
 ]
 
 
-class CatalogService(NamespaceOperations, TableOperations, ViewOperations):
+class CatalogService(NamespaceOperations, MaintenanceOperations, ViewOperations):
     """One warehouse's catalog. Services for several warehouses of one store share its writer."""
 
     @classmethod

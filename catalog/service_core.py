@@ -261,7 +261,7 @@ class ServiceCore:
             others = [
                 place
                 for place, holder in view.overlapping(normalized(location))
-                if _object(holder) != writes_to
+                if object_of(holder) != writes_to
             ]
         if others:
             raise LocationNotAllowedError(
@@ -284,7 +284,7 @@ class ServiceCore:
         uuid, is another."""
         found = normalized(location)
         for other, other_owner in view.overlapping(found):
-            if _object(other_owner) != _object(owner) or not moving:
+            if object_of(other_owner) != object_of(owner) or not moving:
                 raise LocationNotAllowedError(
                     f"{what} {location!r} overlaps the files of another table or view, at {other}"
                 )
@@ -385,7 +385,7 @@ class ServiceCore:
 _METADATA_PLACE = "#metadata"
 
 
-def _object(owner: str) -> str:
+def object_of(owner: str) -> str:
     """The uuid of the table or view that holds an indexed place."""
     return owner.removesuffix(_METADATA_PLACE)
 

@@ -220,8 +220,8 @@ class WriteView(ReadView):
 
 
 class Lease:
-    """The right to be the one process doing something for a store (delivering lineage). This one
-    is always held: on one host the server's lock already makes its holder the only one."""
+    """The right to be the one process doing something for a store (delivering lineage, running
+    maintenance). This one is always held: a store without leases has one process."""
 
     def held(self) -> bool:
         """Still held; once False, the holder must stop: another process may take it."""

@@ -11,6 +11,7 @@ from isbre.catalog.coverage import Coverage, snapshot_spans
 from isbre.catalog.deletion import TableFiles
 from isbre.catalog.identifiers import Identifier
 from isbre.catalog.locations import LocationNotAllowedError, LocationPolicy
+from isbre.catalog.maintenance import check_policy, with_streaming_defaults
 from isbre.catalog.metadata_files import (
     Loaded,
     local_path,
@@ -28,6 +29,7 @@ from isbre.catalog.service_core import (
     VIEW,
     ServiceCore,
     Stale,
+    object_of,
     read_for_register,
     require_free,
     require_namespace,
@@ -125,7 +127,9 @@ class TableOperations(ServiceCore):
             ident.namespace, ident.name, table_uuid
         )
         self._check_places(places_of(location, properties or {}), "Table", places)
-        self.limits.check_properties(properties or {}, "Table")
+        properties = with_streaming_defaults(properties or {})
+        self.limits.check_properties(properties, "Table")
+        check_policy(properties)
         metadata = new_metadata(
             schema, partition_spec, sort_order, location, dict(properties or {}), table_uuid
         )
@@ -197,6 +201,7 @@ class TableOperations(ServiceCore):
         for entry in staged:
             if entry.changed:
                 self.limits.check_properties(entry.metadata.properties, "Table")
+                check_policy(entry.metadata.properties)
                 self.limits.check_metadata(entry.json, "Table")
         self.limits.check_room(self._local_warehouse)
         try:
@@ -281,13 +286,14 @@ class TableOperations(ServiceCore):
                 f"{record.commit_seq} (kind table.purge-incomplete)"
             )
 
-    def _table_files(self, metadata: TableMetadata) -> TableFiles | None:
-        """The deleter of a dropped table's files (None when its location may not be deleted from)."""
+    def _table_files(self, metadata: TableMetadata, owner: str | None = None) -> TableFiles | None:
+        """The deleter of a table's files (None when its location may not be deleted from); `owner`:
+        the table's uuid while it is in the catalog (a dropped one is no longer indexed: anyone
+        found at a place is another)."""
 
         def claimed_by_other(location: str) -> bool:
-            # The dropped table is no longer indexed: anyone here is another.
             with self.store.read(self.scope) as view:
-                return bool(view.overlapping(location))
+                return any(object_of(holder) != owner for _, holder in view.overlapping(location))
 
         try:
             where = places_of(metadata.location, metadata.properties)

@@ -48,6 +48,7 @@ class TableChange:
     ident: Identifier
     requirements: tuple[TableRequirement, ...]
     updates: tuple[AnyTableUpdate, ...]
+    job: str | None = None  # the catalog's own maintenance job that asks for it
 
 
 @dataclass
@@ -61,6 +62,7 @@ class Staged:
     updates: tuple[AnyTableUpdate, ...] = ()
     spans: tuple[Span, ...] = ()
     previous_places: tuple[str, ...] | None = None  # the table's places before this change
+    job: str | None = None
 
     @property
     def pointer(self) -> Pointer:
@@ -165,7 +167,9 @@ def stage(change: TableChange, base: Pointer | None, current: Loaded[TableMetada
     spans = tuple(span for snapshot in added for span in snapshot_spans(snapshot))
     json = metadata_json(metadata)
     previous = places_of(current.metadata.location, current.metadata.properties) if current else None
-    return Staged(change.ident, base, metadata, json, location, True, change.updates, spans, previous)
+    return Staged(
+        change.ident, base, metadata, json, location, True, change.updates, spans, previous, change.job
+    )
 
 
 def _created_by_updates(change: TableChange) -> TableMetadata:
@@ -240,6 +244,7 @@ def commit_record(staged: Staged, txn: str | None, txn_size: int | None) -> Comm
         schema_id=metadata.current_schema_id,
         txn=txn,
         txn_size=txn_size,
+        job=staged.job,
     )
     added = [u.snapshot for u in staged.updates if isinstance(u, AddSnapshotUpdate)]
     if added:

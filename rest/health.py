@@ -7,6 +7,7 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Request, Response
 from isbre.catalog import CatalogService
+from isbre.catalog.maintainer import Maintainer
 from isbre.catalog.store import StoreUnavailableError
 from isbre.rest.access import PUBLIC, READER, access
 from isbre.rest.event_stream import events_health
@@ -94,6 +95,24 @@ def health(request: Request) -> Response:
     return json_response(body, status_code=status)
 
 
+def maintenance_health(maintainer: Maintainer | None) -> dict[str, Any]:
+    """Degraded, saying why, while a table's maintenance has failed several times in a row."""
+    if maintainer is None:
+        return {"status": "ok", "enabled": False}
+    stats = maintainer.stats
+    failing = stats.degraded()
+    body: dict[str, Any] = {
+        "status": "degraded" if failing else "ok",
+        "enabled": True,
+        # On a shared store or with several workers, one process maintains: this one, or another.
+        "maintaining": maintainer.holding,
+        "last_run_at": stats.last_run_at,
+    }
+    if failing:
+        body["failing"] = failing[:10]
+    return body
+
+
 def _health(request: Request) -> tuple[int, dict[str, Any]]:
     service = runtime(request).service
     try:
@@ -110,8 +129,9 @@ def _health(request: Request) -> tuple[int, dict[str, Any]]:
         lineage["process"] is None or (lineage["failures"] and lineage["backlog"] > 0)
     )
     events = events_health(runtime(request))
+    maintenance = maintenance_health(runtime(request).maintainer)
     body = {
-        "status": "degraded" if degraded or events["status"] != "ok" else "ok",
+        "status": "degraded" if degraded or "ok" not in (events["status"], maintenance["status"]) else "ok",
         "process": os.getpid(),  # with several workers, the one that answered
         "components": {
             "store": store,
@@ -121,6 +141,7 @@ def _health(request: Request) -> tuple[int, dict[str, Any]]:
             },
             "events": events,
             "lineage": {"status": "degraded" if degraded else "ok", **lineage},
+            "maintenance": maintenance,
         },
     }
     return 200, body

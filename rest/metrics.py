@@ -186,6 +186,28 @@ def metrics(request: Request) -> Response:
     blocks.append(
         _histogram("isbre_commit_latency_seconds", "Submission to durable answer, per mutation.", stats)
     )
+    if state.maintainer is not None:  # this process's own jobs: the one holding the lease runs them
+        done = state.maintainer.stats
+        blocks += [
+            _line(
+                "isbre_maintenance_jobs_total",
+                "counter",
+                "Maintenance jobs run by this process, by job and outcome.",
+                [(labels(job=job, outcome=outcome), n) for (job, outcome), n in sorted(done.jobs.items())],
+            ),
+            _line(
+                "isbre_maintenance_snapshots_removed_total",
+                "counter",
+                "Snapshots expired by maintenance.",
+                [("", done.snapshots_removed)],
+            ),
+            _line(
+                "isbre_maintenance_files_deleted_total",
+                "counter",
+                "Files maintenance deleted once they were unreachable.",
+                [("", done.files_deleted)],
+            ),
+        ]
     requests = counts.requests
     blocks.append(
         _line(

@@ -53,6 +53,12 @@ class RegisterTableRequest(IcebergBaseModel):
     overwrite: bool = False
 
 
+class MaintenanceRequest(IcebergBaseModel):
+    """isbre extension: the maintenance jobs to run on a table now, in order."""
+
+    jobs: list[str] = Field(min_length=1)
+
+
 class CommitTableRequest(IcebergBaseModel):
     identifier: TableIdentifierModel | None = None
     requirements: tuple[TableRequirement, ...] = ()

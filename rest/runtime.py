@@ -15,6 +15,7 @@ from isbre.rest.shared_counters import Counts
 # Imported for their types only: what the routes need of a runtime costs them no import.
 if TYPE_CHECKING:
     from isbre.catalog import CatalogService
+    from isbre.catalog.maintainer import Maintainer
     from isbre.events.broadcast import Broadcaster
     from isbre.events.fanout import FanoutChannel, FanoutProcess
     from isbre.lineage.worker import LineageObserver, LineageWorker
@@ -44,6 +45,7 @@ class Runtime:
     outbox: LineageWorker | LineageObserver | None
     fanout: FanoutProcess | FanoutChannel | None
     shared_counters: SharedCounters | None
+    maintainer: Maintainer | None
 
     @property
     def service(self) -> CatalogService:

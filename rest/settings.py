@@ -213,6 +213,13 @@ class Settings(BaseSettings):
     events_trim_interval_seconds: float = Field(
         60.0, gt=0, description="How often the log is checked for trimming."
     )
+    maintenance: bool = Field(
+        True,
+        description="Run table maintenance after commits (tables whose isbre.maintenance.enabled is true).",
+    )
+    maintenance_interval_seconds: float = Field(
+        1.0, gt=0, description="How often the maintenance thread reads the commit log for tables due."
+    )
 
     @model_validator(mode="after")
     def _warehouse_names(self) -> Settings:

@@ -16,6 +16,7 @@ from isbre.catalog import CatalogService
 from isbre.catalog.commit_log import CommitLog
 from isbre.catalog.feed import CommitFeed
 from isbre.catalog.limits import Limits
+from isbre.catalog.maintainer import Maintainer
 from isbre.catalog.warehouses import open_warehouses
 from isbre.events.broadcast import Broadcaster
 from isbre.events.fanout import FanoutChannel, FanoutOptions, FanoutProcess, shared_socket
@@ -176,6 +177,12 @@ async def running(settings: Settings, worker: bool, counters: RequestCounters) -
             feed.follow(fanout.wake)
         feed.start()
         shared = SharedCounters(settings.state_path()) if worker else None
+        maintainer = (
+            Maintainer(services, settings.maintenance_interval_seconds) if settings.maintenance else None
+        )
+        if maintainer is not None:
+            maintainer.start()
+            stops.append(maintainer.stop)
         found = Runtime(
             settings,
             counters,
@@ -188,6 +195,7 @@ async def running(settings: Settings, worker: bool, counters: RequestCounters) -
             outbox,
             fanout,
             shared,
+            maintainer,
         )
         if shared is not None:
             stops.append(shared.close)

@@ -19,13 +19,22 @@ from isbre.rest.models import (
     CommitTableRequest,
     CommitTransactionRequest,
     CreateTableRequest,
+    MaintenanceRequest,
     RegisterTableRequest,
     RenameTableRequest,
     ReportMetricsRequest,
     SignRequest,
 )
 from isbre.rest.runtime import runtime
-from isbre.rest.wire import identifiers_page, load_result, parse, raw_body, referenced_by, service
+from isbre.rest.wire import (
+    identifiers_page,
+    json_response,
+    load_result,
+    parse,
+    raw_body,
+    referenced_by,
+    service,
+)
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
 from starlette.concurrency import run_in_threadpool
@@ -238,6 +247,21 @@ def register_table(request: Request, target: WritesNamespace, raw: bytes = Depen
         places=target.access.places(catalog),
     )
     return _table_result(request, target, body.name, state, state.json)
+
+
+@router.post("/namespaces/{namespace:name}/tables/{table:name}/maintenance")
+def run_maintenance(
+    request: Request, target: ManagesNamespace, table: str, raw: bytes = Depends(raw_body)
+) -> Response:
+    """isbre extension: run maintenance jobs on the table now (docs/maintenance.md); what each did."""
+    body = parse(MaintenanceRequest, raw)
+    catalog, ident = service(request), target.ident(table)
+    maintainer = runtime(request).maintainer
+    if maintainer is None:  # maintenance after commits is off; asked for, it runs all the same
+        reports = catalog.maintain(ident, body.jobs)
+    else:  # counted in /metrics and /health with the ones after commits
+        reports = maintainer.run(catalog, ident, body.jobs)
+    return json_response({"jobs": [report.to_json() for report in reports]})
 
 
 @router.post("/tables/rename")

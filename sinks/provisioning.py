@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass, field
 
 import pyarrow as pa
+from isbre.catalog.maintenance import SINK_MANAGED
 from isbre.catalog.pyiceberg_internals import arrow_schema_without_ids
 from isbre.sinks.contract import SchemaDriftError
 from pyiceberg.schema import Schema
@@ -29,7 +30,7 @@ from pyiceberg.types import (
     TimestamptzType,
 )
 
-MANAGED_PROPERTY = "isbre.sink.managed"
+MANAGED_PROPERTY = SINK_MANAGED
 PREFIX_PROPERTY = "isbre.sink.prefix"
 COMMENT_HASH_PROPERTY = "isbre.sink.comment-hash"
 DOC_KEYS = (b"comment", b"description", b"doc")

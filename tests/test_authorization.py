@@ -159,6 +159,12 @@ CASES: dict[tuple[str, str], Case] = {
             "POST", f"{P}/namespaces/{ns}/register", {"name": "r", "metadata-location": f"/nowhere/{ns}.json"}
         ),
     ),
+    ("POST", f"{P}/namespaces/{{namespace}}/tables/{{table}}/maintenance"): Case(
+        "admin",
+        lambda ns: Call(
+            "POST", f"{P}/namespaces/{ns}/tables/ghost/maintenance", {"jobs": ["expire-snapshots"]}
+        ),
+    ),
     ("POST", f"{P}/tables/rename"): Case(
         "writer",
         lambda ns: Call(

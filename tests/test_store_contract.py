@@ -289,8 +289,7 @@ def test_a_commit_notifies_whoever_listens_or_the_store_says_to_poll(store: Stor
 def test_a_lease_is_held_until_released(store: Store) -> None:
     lease = store.try_lease("contract")
     assert lease is not None and lease.held()
-    if isinstance(store, PostgresStore):  # shared by servers on several hosts: one holder at a time
-        assert store.try_lease("contract") is None
+    assert store.try_lease("contract") is None  # one holder at a time
     lease.release()
     again = store.try_lease("contract")
     assert again is not None and again.held()

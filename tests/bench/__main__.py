@@ -19,6 +19,7 @@ from tests.bench import (
     events,
     lineage,
     load_table,
+    maintenance,
     object_storage,
     replicas,
     signing,
@@ -37,6 +38,10 @@ BENCHMARKS: dict[str, tuple[Callable[[Path], Report | list[Report]], str]] = {
     "load_table": (load_table.run, "loadTable requests per second and latency"),
     "workers": (workers.run, "clients in processes, 1 worker and N workers"),
     "replicas": (replicas.run, "replicas on PostgreSQL beside SqlCatalog on PostgreSQL"),
+    "maintenance": (
+        maintenance.run,
+        "a streaming table's appends with maintenance on and off, beside SqlCatalog",
+    ),
     "events": (events.run, "commit-to-event latency, replay, commits with subscribers"),
     "lineage": (lineage.run, "commits with lineage delivery on"),
     "sinks": (sinks.run, "sink rows per second and batches"),

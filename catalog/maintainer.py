@@ -1,0 +1,146 @@
+"""The catalog's own maintenance, run after commits on a thread of its own: the request path never
+waits for it.
+
+It follows the commit log (every process's commits, not only this one's), so among the processes
+of one store the one holding the store's maintenance lease does the work: one worker of a
+server, one replica of a PostgreSQL store. After a commit to a table whose
+`isbre.maintenance.enabled` is true, it runs what the table's policies make due
+(catalog/maintenance.py), each job an ordinary commit (catalog/maintenance_operations.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from isbre.catalog.identifiers import Identifier
+from isbre.catalog.maintenance import (
+    DELETE_AFTER_COMMIT,
+    EXPIRE_SNAPSHOTS,
+    REMOVE_METADATA_FILES,
+    JobReport,
+    enabled,
+    plan_expiry,
+)
+from isbre.catalog.records import TABLE_KINDS
+from isbre.catalog.store import Lease
+from pyiceberg.exceptions import NoSuchTableError
+
+if TYPE_CHECKING:
+    from isbre.catalog.service import CatalogService
+
+log = logging.getLogger(__name__)
+LEASE = "maintenance"
+# A table whose jobs failed this many times in a row turns /health degraded.
+FAILING_AFTER = 3
+
+
+@dataclass
+class MaintenanceStats:
+    jobs: Counter[tuple[str, str]] = field(default_factory=Counter)  # (job, "ok" or "failed")
+    snapshots_removed: int = 0
+    files_deleted: int = 0
+    last_run_at: float | None = None
+    # Tables whose last runs failed: how many times in a row, and the last error.
+    failing: dict[str, tuple[int, str]] = field(default_factory=dict)
+
+    def degraded(self) -> list[str]:
+        return [
+            f"{table}: {error}" for table, (times, error) in self.failing.items() if times >= FAILING_AFTER
+        ]
+
+
+class Maintainer:
+    def __init__(self, services: list[CatalogService], interval: float = 1.0) -> None:
+        self._services = {service.name: service for service in services}
+        self._first = services[0]
+        self._log = self._first.commit_log
+        self._interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="isbre-maintenance", daemon=True)
+        self.stats = MaintenanceStats()
+        self.holding = False  # this process holds the lease: it is the one that maintains
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=60)
+
+    def _run(self) -> None:
+        lease: Lease | None = None
+        cursor = 0
+        while not self._stop.is_set():
+            try:
+                if lease is None or not lease.held():
+                    lease = self._log.store.try_lease(LEASE)
+                    self.holding = lease is not None
+                    cursor = self._log.commit_seq()  # from now on: a table is due at its next commit
+                else:
+                    cursor = self._follow(cursor)
+            except Exception as exc:  # e.g. a database store that is down: try again later
+                log.warning("maintenance: %s: %s", type(exc).__name__, exc)
+            self._stop.wait(self._interval)
+        if lease is not None:
+            lease.release()
+
+    def _follow(self, cursor: int) -> int:
+        records = self._log.commits_since(cursor, 1000)
+        due: dict[tuple[str, Identifier], None] = {}
+        for record in records:
+            # The jobs' own commits make nothing due.
+            if record.kind in TABLE_KINDS and record.job is None and record.name is not None:
+                warehouse = record.warehouse or self._first.name
+                due[(warehouse, Identifier.of(tuple(record.namespace), record.name))] = None
+        for warehouse, ident in due:
+            if self._stop.is_set():
+                break
+            if (service := self._services.get(warehouse)) is not None:
+                self.run_due(service, ident)
+        return records[-1].commit_seq if records else cursor
+
+    def run_due(self, service: CatalogService, ident: Identifier) -> list[JobReport]:
+        """Run what the table's policies make due now, if it is maintained by the catalog."""
+        try:
+            metadata = service.load_table(ident).metadata
+        except NoSuchTableError:
+            return []  # dropped since
+        if not enabled(metadata.properties):
+            return []
+        jobs = []
+        if plan_expiry(metadata, int(time.time() * 1000)):
+            jobs.append(EXPIRE_SNAPSHOTS)
+        if metadata.properties.get(DELETE_AFTER_COMMIT, "false").lower() == "true":
+            jobs.append(REMOVE_METADATA_FILES)
+        if not jobs:
+            return []
+        try:
+            return self.run(service, ident, jobs)
+        except Exception:
+            return []  # counted and logged; tried again at the table's next commit
+
+    def run(self, service: CatalogService, ident: Identifier, jobs: list[str]) -> list[JobReport]:
+        """Run `jobs` now and count what they did (the maintenance endpoint calls this too)."""
+        table = f"{service.name}.{ident}"
+        self.stats.last_run_at = time.time()
+        try:
+            reports = service.maintain(ident, jobs)
+        except Exception as exc:
+            times = self.stats.failing.get(table, (0, ""))[0] + 1
+            self.stats.failing[table] = (times, f"{type(exc).__name__}: {exc}")
+            self.stats.jobs.update((job, "failed") for job in jobs)
+            log.warning("maintenance of %s failed (%d in a row): %s", table, times, exc)
+            raise
+        self.stats.failing.pop(table, None)
+        for report in reports:
+            self.stats.jobs[(report.job, "failed" if report.problems else "ok")] += 1
+            self.stats.snapshots_removed += report.removed_snapshots
+            self.stats.files_deleted += report.deleted_files
+            if report.problems:
+                log.warning("maintenance of %s: %s left problems: %s", table, report.job, report.problems[:3])
+        return reports

@@ -1,0 +1,224 @@
+"""Table maintenance the catalog runs itself: which snapshots a table's retention properties
+expire, which metadata files fall out of its kept versions, and which files that leaves
+unreachable.
+
+The policies are Iceberg's own table properties (what `expire_snapshots` and metadata cleanup
+read in Spark and Java), read here the same way; `isbre.maintenance.enabled` says whether the
+catalog applies them by itself after commits (they are always applied when asked for, see the
+maintenance endpoint). This module decides; catalog/table_operations.py commits and deletes.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyiceberg.io import FileIO
+from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.table.refs import MAIN_BRANCH, SnapshotRefType
+from pyiceberg.table.snapshots import Snapshot
+
+MAX_SNAPSHOT_AGE_MS = "history.expire.max-snapshot-age-ms"
+MIN_SNAPSHOTS_TO_KEEP = "history.expire.min-snapshots-to-keep"
+MAX_REF_AGE_MS = "history.expire.max-ref-age-ms"
+DELETE_AFTER_COMMIT = "write.metadata.delete-after-commit.enabled"
+PREVIOUS_VERSIONS_MAX = "write.metadata.previous-versions-max"
+ENABLED = "isbre.maintenance.enabled"
+
+# Iceberg's defaults: five days of snapshots, at least one; refs kept forever; 100 old versions.
+DEFAULT_MAX_SNAPSHOT_AGE_MS = 5 * 24 * 3600 * 1000
+DEFAULT_MIN_SNAPSHOTS_TO_KEEP = 1
+DEFAULT_PREVIOUS_VERSIONS_MAX = 100
+
+# A table an isbre sink provisions says so; the catalog gives it STREAMING_DEFAULTS where the sink
+# sets none of its own.
+SINK_MANAGED = "isbre.sink.managed"
+# One commit a second keeps at most ~600 snapshots (ten minutes of time travel), and 20 old
+# metadata files: the metadata a commit rewrites stays small. A sink's exactly-once coverage
+# lives in the catalog's index, not in old snapshots, so expiring them changes none of it.
+STREAMING_DEFAULTS = {
+    ENABLED: "true",
+    MAX_SNAPSHOT_AGE_MS: str(10 * 60 * 1000),
+    MIN_SNAPSHOTS_TO_KEEP: "20",
+    DELETE_AFTER_COMMIT: "true",
+    PREVIOUS_VERSIONS_MAX: "20",
+}
+
+EXPIRE_SNAPSHOTS = "expire-snapshots"
+REMOVE_METADATA_FILES = "remove-metadata-files"
+JOBS = (EXPIRE_SNAPSHOTS, REMOVE_METADATA_FILES)
+
+_POSITIVE = (MAX_SNAPSHOT_AGE_MS, MIN_SNAPSHOTS_TO_KEEP, MAX_REF_AGE_MS, PREVIOUS_VERSIONS_MAX)
+_BOOLEAN = (DELETE_AFTER_COMMIT, ENABLED)
+# The metadata files isbre writes: `<version>-<uuid>.metadata.json`, versions counting up.
+_VERSIONED = re.compile(r"^(\d{5,})-[0-9a-f-]{36}\.metadata\.json(\.gz)?$")
+
+
+class InvalidPolicyError(ValueError):
+    """A maintenance property's value is not one the catalog can apply."""
+
+
+def check_policy(properties: dict[str, str]) -> None:
+    """Refuse a maintenance property whose value the catalog could not apply, naming it."""
+    for key in _POSITIVE:
+        if key in properties:
+            value = properties[key]
+            if not value.isdigit() or int(value) < 1:
+                raise InvalidPolicyError(
+                    f"Table property {key} must be a whole number above 0, not {value!r}"
+                )
+    for key in _BOOLEAN:
+        if key in properties and properties[key].lower() not in ("true", "false"):
+            raise InvalidPolicyError(f"Table property {key} must be true or false, not {properties[key]!r}")
+
+
+def with_streaming_defaults(properties: dict[str, str]) -> dict[str, str]:
+    """A new table's properties: a sink-provisioned one's with the streaming defaults under them."""
+    if properties.get(SINK_MANAGED) != "true":
+        return properties
+    return {**STREAMING_DEFAULTS, **properties}
+
+
+def enabled(properties: dict[str, str]) -> bool:
+    return properties.get(ENABLED, "false").lower() == "true"
+
+
+def _int(properties: dict[str, str], key: str, default: int) -> int:
+    return int(properties.get(key, default))
+
+
+@dataclass(frozen=True)
+class ExpiryPlan:
+    """What expiring snapshots now would change: the snapshots to remove, the refs past their age,
+    and the snapshot each branch the plan walked stood at (what the commit requires)."""
+
+    snapshot_ids: tuple[int, ...]
+    refs: tuple[str, ...]
+    branches: dict[str, int] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.snapshot_ids or self.refs)
+
+
+def plan_expiry(metadata: TableMetadata, now_ms: int) -> ExpiryPlan:
+    """Iceberg's rules: a branch keeps the ancestors of its head while fewer than its
+    `min-snapshots-to-keep` are kept or they are younger than its `max-snapshot-age-ms`; a tag
+    keeps its snapshot; a ref other than main older than its `max-ref-age-ms` goes; a snapshot no
+    ref reaches stays until it is older than the table's `max-snapshot-age-ms`."""
+    properties = metadata.properties
+    max_age = _int(properties, MAX_SNAPSHOT_AGE_MS, DEFAULT_MAX_SNAPSHOT_AGE_MS)
+    min_keep = _int(properties, MIN_SNAPSHOTS_TO_KEEP, DEFAULT_MIN_SNAPSHOTS_TO_KEEP)
+    max_ref_age = int(properties[MAX_REF_AGE_MS]) if MAX_REF_AGE_MS in properties else None
+    by_id = {snapshot.snapshot_id: snapshot for snapshot in metadata.snapshots}
+    retained: set[int] = set()
+    reachable: set[int] = set()
+    dropped: list[str] = []
+    branches: dict[str, int] = {}
+    for name, ref in metadata.refs.items():
+        head = by_id.get(ref.snapshot_id)
+        if head is None:
+            continue
+        ref_age = ref.max_ref_age_ms or max_ref_age
+        if name != MAIN_BRANCH and ref_age is not None and now_ms - head.timestamp_ms > ref_age:
+            dropped.append(name)
+            continue
+        if ref.snapshot_ref_type == SnapshotRefType.TAG:
+            retained.add(head.snapshot_id)
+            continue
+        branches[name] = head.snapshot_id
+        keep = ref.min_snapshots_to_keep or min_keep
+        age = ref.max_snapshot_age_ms or max_age
+        kept = 0
+        walked: Snapshot | None = head
+        while walked is not None:
+            reachable.add(walked.snapshot_id)
+            if kept < keep or now_ms - walked.timestamp_ms <= age:
+                retained.add(walked.snapshot_id)
+                kept += 1
+            parent = walked.parent_snapshot_id
+            walked = by_id.get(parent) if parent is not None and parent not in reachable else None
+    for snapshot in metadata.snapshots:
+        if snapshot.snapshot_id not in reachable and now_ms - snapshot.timestamp_ms <= max_age:
+            retained.add(snapshot.snapshot_id)
+    expired = tuple(s.snapshot_id for s in metadata.snapshots if s.snapshot_id not in retained)
+    return ExpiryPlan(expired, tuple(dropped), branches)
+
+
+def unreachable_files(io: FileIO, before: TableMetadata, after: TableMetadata) -> list[tuple[str, str]]:
+    """(path, what it is) of every file that `before`'s snapshots name and `after`'s do not, data
+    files first, manifest lists last."""
+    kept = {snapshot.snapshot_id for snapshot in after.snapshots}
+    gone = [snapshot for snapshot in before.snapshots if snapshot.snapshot_id not in kept]
+    if not gone:
+        return []
+    live_lists = {snapshot.manifest_list for snapshot in after.snapshots}
+    live = {m.manifest_path: m for snapshot in after.snapshots for m in snapshot.manifests(io)}
+    expired = {
+        m.manifest_path: m for snapshot in gone for m in snapshot.manifests(io) if m.manifest_path not in live
+    }
+    files: list[tuple[str, str]] = []
+    if expired:
+        live_data = {
+            entry.data_file.file_path
+            for manifest in live.values()
+            for entry in manifest.fetch_manifest_entry(io, discard_deleted=False)
+        }
+        dead_data = {
+            entry.data_file.file_path
+            for manifest in expired.values()
+            for entry in manifest.fetch_manifest_entry(io, discard_deleted=False)
+        }
+        files += [(path, "data file") for path in sorted(dead_data - live_data)]
+        files += [(path, "manifest") for path in sorted(expired)]
+    files += [(s.manifest_list, "manifest list") for s in gone if s.manifest_list not in live_lists]
+    return files
+
+
+def version_of(name: str) -> int | None:
+    """The version in the name of a metadata file isbre wrote (None: another writer's file)."""
+    found = _VERSIONED.match(name)
+    return int(found.group(1)) if found else None
+
+
+def superseded_metadata(names: list[str], metadata: TableMetadata, location: str) -> list[str]:
+    """Of the files `names` in the table's metadata directory, the old versions to delete: older
+    than every version the table still lists (its current file and its metadata log). A newer
+    file may be a commit's, written but not yet current: it is never one of these."""
+    listed = [location, *(entry.metadata_file for entry in metadata.metadata_log)]
+    versions = [v for v in (version_of(path.rsplit("/", 1)[-1]) for path in listed) if v is not None]
+    if not versions:
+        return []
+    oldest = min(versions)
+    keep = {path.rsplit("/", 1)[-1] for path in listed}
+    return [n for n in names if n not in keep and (v := version_of(n)) is not None and v < oldest]
+
+
+@dataclass
+class JobReport:
+    """What one job did on one table."""
+
+    job: str
+    committed: bool = False
+    commit_seq: int | None = None
+    removed_snapshots: int = 0
+    removed_refs: list[str] = field(default_factory=list)
+    deleted_files: int = 0
+    skipped_files: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "job": self.job,
+            "committed": self.committed,
+            "removed-snapshots": self.removed_snapshots,
+            "removed-refs": self.removed_refs,
+            "deleted-files": self.deleted_files,
+        }
+        if self.commit_seq is not None:
+            body["commit-seq"] = self.commit_seq
+        if self.skipped_files:
+            body["skipped-files"] = self.skipped_files[:20]
+        if self.problems:
+            body["problems"] = self.problems[:20]
+        return body

@@ -1,0 +1,127 @@
+"""Maintenance jobs on one table, each change an ordinary commit.
+
+A job plans from the table as it is, commits with requirements on what it read (a concurrent
+commit wins, and the job plans again), and deletes files only once the commit that made them
+unreachable is durable, through the table's confined deleter: a crash at any point leaves no
+table pointing at a deleted file, at worst files nobody points at.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Sequence
+
+from isbre.catalog.deletion import delete_each
+from isbre.catalog.identifiers import Identifier
+from isbre.catalog.maintenance import (
+    DELETE_AFTER_COMMIT,
+    EXPIRE_SNAPSHOTS,
+    JOBS,
+    REMOVE_METADATA_FILES,
+    JobReport,
+    plan_expiry,
+    superseded_metadata,
+    unreachable_files,
+)
+from isbre.catalog.metadata_files import local_path
+from isbre.catalog.service_core import MAX_COMMIT_ATTEMPTS
+from isbre.catalog.table_operations import TableOperations, TableState
+from isbre.catalog.tables import TableChange
+from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.table.update import (
+    AssertRefSnapshotId,
+    AssertTableUUID,
+    RemoveSnapshotRefUpdate,
+    RemoveSnapshotsUpdate,
+    TableRequirement,
+    TableUpdate,
+)
+
+log = logging.getLogger(__name__)
+
+
+class UnknownJobError(ValueError):
+    pass
+
+
+class MaintenanceOperations(TableOperations):
+    def maintain(self, ident: Identifier, jobs: Sequence[str], now_ms: int | None = None) -> list[JobReport]:
+        """Run `jobs` (of catalog.maintenance.JOBS) on the table now, in order; what each did."""
+        unknown = [job for job in jobs if job not in JOBS]
+        if unknown:
+            raise UnknownJobError(
+                f"Unknown maintenance job {unknown[0]!r}: this catalog runs {', '.join(JOBS)}"
+            )
+        when = now_ms if now_ms is not None else int(time.time() * 1000)
+        run: dict[str, Callable[[], JobReport]] = {
+            EXPIRE_SNAPSHOTS: lambda: self._expire_snapshots(ident, when),
+            REMOVE_METADATA_FILES: lambda: self._remove_metadata_files(ident),
+        }
+        return [run[job]() for job in jobs]
+
+    def _expire_snapshots(self, ident: Identifier, now_ms: int) -> JobReport:
+        report = JobReport(EXPIRE_SNAPSHOTS)
+        for _ in range(MAX_COMMIT_ATTEMPTS):
+            before = self.load_table(ident)
+            plan = plan_expiry(before.metadata, now_ms)
+            if not plan:
+                return report
+            requirements: list[TableRequirement] = [AssertTableUUID(uuid=before.metadata.table_uuid)]
+            requirements += [
+                AssertRefSnapshotId(ref=name, snapshot_id=at) for name, at in plan.branches.items()
+            ]
+            updates: list[TableUpdate] = [RemoveSnapshotRefUpdate(ref_name=name) for name in plan.refs]
+            if plan.snapshot_ids:
+                updates.append(RemoveSnapshotsUpdate(snapshot_ids=list(plan.snapshot_ids)))
+            change = TableChange(ident, tuple(requirements), tuple(updates), job=EXPIRE_SNAPSHOTS)
+            try:
+                after = self.commit_table(change)
+            except CommitFailedException:
+                continue  # a commit moved a branch meanwhile: it wins, and the plan is made again
+            report.committed = True
+            report.removed_snapshots = len(plan.snapshot_ids)
+            report.removed_refs = list(plan.refs)
+            self._delete_unreachable(report, before, after)
+            return report
+        raise CommitFailedException(f"Gave up expiring snapshots after {MAX_COMMIT_ATTEMPTS} lost races")
+
+    def _delete_unreachable(self, report: JobReport, before: TableState, after: TableState) -> None:
+        """The expiry is durable: delete what only the expired snapshots named."""
+        try:
+            found = unreachable_files(self.io, before.metadata, after.metadata)
+        except Exception as exc:  # an unreadable manifest: delete nothing rather than guess
+            report.problems.append(f"cannot list the expired snapshots' files: {type(exc).__name__}: {exc}")
+            return
+        self._delete(report, after.metadata, found)
+
+    def _delete(self, report: JobReport, metadata: TableMetadata, named: list[tuple[str, str]]) -> None:
+        done = delete_each(self._table_files(metadata, owner=str(metadata.table_uuid)), named)
+        report.deleted_files += done.deleted
+        report.skipped_files += done.skipped
+        report.problems += done.problems
+
+    def _remove_metadata_files(self, ident: Identifier) -> JobReport:
+        """With `write.metadata.delete-after-commit.enabled`, delete the metadata files older than
+        every version the table still lists (the commits keep `write.metadata.previous-versions-max`
+        of them in its metadata log)."""
+        report = JobReport(REMOVE_METADATA_FILES)
+        state = self.load_table(ident)
+        assert state.metadata_location is not None
+        if state.metadata.properties.get(DELETE_AFTER_COMMIT, "false").lower() != "true":
+            return report
+        directory = state.metadata_location.rsplit("/", 1)[0]
+        local = local_path(directory)
+        if local is None:
+            report.problems.append(f"listing {directory} is not supported: only local warehouses are cleaned")
+            return report
+        try:
+            names = os.listdir(local)
+        except OSError as exc:
+            report.problems.append(f"cannot list {directory}: {exc}")
+            return report
+        old = superseded_metadata(names, state.metadata, state.metadata_location)
+        self._delete(report, state.metadata, [(f"{directory}/{name}", "metadata") for name in old])
+        return report

@@ -1,0 +1,278 @@
+"""Table maintenance the catalog runs: snapshot expiry and old metadata files, each change an
+ordinary commit, files deleted only once unreachable and only the table's own."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from isbre.catalog import CatalogService, Identifier, TableChange
+from isbre.catalog.embedded import LmdbCatalog
+from isbre.catalog.maintenance import STREAMING_DEFAULTS, plan_expiry
+from isbre.catalog.metadata_files import local_path
+from pyiceberg.catalog import Catalog
+from pyiceberg.table import Table
+from pyiceberg.table.update import SetPropertiesUpdate
+
+from tests.server import IsbreServer
+from tests.sink_helpers import offsets_in, rows, span, write_once
+from tests.waiting import eventually
+
+FAR_FUTURE_MS = 10**13  # every snapshot is older than any age limit then
+POLICY = {"history.expire.max-snapshot-age-ms": "1", "history.expire.min-snapshots-to-keep": "3"}
+
+
+@pytest.fixture
+def catalog(tmp_path: Path) -> Catalog:
+    embedded = LmdbCatalog("local", warehouse=str(tmp_path / "warehouse"))
+    embedded.create_namespace("db")
+    return embedded
+
+
+def service_of(catalog: Catalog) -> CatalogService:
+    assert isinstance(catalog, LmdbCatalog)
+    return catalog.service
+
+
+def batch(start: int) -> pa.Table:
+    return pa.table({"n": pa.array([start, start + 1], pa.int64())})
+
+
+def appended(catalog: Catalog, count: int, properties: dict[str, str] | None = None) -> Table:
+    table = catalog.create_table("db.t", schema=batch(0).schema, properties=properties or POLICY)
+    for i in range(count):
+        table.append(batch(2 * i))
+    return table.refresh()
+
+
+def data_files(table: Table) -> set[str]:
+    return {task.file.file_path for task in table.scan().plan_files()}
+
+
+def exists(location: str) -> bool:
+    path = local_path(location)
+    assert path is not None
+    return path.exists()
+
+
+def test_expiry_keeps_the_newest_snapshots_and_every_live_data_file(catalog: Catalog) -> None:
+    table = appended(catalog, 8)
+    snapshots = table.metadata.snapshots
+    live = data_files(table)
+    (report,) = service_of(catalog).maintain(Identifier.of(("db",), "t"), ["expire-snapshots"], FAR_FUTURE_MS)
+    assert report.committed and report.removed_snapshots == 5
+    table = table.refresh()
+    assert [s.snapshot_id for s in table.metadata.snapshots] == [s.snapshot_id for s in snapshots[-3:]]
+    assert not any(exists(s.manifest_list) for s in snapshots[:5])  # the expired manifest lists are gone
+    assert all(exists(s.manifest_list) for s in snapshots[-3:])
+    assert data_files(table) == live and all(map(exists, live))  # appends share every data file
+    assert report.deleted_files == 5 and not report.problems
+    assert sorted(table.scan().to_arrow()["n"].to_pylist()) == list(range(16))
+    oldest_kept = snapshots[-3].snapshot_id  # time travel to a retained snapshot still works
+    assert len(table.scan(snapshot_id=oldest_kept).to_arrow()) == 12
+    record = list(service_of(catalog).commit_log.records())[-1]
+    assert (record.kind, record.job) == ("table.commit", "expire-snapshots")
+
+
+def test_an_overwrite_s_replaced_files_go_with_the_snapshots_that_named_them(catalog: Catalog) -> None:
+    table = appended(catalog, 3, {**POLICY, "history.expire.min-snapshots-to-keep": "1"})
+    before = data_files(table)
+    table.overwrite(batch(100))
+    table = table.refresh()
+    after = data_files(table)
+    (report,) = service_of(catalog).maintain(Identifier.of(("db",), "t"), ["expire-snapshots"], FAR_FUTURE_MS)
+    assert len(table.refresh().metadata.snapshots) == 1
+    assert not any(map(exists, before - after)) and all(map(exists, after))
+    assert report.deleted_files >= len(before - after) + 3  # data files, manifests, manifest lists
+    assert table.refresh().scan().to_arrow()["n"].to_pylist() == [100, 101]
+
+
+def test_nothing_due_commits_nothing(catalog: Catalog) -> None:
+    appended(catalog, 2)
+    service = service_of(catalog)
+    high = service.commit_log.commit_seq()
+    (report,) = service.maintain(Identifier.of(("db",), "t"), ["expire-snapshots"], FAR_FUTURE_MS)
+    assert not report.committed and service.commit_log.commit_seq() == high
+
+
+def test_a_file_outside_the_table_that_a_snapshot_named_is_left_alone(
+    catalog: Catalog, tmp_path: Path
+) -> None:
+    table = appended(catalog, 1, {**POLICY, "history.expire.min-snapshots-to-keep": "1"})
+    outside = tmp_path / "elsewhere" / "shared.parquet"
+    outside.parent.mkdir()
+    pq.write_table(batch(50), outside)
+    table.add_files([outside.as_uri()])  # a commit that names a file outside the table
+    table.overwrite(batch(200))  # now only expired snapshots name it
+    (report,) = service_of(catalog).maintain(Identifier.of(("db",), "t"), ["expire-snapshots"], FAR_FUTURE_MS)
+    assert outside.exists() and outside.as_uri() in report.skipped_files
+    assert table.refresh().scan().to_arrow()["n"].to_pylist() == [200, 201]
+
+
+def test_an_append_that_lands_while_expiry_plans_is_kept(
+    catalog: Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    table = appended(catalog, 5)
+    service = service_of(catalog)
+    commit = service.commit_table
+    raced: list[int] = []
+
+    def append_first(change: Any, places: Any = None) -> Any:
+        if not raced:  # another writer's append lands between the plan and the expiry's commit
+            raced.append(1)
+            table.append(batch(1000))
+        return commit(change, places)
+
+    monkeypatch.setattr(service, "commit_table", append_first)
+    (report,) = service.maintain(Identifier.of(("db",), "t"), ["expire-snapshots"], FAR_FUTURE_MS)
+    table = table.refresh()
+    assert report.committed and raced == [1]
+    assert len(table.metadata.snapshots) == 3  # planned again, from the table with the append
+    assert 1000 in table.scan().to_arrow()["n"].to_pylist()
+
+
+def test_old_metadata_files_are_capped_at_previous_versions_max(catalog: Catalog) -> None:
+    properties = {
+        "write.metadata.delete-after-commit.enabled": "true",
+        "write.metadata.previous-versions-max": "3",
+    }
+    table = catalog.create_table("db.t", schema=batch(0).schema, properties=properties)
+    service, ident = service_of(catalog), Identifier.of(("db",), "t")
+    for i in range(10):  # through the catalog service, as a REST commit goes (PyIceberg's own
+        # catalogs delete old files themselves when they commit)
+        service.commit_table(TableChange(ident, (), (SetPropertiesUpdate(updates={"step": str(i)}),)))
+    table = table.refresh()
+    directory = local_path(table.metadata_location.rsplit("/", 1)[0])
+    assert directory is not None and len(os.listdir(directory)) == 11
+    (report,) = service_of(catalog).maintain(Identifier.of(("db",), "t"), ["remove-metadata-files"])
+    kept = {table.metadata_location, *(e.metadata_file for e in table.metadata.metadata_log)}
+    assert len(kept) == 4 and report.deleted_files == 7
+    assert {f"{table.metadata_location.rsplit('/', 1)[0]}/{n}" for n in os.listdir(directory)} == kept
+
+
+def test_a_sink_replays_nothing_after_expiry(catalog: Catalog) -> None:
+    write_once(catalog, "db.sunk", rows(0, 100), span(0, 100))
+    write_once(catalog, "db.sunk", rows(100, 200), span(100, 200))
+    table = catalog.load_table("db.sunk")
+    assert {k: table.properties[k] for k in STREAMING_DEFAULTS} == STREAMING_DEFAULTS
+    service = service_of(catalog)
+    service.maintain(Identifier.of(("db",), "sunk"), ["expire-snapshots"], FAR_FUTURE_MS)
+    assert len(table.refresh().metadata.snapshots) == 2  # its min-snapshots-to-keep is 20
+    table.transaction().set_properties(**{"history.expire.min-snapshots-to-keep": "1"}).commit_transaction()
+    service.maintain(Identifier.of(("db",), "sunk"), ["expire-snapshots"], FAR_FUTURE_MS)
+    assert len(table.refresh().metadata.snapshots) == 1
+    high = service.commit_log.commit_seq()
+    write_once(catalog, "db.sunk", rows(0, 200), span(0, 200))  # a replay of both spans
+    assert service.commit_log.commit_seq() == high  # committed nothing
+    assert offsets_in(table) == [(0, n) for n in range(200)]
+
+
+def test_expiry_keeps_a_tag_and_drops_a_branch_past_its_age(catalog: Catalog) -> None:
+    table = appended(catalog, 4, {**POLICY, "history.expire.min-snapshots-to-keep": "1"})
+    first = table.metadata.snapshots[0].snapshot_id
+    with table.manage_snapshots() as refs:
+        refs.create_tag(first, "release")
+        refs.create_branch(table.metadata.snapshots[1].snapshot_id, "old", max_ref_age_ms=1)
+    plan = plan_expiry(table.refresh().metadata, FAR_FUTURE_MS)
+    assert plan.refs == ("old",) and first not in plan.snapshot_ids
+    service_of(catalog).maintain(Identifier.of(("db",), "t"), ["expire-snapshots"], FAR_FUTURE_MS)
+    table = table.refresh()
+    assert set(table.metadata.refs) == {"main", "release"}
+    assert {s.snapshot_id for s in table.metadata.snapshots} == {first, table.metadata.current_snapshot_id}
+
+
+# -- through the server
+
+
+@pytest.fixture(scope="module")
+def maintained(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    server = IsbreServer(tmp_path_factory.mktemp("maintained") / "warehouse").start()
+    yield server
+    server.stop()
+
+
+def table_url(server: IsbreServer, name: str) -> str:
+    return f"{server.url}/v1/isbre/namespaces/m/tables/{name}"
+
+
+def commit_properties(server: IsbreServer, name: str, updates: dict[str, str]) -> httpx.Response:
+    body = {"requirements": [], "updates": [{"action": "set-properties", "updates": updates}]}
+    return httpx.post(table_url(server, name), json=body)
+
+
+@pytest.fixture(scope="module")
+def rest(maintained: IsbreServer) -> Catalog:
+    from pyiceberg.catalog.rest import RestCatalog
+
+    catalog = RestCatalog("isbre", uri=maintained.url)
+    catalog.create_namespace("m")
+    return catalog
+
+
+def test_invalid_policies_are_refused_naming_the_property(maintained: IsbreServer, rest: Catalog) -> None:
+    rest.create_table("m.policies", schema=batch(0).schema)
+    for key, value in [
+        ("history.expire.min-snapshots-to-keep", "0"),
+        ("history.expire.max-snapshot-age-ms", "soon"),
+        ("write.metadata.delete-after-commit.enabled", "yes"),
+    ]:
+        answer = commit_properties(maintained, "policies", {key: value})
+        assert answer.status_code == 400, answer.text
+        assert key in answer.json()["error"]["message"]
+    created = httpx.post(
+        f"{maintained.url}/v1/isbre/namespaces/m/tables",
+        json={
+            "name": "bad",
+            "schema": {"type": "struct", "fields": []},
+            "properties": {"isbre.maintenance.enabled": "1"},
+        },
+    )
+    assert created.status_code == 400 and "isbre.maintenance.enabled" in created.text
+    assert httpx.head(table_url(maintained, "bad")).status_code == 404
+
+
+def test_the_endpoint_runs_jobs_now_and_refuses_unknown_ones(maintained: IsbreServer, rest: Catalog) -> None:
+    table = rest.create_table("m.now", schema=batch(0).schema, properties=POLICY)
+    for i in range(5):
+        table.append(batch(i))
+    answer = httpx.post(f"{table_url(maintained, 'now')}/maintenance", json={"jobs": ["expire-snapshots"]})
+    assert answer.status_code == 200, answer.text
+    (job,) = answer.json()["jobs"]
+    assert job["job"] == "expire-snapshots" and job["committed"] and job["removed-snapshots"] == 2
+    unknown = httpx.post(f"{table_url(maintained, 'now')}/maintenance", json={"jobs": ["defragment"]})
+    assert unknown.status_code == 400 and "defragment" in unknown.json()["error"]["message"]
+    empty = httpx.post(f"{table_url(maintained, 'now')}/maintenance", json={"jobs": []})
+    assert empty.status_code == 400
+    metrics = httpx.get(f"{maintained.url}/metrics").text
+    assert 'isbre_maintenance_jobs_total{job="expire-snapshots",outcome="ok"} 1' in metrics
+
+
+def test_after_commits_the_catalog_expires_what_the_policy_makes_due(
+    maintained: IsbreServer, rest: Catalog
+) -> None:
+    policy = {**POLICY, "isbre.maintenance.enabled": "true", "history.expire.min-snapshots-to-keep": "2"}
+    table = rest.create_table("m.auto", schema=batch(0).schema, properties=policy)
+    for i in range(6):
+        table.append(batch(i))
+    eventually(lambda: len(table.refresh().metadata.snapshots) == 2, "expired down to 2 snapshots")
+    health = httpx.get(f"{maintained.url}/health").json()["components"]["maintenance"]
+    assert health["status"] == "ok" and health["maintaining"]
+    assert sorted(table.scan().to_arrow()["n"].to_pylist()) == sorted(n for i in range(6) for n in (i, i + 1))
+
+
+def test_a_table_that_does_not_ask_is_never_maintained(maintained: IsbreServer, rest: Catalog) -> None:
+    table = rest.create_table("m.untouched", schema=batch(0).schema, properties=POLICY)
+    for i in range(4):
+        table.append(batch(i))
+    marker = rest.create_table(
+        "m.marker", schema=batch(0).schema, properties={**POLICY, "isbre.maintenance.enabled": "true"}
+    )
+    for i in range(4):
+        marker.append(batch(i))
+    eventually(lambda: len(marker.refresh().metadata.snapshots) == 3, "the marker table maintained")
+    assert len(table.refresh().metadata.snapshots) == 4  # the maintainer passed it by
