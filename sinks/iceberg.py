@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -162,6 +162,9 @@ class TableWriter:
             )
             if not steps.changes_table:
                 break
+            # A transaction copies the table's metadata while write threads read it (PyIceberg
+            # fills a schema's caches on first use): let them finish first.
+            wait(self._writes)
             try:
                 with table.transaction() as tx:
                     if steps.changes_schema:
