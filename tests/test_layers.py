@@ -5,6 +5,8 @@ longer cycle. Read from the source, so an import inside a function counts too.""
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from collections import defaultdict
 from graphlib import CycleError, TopologicalSorter
 from itertools import pairwise
@@ -56,3 +58,11 @@ def test_the_layers_are_the_documented_ones() -> None:
     for package in ("events", "lineage", "sinks", "console"):
         assert set(graph[package]) <= {"catalog"}, (package, dict(graph[package]))
     assert "rest" not in {target for targets in graph.values() for target in targets}
+
+
+def test_the_commit_record_loads_without_pyiceberg_or_pyarrow() -> None:
+    """The package's names load on first use: a consumer of the log (a tool reading records)
+    does not pay for the table machinery."""
+    check = "import sys, isbre.catalog.records; print(sorted({'pyarrow', 'pyiceberg'} & set(sys.modules)))"
+    loaded = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, check=True)
+    assert loaded.stdout.strip() == "[]"

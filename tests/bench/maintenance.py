@@ -22,7 +22,7 @@ from pyiceberg.table import Table
 from tests.bench.harness import Report
 from tests.server import IsbreServer
 
-CHECKPOINTS = (100, 500, 1000, 2000)
+CHECKPOINTS = (100, 250, 500)
 WINDOW = 50  # commits whose latency makes a checkpoint's median
 ROW = pa.table({"n": pa.array([1], pa.int64())})
 STREAMING = {
