@@ -45,6 +45,7 @@ class MaintenanceStats:
     snapshots_removed: int = 0
     files_deleted: int = 0
     last_run_at: float | None = None
+    last_runs: dict[str, float] = field(default_factory=dict)  # table -> when its jobs last ran
     # Tables whose last runs failed: how many times in a row, and the last error.
     failing: dict[str, tuple[int, str]] = field(default_factory=dict)
 
@@ -137,6 +138,7 @@ class Maintainer:
             log.warning("maintenance of %s failed (%d in a row): %s", table, times, exc)
             raise
         self.stats.failing.pop(table, None)
+        self.stats.last_runs[table] = self.stats.last_run_at
         for report in reports:
             self.stats.jobs[(report.job, "failed" if report.problems else "ok")] += 1
             self.stats.snapshots_removed += report.removed_snapshots

@@ -194,6 +194,28 @@ def superseded_metadata(names: list[str], metadata: TableMetadata, location: str
     return [n for n in names if n not in keep and (v := version_of(n)) is not None and v < oldest]
 
 
+def health(metadata: TableMetadata, metadata_bytes: int, now_ms: int) -> dict[str, Any]:
+    """What maintenance has to look at in a table, from its metadata alone (no manifest read):
+    its snapshots, the size of its metadata file, its data files by the current snapshot's
+    summary, and the jobs its policies make due now."""
+    current = metadata.current_snapshot()
+    totals = current.summary.additional_properties if current and current.summary else {}
+    files = int(totals.get("total-data-files", 0))
+    size = int(totals.get("total-files-size", 0))
+    due = [EXPIRE_SNAPSHOTS] if plan_expiry(metadata, now_ms) else []
+    if metadata.properties.get(DELETE_AFTER_COMMIT, "false").lower() == "true":
+        due.append(REMOVE_METADATA_FILES)  # whether old files remain is known only by listing
+    return {
+        "maintained": enabled(metadata.properties),
+        "snapshots": len(metadata.snapshots),
+        "metadata-file-bytes": metadata_bytes,
+        "metadata-log-entries": len(metadata.metadata_log),
+        "data-files": files,
+        "average-data-file-bytes": size // files if files else 0,
+        "due": due,
+    }
+
+
 @dataclass
 class JobReport:
     """What one job did on one table."""

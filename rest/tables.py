@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import time
 import uuid
 from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import JSONResponse
 from isbre.catalog import TableChange, TableState
+from isbre.catalog.maintenance import health
 from isbre.catalog.metadata_files import metadata_json
 from isbre.rest.access import InNamespace, ManagesNamespace, ReadsNamespace, Writer, WritesNamespace
 from isbre.rest.delegation import HEADER, VENDED, Delegation, TableAccess, wanted
@@ -247,6 +249,17 @@ def register_table(request: Request, target: WritesNamespace, raw: bytes = Depen
         places=target.access.places(catalog),
     )
     return _table_result(request, target, body.name, state, state.json)
+
+
+@router.get("/namespaces/{namespace:name}/tables/{table:name}/maintenance")
+def maintenance_status(request: Request, target: ReadsNamespace, table: str) -> Response:
+    """isbre extension: what maintenance sees in the table (docs/maintenance.md#watching-it)."""
+    catalog, ident = service(request), target.ident(table)
+    state = catalog.load_table(ident)
+    body = health(state.metadata, len(state.json), int(time.time() * 1000))
+    maintainer = runtime(request).maintainer
+    last = maintainer.stats.last_runs.get(f"{catalog.name}.{ident}") if maintainer is not None else None
+    return json_response({**body, "last-maintenance-at": last})
 
 
 @router.post("/namespaces/{namespace:name}/tables/{table:name}/maintenance")

@@ -159,6 +159,9 @@ CASES: dict[tuple[str, str], Case] = {
             "POST", f"{P}/namespaces/{ns}/register", {"name": "r", "metadata-location": f"/nowhere/{ns}.json"}
         ),
     ),
+    ("GET", f"{P}/namespaces/{{namespace}}/tables/{{table}}/maintenance"): Case(
+        "reader", lambda ns: Call("GET", f"{P}/namespaces/{ns}/tables/t/maintenance")
+    ),
     ("POST", f"{P}/namespaces/{{namespace}}/tables/{{table}}/maintenance"): Case(
         "admin",
         lambda ns: Call(

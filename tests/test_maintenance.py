@@ -276,3 +276,17 @@ def test_a_table_that_does_not_ask_is_never_maintained(maintained: IsbreServer, 
         marker.append(batch(i))
     eventually(lambda: len(marker.refresh().metadata.snapshots) == 3, "the marker table maintained")
     assert len(table.refresh().metadata.snapshots) == 4  # the maintainer passed it by
+
+
+def test_a_table_s_maintenance_status_says_what_is_due(maintained: IsbreServer, rest: Catalog) -> None:
+    table = rest.create_table("m.status", schema=batch(0).schema, properties=POLICY)
+    for i in range(4):
+        table.append(batch(i))
+    status = httpx.get(f"{table_url(maintained, 'status')}/maintenance").json()
+    assert status["snapshots"] == 4 and status["due"] == ["expire-snapshots"] and not status["maintained"]
+    assert status["data-files"] == 4 and status["average-data-file-bytes"] > 0
+    assert status["metadata-file-bytes"] > 0 and status["last-maintenance-at"] is None
+    httpx.post(f"{table_url(maintained, 'status')}/maintenance", json={"jobs": ["expire-snapshots"]})
+    status = httpx.get(f"{table_url(maintained, 'status')}/maintenance").json()
+    assert status["snapshots"] == 3 and status["due"] == [] and status["last-maintenance-at"] is not None
+    assert httpx.get(f"{table_url(maintained, 'nosuch')}/maintenance").status_code == 404
