@@ -8,13 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TypeVar
 
 from isbre.catalog.records import CommitRecord, now_us
 from isbre.catalog.store import Store
 from isbre.catalog.writer import Batch, Writer
 
-T = TypeVar("T")
 # Expired Idempotency-Keys removed per writer transaction: each step holds the writer well under 10 ms.
 TRIM_CHUNK = 500
 
@@ -39,9 +37,6 @@ class CommitLog:
         if self._owns_writer:
             self.writer.close()
             self.store.close()
-
-    def _write(self, mutation: Callable[[Batch], T]) -> T:
-        return self.writer.execute(mutation)
 
     def commit_seq(self) -> int:
         with self.store.read(snapshot=False) as view:
@@ -86,7 +81,7 @@ class CommitLog:
         def mutation(batch: Batch) -> None:
             batch.view.put_cursor(name, commit_seq)
 
-        self._write(mutation)
+        self.writer.execute(mutation)
 
     def trim_log(self, keep_records: int, keep_us: int, chunk: int = 1000) -> int:
         """Drop records beyond the retention window, in small writer batches; returns how many went.
@@ -112,7 +107,7 @@ class CommitLog:
     def _in_chunks(self, step: Callable[[Batch], int], chunk: int) -> int:
         removed = 0
         while True:
-            done = self._write(step)
+            done = self.writer.execute(step)
             removed += done
             if done < chunk:
                 return removed

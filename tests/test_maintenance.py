@@ -290,3 +290,19 @@ def test_a_table_s_maintenance_status_says_what_is_due(maintained: IsbreServer, 
     status = httpx.get(f"{table_url(maintained, 'status')}/maintenance").json()
     assert status["snapshots"] == 3 and status["due"] == [] and status["last-maintenance-at"] is not None
     assert httpx.get(f"{table_url(maintained, 'nosuch')}/maintenance").status_code == 404
+
+
+def test_a_path_spelled_into_another_table_is_never_deleted(catalog: Catalog) -> None:
+    """A snapshot that names another table's file by a path through `..`: the deleter judges the
+    path as it resolves, so expiry leaves the file and says it skipped it."""
+    victim = catalog.create_table("db.victim", schema=batch(0).schema)
+    victim.append(batch(7))
+    (target,) = data_files(victim.refresh())
+    table = appended(catalog, 1, {**POLICY, "history.expire.min-snapshots-to-keep": "1"})
+    relative = target.removeprefix(victim.metadata.location.rsplit("/", 1)[0] + "/")
+    hostile = f"{table.metadata.location}/../{relative}"
+    table.add_files([hostile])  # a commit that names the victim's file, spelled as the table's
+    table.overwrite(batch(300))  # now only expired snapshots name it
+    (report,) = service_of(catalog).maintain(Identifier.of(("db",), "t"), ["expire-snapshots"], FAR_FUTURE_MS)
+    assert report.committed and hostile in report.skipped_files
+    assert exists(target) and victim.refresh().scan().to_arrow()["n"].to_pylist() == [7, 8]
