@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tests.bench import (
+    commit_cpu,
     commits,
     console,
     events,
@@ -32,6 +33,10 @@ from tests.bench.harness import Report
 # In the order `make bench` runs them; each returns one report or several.
 BENCHMARKS: dict[str, tuple[Callable[[Path], Report | list[Report]], str]] = {
     "startup": (startup.run, "seconds until a server answers, beside a minimal FastAPI app"),
+    "commit_cpu": (
+        commit_cpu.run,
+        "server CPU per commit and loadTable beside SqlCatalog, LMDB and PostgreSQL",
+    ),
     "commits": (commits.run, "set-properties commits beside SqlCatalog on SQLite"),
     "object_storage": (object_storage.run, "commits on an S3 warehouse (moto) beside local disk"),
     "signing": (signing.run, "the remote signer beside botocore signing in process"),

@@ -73,13 +73,24 @@ _cpu_at_start = 0.0  # in a client process: its CPU time when the barrier let it
 
 def _threads(work: Callable[[str], None], items: list[str], start: Barrier) -> None:
     global _cpu_at_start
-    threads = [threading.Thread(target=work, args=(item,)) for item in items]
+    failures: list[BaseException] = []
+
+    def guarded(item: str) -> None:
+        try:
+            work(item)
+        except BaseException as exc:
+            failures.append(exc)
+            raise
+
+    threads = [threading.Thread(target=guarded, args=(item,)) for item in items]
     start.wait()
     _cpu_at_start = time.process_time()
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
+    if failures:  # the client process exits non-zero, and in_processes says so
+        raise failures[0]
 
 
 def _counted(target: Callable[..., None], spent: Synchronized, *args: object) -> None:
