@@ -20,6 +20,7 @@ from urllib.parse import urlparse
 
 from isbre.catalog.format_v3 import TableMetadataV3, as_v3
 from isbre.catalog.lru import Lru
+from isbre.catalog.metadata_encoding import table_metadata_json
 from isbre.catalog.object_storage import ObjectStorageIO
 from isbre.catalog.store import InsufficientStorageError, is_disk_full
 from pyiceberg.io import FileIO
@@ -159,8 +160,9 @@ def remove_quietly(io: FileIO, location: str) -> None:
 
 
 def metadata_json(metadata: TableMetadata | ViewMetadata) -> bytes:
-    # exclude_none drops "current-snapshot-id": null, as PyIceberg and the Java library write it
-    return metadata.model_dump_json(exclude_none=True).encode()
+    if isinstance(metadata, ViewMetadata):
+        return metadata.model_dump_json(exclude_none=True).encode()
+    return table_metadata_json(metadata)
 
 
 @dataclass(frozen=True)

@@ -208,7 +208,6 @@ def check_carried_paths(metadata: TableMetadata) -> None:
 def _check_statistics(metadata: TableMetadata, updates: tuple[AnyTableUpdate, ...]) -> None:
     """Statistics files a change adds must belong to one of the table's snapshots and lie inside its
     location: a purge deletes them."""
-    snapshots = {snapshot.snapshot_id for snapshot in metadata.snapshots}
     root = normalized(metadata.location)
     for update in updates:
         found: StatisticsFile | PartitionStatisticsFile
@@ -218,7 +217,7 @@ def _check_statistics(metadata: TableMetadata, updates: tuple[AnyTableUpdate, ..
             found, what = update.partition_statistics, "partition statistics"
         else:
             continue
-        if found.snapshot_id not in snapshots:
+        if metadata.snapshot_by_id(found.snapshot_id) is None:
             raise ValueError(
                 f"Cannot set {what} for snapshot {found.snapshot_id}: the table has no such snapshot"
             )

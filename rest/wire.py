@@ -153,7 +153,9 @@ def load_result(
         tail += b',"storage-credentials":' + json.dumps(credentials).encode()
     if remote_signing is not None:
         tail += b',"remote-signing-config":' + json.dumps(remote_signing).encode()
-    return raw_json_response(head + b'"metadata":' + metadata + tail + b"}")
+    return raw_json_response(
+        b"".join((head, b'"metadata":', metadata, tail, b"}"))
+    )  # one copy of a large body
 
 
 def identifiers_page(
