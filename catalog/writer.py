@@ -81,17 +81,49 @@ class _Request(Generic[T]):
 
 
 @dataclass
+class Histogram:
+    """Observations counted into cumulative-histogram buckets: `counts[i]` holds those up to
+    `bounds[i]` (and above the one before); the last count, those above every bound."""
+
+    bounds: tuple[float, ...]
+    counts: list[int] = field(default_factory=list)
+    total: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.counts:
+            self.counts = [0] * (len(self.bounds) + 1)
+
+    def observe(self, value: float) -> None:
+        self.total += value
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+
+    def add(self, other: Histogram) -> None:
+        self.total += other.total
+        self.counts = [a + b for a, b in zip(self.counts, other.counts, strict=True)]
+
+
+def _latencies() -> Histogram:
+    return Histogram((0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5))
+
+
+def _batch_sizes() -> Histogram:
+    return Histogram((1, 2, 4, 8, 16, 32, 64, 128, 256, 512))
+
+
+@dataclass
 class WriterStats:
     batches: int = 0
     mutations: int = 0
-    # Time from submitting a mutation to its durable answer, as cumulative histogram buckets (seconds).
-    latency_bounds: tuple[float, ...] = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
-    latency_counts: list[int] = field(default_factory=lambda: [0] * 12)
-    latency_sum: float = 0.0
+    # Seconds from submitting a mutation to its durable answer.
+    latency: Histogram = field(default_factory=_latencies)
+    # Mutations per write transaction: how much group commit shares one sync.
+    batch_size: Histogram = field(default_factory=_batch_sizes)
 
-    def observe(self, seconds: float) -> None:
-        self.latency_sum += seconds
-        self.latency_counts[bisect.bisect_left(self.latency_bounds, seconds)] += 1
+    def add(self, other: WriterStats) -> None:
+        self.batches += other.batches
+        self.mutations += other.mutations
+        self.latency.add(other.latency)
+        self.batch_size.add(other.batch_size)
 
 
 class WriterClosedError(RuntimeError):
@@ -154,7 +186,7 @@ class Writer:
         try:
             return self.submit(mutation, prefetch, origin).result()
         finally:
-            self.stats.observe(time.perf_counter() - started)
+            self.stats.latency.observe(time.perf_counter() - started)
 
     @property
     def alive(self) -> bool:
@@ -245,6 +277,7 @@ class Writer:
         self._last_ts = context.last_ts
         self.stats.batches += 1
         self.stats.mutations += len(batch)
+        self.stats.batch_size.observe(len(batch))
         for request, result, error in outcomes:
             if error is None:
                 request.future.set_result(result)

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 from fastapi import APIRouter, Depends, Request, Response
 from isbre.catalog.store import StoreUnavailableError
-from isbre.catalog.writer import WriterStats
+from isbre.catalog.writer import Histogram
 from isbre.rest.access import PUBLIC
 from isbre.rest.labels import labels, method_label
 from isbre.rest.runtime import runtime
@@ -23,13 +23,13 @@ def _line(name: str, kind: str, help_text: str, samples: list[tuple[str, float]]
     return "\n".join(lines)
 
 
-def _histogram(name: str, help_text: str, stats: WriterStats) -> str:
+def _histogram(name: str, help_text: str, histogram: Histogram) -> str:
     samples: list[tuple[str, float]] = []
     cumulative = 0
-    for bound, count in zip((*stats.latency_bounds, float("inf")), stats.latency_counts, strict=True):
+    for bound, count in zip((*histogram.bounds, float("inf")), histogram.counts, strict=True):
         cumulative += count
-        samples.append(("_bucket" + labels(le="+Inf" if bound == float("inf") else bound), cumulative))
-    samples += [("_sum", stats.latency_sum), ("_count", cumulative)]
+        samples.append(("_bucket" + labels(le="+Inf" if bound == float("inf") else f"{bound:g}"), cumulative))
+    samples += [("_sum", histogram.total), ("_count", cumulative)]
     lines = [f"# HELP {name} {help_text}", f"# TYPE {name} histogram"]
     return "\n".join(lines + [f"{name}{suffix} {value:g}" for suffix, value in samples])
 
@@ -184,8 +184,11 @@ def metrics(request: Request) -> Response:
         )
     )
     blocks.append(
-        _histogram("isbre_commit_latency_seconds", "Submission to durable answer, per mutation.", stats)
+        _histogram(
+            "isbre_commit_latency_seconds", "Submission to durable answer, per mutation.", stats.latency
+        )
     )
+    blocks.append(_histogram("isbre_commit_batch_size", "Mutations per write transaction.", stats.batch_size))
     if state.maintainer is not None:  # this process's own jobs: the one holding the lease runs them
         done = state.maintainer.stats
         blocks += [

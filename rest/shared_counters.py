@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from isbre.catalog.writer import WriterStats
+from isbre.catalog.writer import Histogram, WriterStats
 from isbre.rest.labels import method_label, report_type
 
 FOLDER = "isbre-workers"
@@ -49,7 +49,12 @@ class Counts:
     @classmethod
     def from_json(cls, text: str) -> Counts:
         raw: dict[str, Any] = json.loads(text)
-        writer = WriterStats(**{**raw["writer"], "latency_bounds": tuple(raw["writer"]["latency_bounds"])})
+        stats = raw["writer"]
+        writer = WriterStats(
+            int(stats["batches"]),
+            int(stats["mutations"]),
+            *(_histogram(stats[name]) for name in ("latency", "batch_size")),
+        )
         # Files another process wrote: only their numbers are taken as they are.
         requests: Counter[tuple[str, str, int]] = Counter()
         for method, route, status, count in raw["requests"]:
@@ -60,15 +65,14 @@ class Counts:
         return cls(writer, requests, reports, int(raw["streams"]))
 
     def add(self, other: Counts) -> None:
-        self.writer.batches += other.writer.batches
-        self.writer.mutations += other.writer.mutations
-        self.writer.latency_sum += other.writer.latency_sum
-        self.writer.latency_counts = [
-            a + b for a, b in zip(self.writer.latency_counts, other.writer.latency_counts, strict=True)
-        ]
+        self.writer.add(other.writer)
         self.requests.update(other.requests)
         self.reports.update(other.reports)
         self.streams += other.streams
+
+
+def _histogram(raw: dict[str, Any]) -> Histogram:
+    return Histogram(tuple(map(float, raw["bounds"])), [int(n) for n in raw["counts"]], float(raw["total"]))
 
 
 def running_workers(state: Path) -> list[Path]:

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 from pyiceberg.catalog.rest import RestCatalog
 
-from tests.server import IsbreServer
+from tests.server import IsbreServer, start_threads
 from tests.waiting import eventually
 
 # The REST suite runs against one server process and against two workers on one store.
@@ -280,3 +280,38 @@ def test_metrics_count_requests_latency_and_queue(server: IsbreServer, namespace
     ]
     assert count >= 1 and inf == count
     assert "isbre_writer_queue_depth 0" in lines
+
+
+def test_metrics_histogram_of_group_commit_batch_sizes(server: IsbreServer, namespace: str) -> None:
+    """`isbre_commit_batch_size`: one observation per write transaction, of the mutations it held;
+    concurrent commits share transactions, so some batch holds more than one."""
+    tables = [f"batched_{n}" for n in range(8)]
+    for table in tables:
+        body = {"name": table, "schema": {"type": "struct", "fields": []}}
+        httpx.post(f"{server.url}/v1/isbre/namespaces/{namespace}/tables", json=body).raise_for_status()
+
+    def commit(table: str) -> None:
+        with httpx.Client() as client:
+            for n in range(25):
+                body = {"updates": [{"action": "set-properties", "updates": {"n": str(n)}}]}
+                url = f"{server.url}/v1/isbre/namespaces/{namespace}/tables/{table}"
+                client.post(url, json=body).raise_for_status()
+
+    for thread in start_threads(commit, tables):
+        thread.join()
+    lines = httpx.get(f"{server.url}/metrics").text.splitlines()
+
+    def sample(prefix: str) -> float:
+        (value,) = [float(line.split()[-1]) for line in lines if line.startswith(prefix + " ")]
+        return value
+
+    assert "# TYPE isbre_commit_batch_size histogram" in lines
+    assert sample("isbre_commit_batch_size_count") == sample("isbre_commit_batches_total")
+    assert sample("isbre_commit_batch_size_sum") == sample("isbre_commit_mutations_total")
+    buckets = {
+        line.split('le="')[1].split('"')[0]: float(line.split()[-1])
+        for line in lines
+        if line.startswith("isbre_commit_batch_size_bucket")
+    }
+    assert buckets["+Inf"] == sample("isbre_commit_batch_size_count")
+    assert buckets["1"] < buckets["+Inf"], "no transaction ever held two of 8 writers' commits"
