@@ -169,16 +169,18 @@ class TableWriter:
                 with table.transaction() as tx:
                     if steps.changes_schema:
                         with tx.update_schema() as update:
-                            for name, kind, doc in steps.add:
-                                update.add_column(name, kind, doc=doc)
-                            for name, kind in steps.widen:
-                                update.update_column(name, field_type=kind)
+                            for path, kind, doc in steps.add:
+                                update.add_column(path, kind, doc=doc)
+                            for path, kind in steps.widen:
+                                update.update_column(path, field_type=kind)
                             for name, doc in steps.docs.items():
                                 update.update_column(name, doc=doc)
                     if steps.properties:
                         tx.set_properties(steps.properties)
                 if steps.add or steps.widen:
-                    log.info("%s: added %s, widened %s", self.identifier, steps.add, steps.widen)
+                    added = [".".join(path) for path, _, _ in steps.add]
+                    widened = [".".join(path) for path, _ in steps.widen]
+                    log.info("%s: added %s, widened %s", self.identifier, added, widened)
                 break
             except CommitFailedException:
                 self._table = self.catalog.load_table(self.identifier)

@@ -24,6 +24,7 @@ from pyiceberg.types import (
     ListType,
     LongType,
     MapType,
+    NestedField,
     StringType,
     StructType,
     TimestampType,
@@ -36,14 +37,24 @@ COMMENT_HASH_PROPERTY = "isbre.sink.comment-hash"
 DOC_KEYS = (b"comment", b"description", b"doc")
 
 
+def _documented(f: pa.Field) -> pa.Field:
+    kind = f.type
+    if pa.types.is_struct(kind):
+        f = f.with_type(pa.struct([_documented(kind.field(i)) for i in range(kind.num_fields)]))
+    elif pa.types.is_map(kind):
+        f = f.with_type(pa.map_(_documented(kind.key_field), _documented(kind.item_field)))
+    elif pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        element = _documented(kind.value_field)
+        f = f.with_type(pa.list_(element) if pa.types.is_list(kind) else pa.large_list(element))
+    metadata = f.metadata or {}
+    doc = next((metadata[k] for k in DOC_KEYS if k in metadata), None)
+    return f.with_metadata({**metadata, b"doc": doc}) if doc is not None else f
+
+
 def with_docs(schema: pa.Schema) -> pa.Schema:
-    """Arrow fields documented under `comment` or `description` carry it as `doc`, which PyIceberg reads."""
-    fields = []
-    for f in schema:
-        metadata = f.metadata or {}
-        doc = next((metadata[k] for k in DOC_KEYS if k in metadata), None)
-        fields.append(f.with_metadata({**metadata, b"doc": doc}) if doc is not None else f)
-    return pa.schema(fields, metadata=schema.metadata)
+    """Arrow fields documented under `comment` or `description`, at any depth, carry it as `doc`,
+    which PyIceberg reads."""
+    return pa.schema([_documented(f) for f in schema], metadata=schema.metadata)
 
 
 def lossless(narrow: IcebergType, wide: IcebergType) -> bool:
@@ -77,8 +88,10 @@ def _is_nested(kind: IcebergType) -> bool:
 
 @dataclass
 class Plan:
-    add: list[tuple[str, IcebergType, str | None]] = field(default_factory=list)
-    widen: list[tuple[str, IcebergType]] = field(default_factory=list)
+    # Column paths: a top-level column's name alone; a nested field's names from the top, with
+    # "element" and "value" for a list's element and a map's value.
+    add: list[tuple[tuple[str, ...], IcebergType, str | None]] = field(default_factory=list)
+    widen: list[tuple[tuple[str, ...], IcebergType]] = field(default_factory=list)
     docs: dict[str, str] = field(default_factory=dict)  # existing columns whose doc must change
     to_json: list[str] = field(default_factory=list)  # batch columns to write as JSON text
     properties: dict[str, str] = field(default_factory=dict)
@@ -108,6 +121,74 @@ def comment_hash(schema: Schema) -> str:
     return hashlib.sha256(json.dumps(docs, sort_keys=True).encode()).hexdigest()
 
 
+def _named(path: tuple[str, ...]) -> str:
+    return repr(".".join(path))
+
+
+def _fit_fields(
+    parent: tuple[str, ...],
+    incoming: tuple[NestedField, ...],
+    have: tuple[NestedField, ...],
+    result: Plan,
+    widen: bool,
+    fill_missing: bool,
+) -> None:
+    """Plan what the fields `have` of the struct at `parent` need to take `incoming`."""
+    for column in incoming:
+        existing = next((f for f in have if f.name == column.name), None)
+        path = (*parent, column.name)
+        if existing is None:
+            result.add.append((path, column.field_type, column.doc))
+        else:
+            _fit_type(path, column.field_type, existing.field_type, result, widen, fill_missing)
+    for existing in have:
+        if any(f.name == existing.name for f in incoming) or (fill_missing and not existing.required):
+            continue
+        raise SchemaDriftError(
+            f"Column {_named((*parent, existing.name))} ({existing.field_type}) is in the table but not in "
+            "the batch; the sink never drops columns (fill_missing writes nulls into optional ones)"
+        )
+
+
+def _fit_type(
+    path: tuple[str, ...], kind: IcebergType, have: IcebergType, result: Plan, widen: bool, fill_missing: bool
+) -> None:
+    """Plan what the column or nested field at `path`, of type `have`, needs to take values of `kind`."""
+    if isinstance(kind, StructType) and isinstance(have, StructType):
+        _fit_fields(path, kind.fields, have.fields, result, widen, fill_missing)
+        return
+    if isinstance(kind, ListType) and isinstance(have, ListType):
+        _fit_type((*path, "element"), kind.element_type, have.element_type, result, widen, fill_missing)
+        return
+    if isinstance(kind, MapType) and isinstance(have, MapType):
+        if _shape(kind.key_type) != _shape(have.key_type):
+            raise SchemaDriftError(
+                f"Column {_named(path)}: the batch's map keys are {kind.key_type}, the table's are "
+                f"{have.key_type}; map keys never change"
+            )
+        _fit_type((*path, "value"), kind.value_type, have.value_type, result, widen, fill_missing)
+        return
+    if _shape(kind) == _shape(have) or lossless(kind, have):
+        return
+    if {type(kind), type(have)} == {TimestampType, TimestamptzType}:
+        aware = "time-zone-aware" if isinstance(kind, TimestamptzType) else "time-zone-naive"
+        raise SchemaDriftError(
+            f"Column {_named(path)}: the batch has a {aware} timestamp ({kind}) but the table column is "
+            f"{have}; convert the values before they reach the sink"
+        )
+    if lossless(have, kind):
+        if widen:
+            result.widen.append((path, kind))
+            return
+        raise SchemaDriftError(
+            f"Column {_named(path)}: the batch has {kind}, the table column is {have}; writing would narrow "
+            "the values (enable widening to promote the column)"
+        )
+    raise SchemaDriftError(
+        f"Column {_named(path)}: the batch's {kind} cannot be written to the table's {have}"
+    )
+
+
 def plan(
     table_schema: Schema,
     table_properties: dict[str, str],
@@ -127,48 +208,24 @@ def plan(
     incoming = arrow_schema_without_ids(with_docs(batch_schema))
     result = Plan()
     for column in incoming.fields:
-        name, kind = column.name, column.field_type
-        existing = next((f for f in table_schema.fields if f.name == name), None)
+        existing = next((f for f in table_schema.fields if f.name == column.name), None)
         if existing is None:
-            result.add.append((name, kind, column.doc))
             continue
-        have = existing.field_type
         if column.doc and column.doc != existing.doc:
-            result.docs[name] = column.doc
-        if _shape(kind) == _shape(have) or lossless(kind, have):
-            continue
-        if isinstance(have, StringType) and _is_nested(kind):
+            result.docs[column.name] = column.doc
+        if isinstance(existing.field_type, StringType) and _is_nested(column.field_type):
             if to_json:
-                result.to_json.append(name)
+                result.to_json.append(column.name)
                 continue
             raise SchemaDriftError(
-                f"Column {name!r}: the batch has {kind}, the table column is {have}; "
-                "serialize it to JSON upstream or enable the sink's to_json projection"
+                f"Column {column.name!r}: the batch has {column.field_type}, the table column is "
+                f"{existing.field_type}; serialize it to JSON upstream or enable the sink's to_json "
+                "projection"
             )
-        if {type(kind), type(have)} == {TimestampType, TimestamptzType}:
-            aware = "time-zone-aware" if isinstance(kind, TimestamptzType) else "time-zone-naive"
-            raise SchemaDriftError(
-                f"Column {name!r}: the batch has a {aware} timestamp ({kind}) but the table column is "
-                f"{have}; convert the values before they reach the sink"
-            )
-        if lossless(have, kind):
-            if widen:
-                result.widen.append((name, kind))
-                continue
-            raise SchemaDriftError(
-                f"Column {name!r}: the batch has {kind}, the table column is {have}; writing would narrow "
-                "the values (enable widening to promote the column)"
-            )
-        raise SchemaDriftError(f"Column {name!r}: the batch's {kind} cannot be written to the table's {have}")
-    for existing in table_schema.fields:
-        if any(f.name == existing.name for f in incoming.fields):
-            continue
-        if fill_missing and not existing.required:
-            continue
-        raise SchemaDriftError(
-            f"Column {existing.name!r} ({existing.field_type}) is in the table but not in the batch; "
-            "the sink never drops columns (fill_missing writes nulls into optional ones)"
-        )
+    fields, have = (
+        tuple(f for f in s.fields if f.name not in result.to_json) for s in (incoming, table_schema)
+    )
+    _fit_fields((), fields, have, result, widen, fill_missing)
     # Docs are re-synced only when the batch's docs changed since the last sync: a no-op re-sync
     # commits nothing, and a doc edited by hand in the catalog stays until the source's doc changes.
     synced = comment_hash(incoming)
