@@ -4,6 +4,7 @@ tables and views may live, and how a mutation is run for whoever asked for it.""
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 import threading
 import uuid
@@ -350,7 +351,7 @@ class ServiceCore:
 
     # -- where tables and views live
 
-    @property
+    @functools.cached_property
     def _local_warehouse(self) -> Path | None:
         """The disk whose free space commits check: the warehouse's, or for a warehouse on object
         storage the store's (when it has one here)."""
