@@ -22,7 +22,7 @@ from isbre.catalog import CatalogService, Identifier
 from isbre.catalog.locations import LocationPolicy
 from isbre.rest.auth import Caller
 from isbre.rest.roles import RANK, Role
-from isbre.rest.wire import namespace_from_path
+from isbre.rest.wire import caller_of, namespace_from_path
 
 # Marks a dependency as a route's authorization rule; its value is the least role.
 RULE = "__isbre_role__"
@@ -72,7 +72,7 @@ class Access:
 
 
 def access(request: Request) -> Access:
-    return Access(getattr(request.state, "caller", None))
+    return Access(caller_of(request))
 
 
 def _rule(role: Role | Literal["public"], dependency: Callable[..., Any]) -> Callable[..., Any]:

@@ -19,7 +19,7 @@ from isbre.events.filters import EventFilter
 from isbre.events.subscription import EVERYTHING, check_cursor
 from isbre.rest.access import READER
 from isbre.rest.runtime import runtime
-from isbre.rest.wire import warehouse_tags
+from isbre.rest.wire import caller_of, warehouse_tags
 from pydantic import BaseModel, ConfigDict, Field
 
 # Any authenticated caller may follow events; its namespace scopes filter what it sees.
@@ -164,7 +164,7 @@ async def query_events(request: Request) -> Response:
     query = QueryEventsRequest.model_validate_json(await request.body() or b"{}")
     running = runtime(request)
     page_size = min(query.page_size or DEFAULT_PAGE_SIZE, running.settings.max_page_size)
-    caller = getattr(request.state, "caller", None)  # set when authentication is on
+    caller = caller_of(request)
     visible = EventFilter(
         scopes=caller.namespaces if caller else (), warehouses=frozenset(warehouse_tags(request))
     )

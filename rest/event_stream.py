@@ -25,7 +25,7 @@ from isbre.events.subscription import CursorExpiredError, check_cursor, follow, 
 from isbre.rest.access import READER
 from isbre.rest.runtime import Runtime, runtime
 from isbre.rest.sse_starlette_internals import EventStream
-from isbre.rest.wire import warehouse_tags
+from isbre.rest.wire import caller_of, warehouse_tags
 from starlette.types import Receive, Scope, Send
 
 # Any authenticated caller may follow events; its namespace scopes filter what it sees.
@@ -61,7 +61,7 @@ class _HandedOver(Response):
 def _filter(
     request: Request, namespace: str | None, table: list[str] | None, kind: list[str] | None
 ) -> EventFilter:
-    caller = getattr(request.state, "caller", None)  # set when authentication is on
+    caller = caller_of(request)
     scope = caller.namespaces if caller else ()
     return EventFilter.parse(namespace, table or (), kind or (), scope, warehouse_tags(request))
 
@@ -86,7 +86,7 @@ async def stream_events(
     last_event_id: str | None = Header(None),
 ) -> Response:
     state = runtime(request)
-    caller = getattr(request.state, "caller", None)  # set when authentication is on
+    caller = caller_of(request)
     event_filter = _filter(request, namespace, table, kind)
     cursor = _start(after, last_event_id, state.broadcaster.high)
     check_cursor(state.service.commit_log, cursor)

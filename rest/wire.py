@@ -6,7 +6,7 @@ import base64
 import json
 import re
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote, unquote
 
 import pydantic
@@ -18,6 +18,9 @@ from isbre.rest.runtime import runtime
 from isbre.rest.settings import Settings
 from starlette.convertors import Convertor, register_url_convertor
 from starlette.types import Send
+
+if TYPE_CHECKING:  # rest/auth.py imports this module
+    from isbre.rest.auth import Caller
 
 M = TypeVar("M", bound=pydantic.BaseModel)
 T = TypeVar("T")
@@ -70,13 +73,28 @@ def service(request: Request) -> CatalogService:
     return catalog.acting(mutation_context(request))
 
 
+def _request_state(request: Request) -> dict[str, Any]:
+    # The dict behind `request.state`, read directly: State raises (and formats a message) for
+    # every name it lacks, and the caller is absent on every request with authentication off.
+    state: dict[str, Any] = request.scope.setdefault("state", {})
+    return state
+
+
+def caller_of(request: Request) -> Caller | None:
+    """The authenticated caller (rest/auth.py puts it in the request's state); None with
+    authentication off."""
+    caller: Caller | None = _request_state(request).get("caller")
+    return caller
+
+
 def mutation_context(request: Request) -> MutationContext:
     """The one context of the request's mutations, made on first use: its caller (rest/auth.py)
     acts, and rest/idempotency.py adds what runs inside the transaction."""
-    context: MutationContext | None = getattr(request.state, "mutation", None)
+    state = _request_state(request)
+    context: MutationContext | None = state.get("mutation")
     if context is None:
-        caller = getattr(request.state, "caller", None)  # set when authentication is on
-        context = request.state.mutation = MutationContext(None if caller is None else caller.name)
+        caller = caller_of(request)
+        context = state["mutation"] = MutationContext(None if caller is None else caller.name)
     return context
 
 
