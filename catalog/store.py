@@ -263,9 +263,9 @@ class Store(ABC):
         return None
 
     def on_commit(self, callback: Callable[[int | None], None]) -> bool:
-        """Have `callback(commit_seq)` called (on some thread) soon after any process commits to this
-        store, with the high-water that commit made (None: unknown, look);
-        False when the store cannot tell, and its readers must poll."""
+        """Have `callback(commit_seq)` called (on some thread) soon after another process (another
+        open store) commits to this store, with the high-water that commit made (None: unknown,
+        look); False when the store cannot tell, and its readers must poll."""
         return False
 
     def try_lease(self, name: str) -> Lease | None:

@@ -127,16 +127,25 @@ class PostgresStore(Store):
 
     @contextmanager
     def write(self) -> Iterator[PostgresView]:
-        with self._connection(self.engine) as connection, connection.begin():
-            connection.execute(WRITER_LOCK_STATEMENT)
-            view = PostgresView(connection, self.opened_scopes)
-            yield view
-            if view.txn.appended:
-                view.set_high_water(view.txn.appended[-1])
-            view.txn.flush(connection)
-            if view.txn.appended:
-                # Delivered to listeners when, and only if, the transaction commits.
-                connection.execute(NOTIFY, {"commit_seq": str(view.txn.appended[-1])})
+        listener, notified = self._listener, None
+        try:
+            with self._connection(self.engine) as connection, connection.begin():
+                connection.execute(WRITER_LOCK_STATEMENT)
+                view = PostgresView(connection, self.opened_scopes)
+                yield view
+                if view.txn.appended:
+                    view.set_high_water(view.txn.appended[-1])
+                view.txn.flush(connection)
+                if view.txn.appended:
+                    notified = view.txn.appended[-1]
+                    if listener is not None:
+                        listener.sending(notified)
+                    # Delivered to listeners when, and only if, the transaction commits.
+                    connection.execute(NOTIFY, {"commit_seq": str(notified)})
+        except BaseException:
+            if listener is not None and notified is not None:
+                listener.not_sent(notified)
+            raise
 
     def on_commit(self, callback: Callable[[int | None], None]) -> bool:
         with self._listener_lock:
