@@ -37,6 +37,19 @@ COLUMNS: tuple[tuple[str, pa.DataType, str], ...] = (
 )
 
 
+# Which of COLUMNS a table's rows carry. `locator` is what finds a row's record at its source
+# again and deduplicates it; `all` adds the source's key, timestamp and headers and the record's
+# path through the sink; `none` leaves the rows as the source gave them (exactly-once coverage
+# lives in snapshot summaries and the coverage index, not in rows).
+POLICIES: dict[str, tuple[str, ...]] = {
+    "all": tuple(suffix for suffix, _, _ in COLUMNS),
+    "locator": ("source_topic", "source_partition", "source_offset", "record_id"),
+    "none": (),
+}
+DEFAULT_POLICY = "locator"  # for tables created from now on
+EARLIER_POLICY = "all"  # what sink tables made before the policy was recorded carry
+
+
 def now() -> pa.Scalar:
     return pa.scalar(datetime.now(UTC), TIMESTAMP)
 
@@ -48,21 +61,31 @@ def _constant(value: pa.Scalar, length: int) -> pa.Array:
 @dataclass(frozen=True)
 class MetadataColumns:
     prefix: str = DEFAULT_PREFIX
+    policy: str = EARLIER_POLICY
 
     def __post_init__(self) -> None:
         if not self.prefix or not self.prefix.isidentifier():
             raise ValueError(f"A metadata column prefix must be a non-empty identifier: {self.prefix!r}")
+        if self.policy not in POLICIES:
+            raise ValueError(f"Unknown metadata policy {self.policy!r}: one of {', '.join(POLICIES)}")
 
     def name(self, suffix: str) -> str:
         return self.prefix + suffix
 
     @property
+    def columns(self) -> list[tuple[str, pa.DataType, str]]:
+        """The policy's columns: (suffix, Arrow type, doc), in table order."""
+        return [column for column in COLUMNS if column[0] in POLICIES[self.policy]]
+
+    @property
     def names(self) -> list[str]:
-        return [self.prefix + suffix for suffix, _, _ in COLUMNS]
+        return [self.prefix + suffix for suffix, _, _ in self.columns]
 
     @property
     def fields(self) -> list[pa.Field]:
-        return [pa.field(self.prefix + suffix, kind, metadata={"doc": doc}) for suffix, kind, doc in COLUMNS]
+        return [
+            pa.field(self.prefix + suffix, kind, metadata={"doc": doc}) for suffix, kind, doc in self.columns
+        ]
 
     def check_payload(self, schema: pa.Schema) -> None:
         """A payload field under the prefix would shadow a metadata column: refuse it by name."""
@@ -77,14 +100,19 @@ class MetadataColumns:
     def parquet_options(self) -> dict[str, tuple[bool, str | None, str | None, bool]]:
         """Parquet (dictionary, encoding, compression, statistics) for the columns whose values defeat
         the defaults. Random record ids have no useful min/max either."""
+        options = {
+            "source_offset": (False, "DELTA_BINARY_PACKED", None, True),
+            "ingest_ts": (False, "DELTA_BINARY_PACKED", None, True),
+            "emit_ts": (False, "DELTA_BINARY_PACKED", None, True),
+            "record_id": (False, None, "none", False),
+        }
         return {
-            self.name("source_offset"): (False, "DELTA_BINARY_PACKED", None, True),
-            self.name("ingest_ts"): (False, "DELTA_BINARY_PACKED", None, True),
-            self.name("emit_ts"): (False, "DELTA_BINARY_PACKED", None, True),
-            self.name("record_id"): (False, None, "none", False),
+            self.name(suffix): option for suffix, option in options.items() if suffix in POLICIES[self.policy]
         }
 
     def with_emit_ts(self, batch: pa.RecordBatch, emitted: pa.Scalar) -> pa.RecordBatch:
+        if "emit_ts" not in POLICIES[self.policy]:
+            return batch
         # emit_ts goes back to its place, just before record_id, the last column `stamp` made.
         column = pa.repeat(emitted, batch.num_rows)
         return batch.add_column(batch.num_columns - 1, pa.field(self.name("emit_ts"), TIMESTAMP), column)
@@ -108,7 +136,7 @@ class MetadataColumns:
             "ingest_ts": source.ingest_ts,
         }
         columns, fields = [], []
-        for (suffix, kind, _), metadata_field in zip(COLUMNS, self.fields, strict=True):
+        for (suffix, kind, _), metadata_field in zip(self.columns, self.fields, strict=True):
             if suffix == "emit_ts":
                 continue
             if suffix == "source_topic":

@@ -8,6 +8,7 @@ lane (lane.py) drives the same writer from a background thread.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -22,10 +23,10 @@ from isbre.catalog.coverage import SPANS_PROPERTY, Coverage, Span, SpanKey, enco
 from isbre.catalog.metadata_files import local_path, sync_directories, sync_file
 from isbre.catalog.pyiceberg_internals import arrow_schema_without_ids
 from isbre.sinks.catalogs import CoverageSource, coverage_source
-from isbre.sinks.columns import DEFAULT_PREFIX, MetadataColumns, now
+from isbre.sinks.columns import DEFAULT_POLICY, DEFAULT_PREFIX, MetadataColumns, now
 from isbre.sinks.contract import CommitInfo, OffsetSpan, OneStreamSink, SinkError, SourceFields, row_offsets
 from isbre.sinks.datafiles import write_data_files
-from isbre.sinks.provisioning import comment_hash, plan, sink_properties, with_docs
+from isbre.sinks.provisioning import comment_hash, plan, sink_properties, table_policy, with_docs
 from isbre.sinks.record_id import canonical_json
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import (
@@ -87,6 +88,7 @@ class TableWriter:
         identifier: str,
         *,
         prefix: str = DEFAULT_PREFIX,
+        metadata_policy: str | None = None,
         widen: bool = False,
         to_json: bool = False,
         fill_missing: bool = False,
@@ -98,7 +100,9 @@ class TableWriter:
     ) -> None:
         self.catalog = catalog
         self.identifier = identifier
-        self.columns = MetadataColumns(prefix)
+        # None: the table's own policy, or DEFAULT_POLICY for a table this sink creates.
+        self.metadata_policy = metadata_policy
+        self.columns = MetadataColumns(prefix, metadata_policy or DEFAULT_POLICY)
         self.widen = widen
         self.to_json = to_json
         self.fill_missing = fill_missing
@@ -135,7 +139,10 @@ class TableWriter:
             pass
         documented = with_docs(schema)
         synced = comment_hash(arrow_schema_without_ids(documented))
-        properties = {**self.table_properties, **sink_properties(self.columns.prefix, synced)}
+        properties = {
+            **self.table_properties,
+            **sink_properties(self.columns.prefix, synced, self.columns.policy),
+        }
         try:
             return self.catalog.create_table(self.identifier, schema=documented, properties=properties)
         except TableAlreadyExistsError:  # another sink created it first
@@ -147,6 +154,12 @@ class TableWriter:
             return
         self.columns.check_payload(payload)
         self._start_write()  # a data file holds batches of one schema, written under that schema
+        if self._table is None:
+            with contextlib.suppress(NoSuchTableError):
+                self._table = self.catalog.load_table(self.identifier)
+        existing = self._table.properties if self._table is not None else None
+        policy = table_policy(existing, self.metadata_policy)
+        self.columns = MetadataColumns(self.columns.prefix, policy)
         schema = self._full_schema(payload)
         for _ in range(self.max_attempts):
             table = self._table or self._load_or_create(schema)
@@ -156,6 +169,7 @@ class TableWriter:
                 table.properties,
                 schema,
                 self.columns.prefix,
+                self.columns.policy,
                 self.widen,
                 self.to_json,
                 self.fill_missing,

@@ -84,7 +84,14 @@ def run(args: argparse.Namespace) -> int:
         catalog = open_catalog(args.uri, args.warehouse, args.token, args.credential)
         catalog.create_namespace_if_not_exists(namespace)
         types = run_types(files, args.format, column_types(catalog, args.table, args.prefix, args.types))
-        writer = TableWriter(catalog, args.table, prefix=args.prefix, widen=args.widen, to_json=args.to_json)
+        writer = TableWriter(
+            catalog,
+            args.table,
+            prefix=args.prefix,
+            metadata_policy=args.metadata_policy,
+            widen=args.widen,
+            to_json=args.to_json,
+        )
     except (SinkError, ValueError) as e:
         print(f"isbre ingest: {e}", file=sys.stderr)
         return 2

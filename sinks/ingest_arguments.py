@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from isbre.sinks.columns import DEFAULT_POLICY, POLICIES
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("files", nargs="+", help="files or globs (Parquet, CSV, JSON lines)")
@@ -19,6 +21,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=("parquet", "csv", "json"), help="instead of the file suffix")
     parser.add_argument("--batch-size", type=int, default=65_536, help="rows per batch read")
     parser.add_argument("--prefix", default="_twg_", help="metadata column prefix (for a new table)")
+    parser.add_argument(
+        "--metadata-policy",
+        choices=tuple(POLICIES),
+        help=f"the metadata columns of a new table (default {DEFAULT_POLICY}; a table keeps its own)",
+    )
     parser.add_argument(
         "--types",
         help="column types for CSV and JSON, e.g. 'amount=double,at=timestamptz' (Iceberg type names); "

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 from isbre.catalog.maintenance import SINK_MANAGED
 from isbre.catalog.pyiceberg_internals import arrow_schema_without_ids
+from isbre.sinks.columns import DEFAULT_POLICY, EARLIER_POLICY
 from isbre.sinks.contract import SchemaDriftError
 from pyiceberg.schema import Schema
 from pyiceberg.types import (
@@ -33,6 +34,7 @@ from pyiceberg.types import (
 
 MANAGED_PROPERTY = SINK_MANAGED
 PREFIX_PROPERTY = "isbre.sink.prefix"
+POLICY_PROPERTY = "isbre.sink.metadata-policy"
 COMMENT_HASH_PROPERTY = "isbre.sink.comment-hash"
 DOC_KEYS = (b"comment", b"description", b"doc")
 
@@ -105,14 +107,32 @@ class Plan:
         return self.changes_schema or bool(self.properties)
 
 
-def sink_properties(prefix: str, synced_comments: str) -> dict[str, str]:
+def table_policy(properties: dict[str, str] | None, requested: str | None) -> str:
+    """The metadata policy of a sink on a table with `properties` (None: no table yet), opened with
+    `requested` (None: whatever the table has). The policy is fixed once the table exists: a
+    sink-managed table that records none has every column (it was made before policies were)."""
+    recorded = None
+    if properties is not None:
+        recorded = properties.get(POLICY_PROPERTY) or (
+            EARLIER_POLICY if MANAGED_PROPERTY in properties else None
+        )
+    if recorded is not None and requested is not None and recorded != requested:
+        raise SchemaDriftError(
+            f"The table's metadata policy is {recorded!r}; a sink with metadata_policy={requested!r} "
+            "cannot write to it (the policy is fixed once the table exists)"
+        )
+    return recorded or requested or DEFAULT_POLICY
+
+
+def sink_properties(prefix: str, synced_comments: str, policy: str) -> dict[str, str]:
     """The table properties a sink-managed table carries."""
     return {
         MANAGED_PROPERTY: "true",
         PREFIX_PROPERTY: prefix,
+        POLICY_PROPERTY: policy,
         COMMENT_HASH_PROPERTY: synced_comments,
         # Random ids have no useful bounds or counts; the writer skips their Parquet statistics too.
-        f"write.metadata.metrics.column.{prefix}record_id": "none",
+        **({f"write.metadata.metrics.column.{prefix}record_id": "none"} if policy != "none" else {}),
     }
 
 
@@ -194,11 +214,13 @@ def plan(
     table_properties: dict[str, str],
     batch_schema: pa.Schema,
     prefix: str,
+    policy: str,
     widen: bool,
     to_json: bool,
     fill_missing: bool,
 ) -> Plan:
     """What the table needs to take batches of `batch_schema` (payload and metadata columns)."""
+    table_policy(table_properties, policy)  # made meanwhile by a sink of another policy: refused
     known = table_properties.get(PREFIX_PROPERTY)
     if known is not None and known != prefix:
         raise SchemaDriftError(
@@ -231,6 +253,6 @@ def plan(
     synced = comment_hash(incoming)
     if table_properties.get(COMMENT_HASH_PROPERTY) == synced:
         result.docs = {}
-    wanted = sink_properties(prefix, synced)
+    wanted = sink_properties(prefix, synced, policy)
     result.properties = {k: v for k, v in wanted.items() if table_properties.get(k) != v}
     return result

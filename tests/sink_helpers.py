@@ -87,3 +87,19 @@ def crash_and_replay(server: IsbreServer, catalog: Catalog, ident: str, crash: s
     again.push(rows(0, 600), span(0, 600))
     assert again.finish()[0].snapshot_id is None
     assert server.high_water() == before
+
+
+def ingest(server: IsbreServer, *args: str) -> subprocess.CompletedProcess[str]:
+    """`isbre ingest ARGS` against `server`, 7 rows a batch."""
+    command = [
+        sys.executable,
+        "-m",
+        "isbre.rest.cli",
+        "ingest",
+        *args,
+        "--uri",
+        server.url,
+        "--batch-size",
+        "7",
+    ]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120)

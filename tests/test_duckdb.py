@@ -87,7 +87,7 @@ def test_duckdb_reads_what_the_sink_wrote(
     rest_catalog: RestCatalog, duck: duckdb.DuckDBPyConnection, namespace: str
 ) -> None:
     # The sink writes its metadata columns with their own Parquet encodings; engines must read them.
-    with IcebergSink(rest_catalog, f"{namespace}.ingested") as sink:
+    with IcebergSink(rest_catalog, f"{namespace}.ingested", metadata_policy="all") as sink:
         sink.push(rows(0, 300), span(0, 300))
         sink.finish()
     found = duck.execute(

@@ -87,7 +87,7 @@ def test_metadata_columns_have_the_documented_types_and_values(
         headers=headers,
     )
     pushed = datetime.now(UTC)
-    with IcebergSink(rest_catalog, ident) as sink:
+    with IcebergSink(rest_catalog, ident, metadata_policy="all") as sink:
         sink.push(rows(40, 43), span(40, 43, partition=7, topic="payments"), source)
         info, _ = sink.finish()
     table = rest_catalog.load_table(ident)
@@ -141,7 +141,8 @@ def test_metadata_columns_have_the_documented_types_and_values(
 )
 def test_a_null_header_list_stays_null(rest_catalog: RestCatalog, namespace: str) -> None:
     headers = pa.array([None], pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())])))
-    write_once(rest_catalog, f"{namespace}.t", rows(0, 1), span(0, 1), SourceFields(headers=headers))
+    source = SourceFields(headers=headers)
+    write_once(rest_catalog, f"{namespace}.t", rows(0, 1), span(0, 1), source, metadata_policy="all")
     stored = rest_catalog.load_table(f"{namespace}.t").scan().to_arrow()["_twg_source_headers"]
     assert stored.to_pylist() == [None]
 

@@ -14,24 +14,10 @@ from isbre.rest.auth import sha256_hex
 from pyiceberg.catalog.rest import RestCatalog
 
 from tests.server import IsbreServer, secured_server
+from tests.sink_helpers import ingest
 
 # Run against a server on each store.
 SERVER_STORES = ("lmdb", "postgresql")
-
-
-def _ingest(server: IsbreServer, *args: str) -> subprocess.CompletedProcess[str]:
-    command = [
-        sys.executable,
-        "-m",
-        "isbre.rest.cli",
-        "ingest",
-        *args,
-        "--uri",
-        server.url,
-        "--batch-size",
-        "7",
-    ]
-    return subprocess.run(command, capture_output=True, text=True, timeout=120)
 
 
 def test_ingesting_the_same_files_twice_adds_rows_once(
@@ -46,10 +32,10 @@ def test_ingesting_the_same_files_twice_adds_rows_once(
     pq.write_table(pa.table({"id": pa.array(range(200, 230), pa.int64()), "city": ["p"] * 30}), parquet)
 
     csv_glob = str(tmp_path / "in" / "*.csv")
-    first = _ingest(server, csv_glob, str(jsonl), str(parquet), "--table", "files.cities")
+    first = ingest(server, csv_glob, str(jsonl), str(parquet), "--table", "files.cities")
     assert first.returncode == 0, first.stderr
     assert "files.cities: 55 of 55 rows written from 3 file(s)" in first.stdout
-    second = _ingest(server, str(tmp_path / "in" / "*"), "--table", "files.cities")
+    second = ingest(server, str(tmp_path / "in" / "*"), "--table", "files.cities")
     assert second.returncode == 0, second.stderr
     assert "0 of 55 rows written" in second.stdout and second.stdout.count("nothing new") == 3
 
@@ -66,18 +52,18 @@ def test_ingesting_the_same_files_twice_adds_rows_once(
     # A file that grew adds only its new rows.
     with csv.open("a") as grown:
         grown.write("20,city 20\n21,city 21\n")
-    third = _ingest(server, str(csv), "--table", "files.cities")
+    third = ingest(server, str(csv), "--table", "files.cities")
     assert "2 of 22 rows written" in third.stdout, third.stdout
     assert rest_catalog.load_table("files.cities").scan().to_arrow().num_rows == 57
 
 
 def test_ingest_errors_are_clear(server: IsbreServer, tmp_path: Path) -> None:
-    missing = _ingest(server, str(tmp_path / "nothing-*.csv"), "--table", "files.x")
+    missing = ingest(server, str(tmp_path / "nothing-*.csv"), "--table", "files.x")
     assert missing.returncode == 2 and "No file matches" in missing.stderr
     (tmp_path / "a.txt").write_text("x")
-    unknown = _ingest(server, str(tmp_path / "a.txt"), "--table", "files.x")
+    unknown = ingest(server, str(tmp_path / "a.txt"), "--table", "files.x")
     assert unknown.returncode == 1 and "unknown format" in unknown.stderr
-    no_namespace = _ingest(server, str(tmp_path / "a.txt"), "--table", "x")
+    no_namespace = ingest(server, str(tmp_path / "a.txt"), "--table", "x")
     assert no_namespace.returncode == 2 and "needs a namespace" in no_namespace.stderr
 
 
@@ -92,7 +78,7 @@ def test_untyped_files_take_the_table_s_types(
     whole.write_text("id,amount\n1,5\n2,7\n")
     lines = tmp_path / "lines.jsonl"
     lines.write_text('{"id": 3, "amount": 4}\n')
-    done = _ingest(server, str(whole), str(lines), "--table", "typed.payments")
+    done = ingest(server, str(whole), str(lines), "--table", "typed.payments")
     assert done.returncode == 0, done.stderr
     data = rest_catalog.load_table("typed.payments").scan().to_arrow()
     assert data.schema.field("amount").type == pa.float64()
@@ -107,7 +93,7 @@ def test_a_refused_file_names_its_line_and_column_and_the_others_still_land(
     bad.write_text("id,amount\n1,5\n2,oops\n")
     good = tmp_path / "b-good.csv"
     good.write_text("id,amount\n3,2.5\n")
-    done = _ingest(server, str(bad), str(good), "--table", "typed.mixed", "--types", "amount=double,id=long")
+    done = ingest(server, str(bad), str(good), "--table", "typed.mixed", "--types", "amount=double,id=long")
     assert done.returncode == 1
     assert f"{bad}: line 3, column 'amount'" in done.stderr, done.stderr
     assert "1 file(s) refused" in done.stderr
@@ -152,7 +138,7 @@ def test_one_run_types_its_new_columns_from_every_file(
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "a.csv").write_text("id,amount\n1,1.5\n")
     (tmp_path / "run" / "b.csv").write_text("id,amount\n2,1\n3,2\n")
-    done = _ingest(server, str(tmp_path / "run" / "*.csv"), "--table", "files.amounts")
+    done = ingest(server, str(tmp_path / "run" / "*.csv"), "--table", "files.amounts")
     assert done.returncode == 0, done.stderr
     table = rest_catalog.load_table("files.amounts")
     assert str(table.schema().find_field("amount").field_type) == "double"
