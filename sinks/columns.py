@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 import numpy as np
 import pyarrow as pa
 from isbre.sinks.contract import OffsetSpan, SinkError, SourceFields
+from isbre.sinks.policies import EARLIER_POLICY, POLICIES
 from isbre.sinks.record_id import RECORD_ID, record_ids
 
 DEFAULT_PREFIX = "_twg_"
@@ -35,19 +36,6 @@ COLUMNS: tuple[tuple[str, pa.DataType, str], ...] = (
         "Deterministic 128-bit id (rid1) of source id, topic, partition, offset and payload.",
     ),
 )
-
-
-# Which of COLUMNS a table's rows carry. `locator` is what finds a row's record at its source
-# again and deduplicates it; `all` adds the source's key, timestamp and headers and the record's
-# path through the sink; `none` leaves the rows as the source gave them (exactly-once coverage
-# lives in snapshot summaries and the coverage index, not in rows).
-POLICIES: dict[str, tuple[str, ...]] = {
-    "all": tuple(suffix for suffix, _, _ in COLUMNS),
-    "locator": ("source_topic", "source_partition", "source_offset", "record_id"),
-    "none": (),
-}
-DEFAULT_POLICY = "locator"  # for tables created from now on
-EARLIER_POLICY = "all"  # what sink tables made before the policy was recorded carry
 
 
 def now() -> pa.Scalar:

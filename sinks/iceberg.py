@@ -23,9 +23,10 @@ from isbre.catalog.coverage import SPANS_PROPERTY, Coverage, Span, SpanKey, enco
 from isbre.catalog.metadata_files import local_path, sync_directories, sync_file
 from isbre.catalog.pyiceberg_internals import arrow_schema_without_ids
 from isbre.sinks.catalogs import CoverageSource, coverage_source
-from isbre.sinks.columns import DEFAULT_POLICY, DEFAULT_PREFIX, MetadataColumns, now
+from isbre.sinks.columns import DEFAULT_PREFIX, MetadataColumns, now
 from isbre.sinks.contract import CommitInfo, OffsetSpan, OneStreamSink, SinkError, SourceFields, row_offsets
 from isbre.sinks.datafiles import write_data_files
+from isbre.sinks.policies import DEFAULT_POLICY
 from isbre.sinks.provisioning import comment_hash, plan, sink_properties, table_policy, with_docs
 from isbre.sinks.record_id import canonical_json
 from pyiceberg.catalog import Catalog

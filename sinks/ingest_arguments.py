@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from isbre.sinks.columns import DEFAULT_POLICY, POLICIES
+from isbre.sinks.policies import DEFAULT_POLICY, POLICIES
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

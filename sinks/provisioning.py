@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 from isbre.catalog.maintenance import SINK_MANAGED
 from isbre.catalog.pyiceberg_internals import arrow_schema_without_ids
-from isbre.sinks.columns import DEFAULT_POLICY, EARLIER_POLICY
 from isbre.sinks.contract import SchemaDriftError
+from isbre.sinks.policies import DEFAULT_POLICY, EARLIER_POLICY
 from pyiceberg.schema import Schema
 from pyiceberg.types import (
     DecimalType,

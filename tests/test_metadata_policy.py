@@ -7,9 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from isbre.sinks.columns import COLUMNS, POLICIES
+from isbre.sinks.columns import COLUMNS
 from isbre.sinks.contract import SinkError
 from isbre.sinks.iceberg import IcebergSink
+from isbre.sinks.policies import POLICIES
 from isbre.sinks.provisioning import POLICY_PROPERTY, PREFIX_PROPERTY
 from pyiceberg.catalog.rest import RestCatalog
 

@@ -285,15 +285,25 @@ def test_another_stores_commit_notifies_whoever_listens_or_the_store_says_to_pol
         assert isinstance(store, LmdbStore)  # one host: its readers poll the file
         return
     assert isinstance(store, PostgresStore)
-    eventually(lambda: None in heard, "the store listening")  # it says so once it listens
     other = PostgresStore(store.url)
-    try:
-        with store.write() as view:
-            view.append(record(1))
+    seq = 0
+
+    def other_commits() -> int:
+        nonlocal seq
+        seq += 1
         with other.write() as view:
-            view.append(record(2))
-        eventually(lambda: 2 in heard, "the other store's commit notified")
-        assert 1 not in heard, "the store's own commit, notified before the other's, reached its listener"
+            view.append(record(seq))
+        return seq
+
+    try:
+        # The listener connects on a thread of its own: the other store commits until it is heard.
+        eventually(lambda: other_commits() - 1 in heard, "the other store's commits notified")
+        with store.write() as view:
+            own = seq = seq + 1
+            view.append(record(own))
+        last = other_commits()
+        eventually(lambda: last in heard, "the other store's commit after the store's own notified")
+        assert own not in heard, "the store's own commit, notified before the other's, reached its listener"
     finally:
         other.close()
 
