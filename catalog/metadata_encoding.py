@@ -54,11 +54,14 @@ def _joined(items: list[IcebergBaseModel]) -> bytes:
 
 def table_metadata_json(metadata: TableMetadata) -> bytes:
     # exclude_none drops "current-snapshot-id": null, as PyIceberg and the Java library write it
-    emptied = {field: [] for field, _ in _LISTS if getattr(metadata, field)}
+    emptied: dict[str, list[IcebergBaseModel]] = {
+        field: [] for field, _ in _LISTS if getattr(metadata, field)
+    }
     if not emptied:
         return metadata.model_dump_json(exclude_none=True).encode()
     frame = metadata.model_copy(update=emptied).model_dump_json(exclude_none=True).encode()
-    parts, rest = [], frame
+    parts: list[bytes] = []
+    rest = frame
     for field, empty in _LISTS:
         if field in emptied:
             # The first occurrence is the key: the fields before it (location, schemas, specs,
