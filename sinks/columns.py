@@ -75,9 +75,11 @@ class MetadataColumns:
             pa.field(self.prefix + suffix, kind, metadata={"doc": doc}) for suffix, kind, doc in self.columns
         ]
 
-    def check_payload(self, schema: pa.Schema) -> None:
-        """A payload field under the prefix would shadow a metadata column: refuse it by name."""
-        clashing = [name for name in schema.names if name.startswith(self.prefix)]
+    def check_payload(self, schema: pa.Schema, allowed: tuple[str, ...] = ()) -> None:
+        """A payload field under the prefix would shadow a metadata column: refuse it by name, but
+        for the `allowed` ones (the columns data-quality rules add) that this policy does not add."""
+        own = set(self.names)
+        clashing = [n for n in schema.names if n.startswith(self.prefix) and (n in own or n not in allowed)]
         if clashing:
             raise SinkError(
                 f"Payload column(s) {', '.join(map(repr, clashing))} use the reserved metadata prefix "

@@ -28,6 +28,7 @@ from isbre.sinks.contract import CommitInfo, OffsetSpan, OneStreamSink, SinkErro
 from isbre.sinks.datafiles import write_data_files
 from isbre.sinks.policies import DEFAULT_POLICY
 from isbre.sinks.provisioning import comment_hash, plan, sink_properties, table_policy, with_docs
+from isbre.sinks.quality import Quality, Rule
 from isbre.sinks.record_id import canonical_json
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import (
@@ -103,6 +104,7 @@ class TableWriter:
         self.identifier = identifier
         # None: the table's own policy, or DEFAULT_POLICY for a table this sink creates.
         self.metadata_policy = metadata_policy
+        self.quality_columns: tuple[str, ...] = ()  # prefixed columns the rows may carry (sinks/quality.py)
         self.columns = MetadataColumns(prefix, metadata_policy or DEFAULT_POLICY)
         self.widen = widen
         self.to_json = to_json
@@ -153,7 +155,6 @@ class TableWriter:
         """Make the table take batches of `payload` (plus the metadata columns), or raise naming why not."""
         if payload == self._fitted:
             return
-        self.columns.check_payload(payload)
         self._start_write()  # a data file holds batches of one schema, written under that schema
         if self._table is None:
             with contextlib.suppress(NoSuchTableError):
@@ -161,6 +162,7 @@ class TableWriter:
         existing = self._table.properties if self._table is not None else None
         policy = table_policy(existing, self.metadata_policy)
         self.columns = MetadataColumns(self.columns.prefix, policy)
+        self.columns.check_payload(payload, self.quality_columns)
         schema = self._full_schema(payload)
         for _ in range(self.max_attempts):
             table = self._table or self._load_or_create(schema)
@@ -435,22 +437,54 @@ def _inside(ranges: Sequence[tuple[int, int]], start: int, end: int) -> bool:
 
 
 class IcebergSink(OneStreamSink):
-    """`BatchSink` for one stream: push its spans in order, `finish()` commits them together."""
+    """`BatchSink` for one stream: push its spans in order, `finish()` commits them together.
 
-    def __init__(self, catalog: Catalog, identifier: str, **options: object) -> None:
+    With `rules`, each batch is judged by them first and `enforcement` (`strict`, `quarantine`
+    with a `quarantine` sink, or `annotate`) says what becomes of failing rows; an `audit` sink
+    gets one row per record per rule (sinks/quality.py)."""
+
+    def __init__(
+        self,
+        catalog: Catalog,
+        identifier: str,
+        *,
+        rules: Sequence[Rule] = (),
+        enforcement: str = "strict",
+        quarantine: IcebergSink | None = None,
+        audit: IcebergSink | None = None,
+        **options: object,
+    ) -> None:
         self.writer = TableWriter(catalog, identifier, **options)  # type: ignore[arg-type]
+        self.quality: Quality | None = None
+        if rules or quarantine is not None or audit is not None:
+            self.quality = Quality(
+                rules,
+                enforcement,
+                self.writer.columns.prefix,
+                quarantine.writer if quarantine is not None else None,
+                audit.writer if audit is not None else None,
+            )
+            self.writer.quality_columns = self.quality.columns
 
     def _take(
         self, batch: pa.RecordBatch, span: OffsetSpan, source: SourceFields | None, offsets: np.ndarray | None
     ) -> None:
-        self.writer.add(batch, span, source, offsets)
+        if self.quality is None:
+            self.writer.add(batch, span, source, offsets)
+        else:
+            self.quality.take(self.writer, batch, span, source, offsets)
 
     def _commit(self, span: OffsetSpan) -> CommitInfo:
+        if self.quality is not None:
+            self.quality.commit()
         return self.writer.commit()
 
     def close(self) -> None:
-        """Drop whatever was pushed and not finished (its files are removed)."""
+        """Drop whatever was pushed and not finished (its files are removed), here and in the
+        quarantine and audit sinks."""
         self.writer.close()
+        if self.quality is not None:
+            self.quality.close()
 
     def __enter__(self) -> IcebergSink:
         return self

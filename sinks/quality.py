@@ -1,0 +1,204 @@
+"""Data-quality rules a sink applies to each batch, and what becomes of the rows that fail.
+
+A `Rule` is a name, a version and a check: `check(batch)` answers one boolean per row (True
+passes; a null fails). The sink's `enforcement` decides what a failing row does:
+
+- `strict`: the batch raises `SinkError` naming the rules and how many rows failed each; nothing
+  of it is taken.
+- `quarantine`: failing rows go to the quarantine sink, a table with coverage of its own, with
+  `<prefix>reason` (`dq`), `<prefix>rule` and `<prefix>rule_version` (the first rule the row
+  failed); passing rows go on. The quarantine commits first, so a span the sink's own table
+  covers is in both; a replay writes nothing twice on either side, as each table skips what it
+  covers.
+- `annotate`: every row goes on, with `<prefix>dq_passed` and `<prefix>dq_failed` (the names of
+  the rules it failed).
+
+An audit sink, where given, gets one row per record per rule: the record's id, the rule, its
+version, the verdict and what became of the record. Its coverage is kept per rule (the span's
+source id followed by `/rule@version`), so a replay audits nothing twice and a new version of a
+rule audits the records it sees from then on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+from isbre.sinks.contract import OffsetSpan, SinkError, SourceFields, row_offsets
+from isbre.sinks.record_id import record_ids
+
+if TYPE_CHECKING:
+    from isbre.sinks.iceberg import TableWriter
+
+ENFORCEMENTS = ("strict", "quarantine", "annotate")
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    version: str
+    check: Callable[[pa.RecordBatch], Any]  # one boolean per row: a PyArrow or NumPy array, a list
+
+    def judge(self, batch: pa.RecordBatch) -> np.ndarray:
+        """One verdict per row of `batch` (a null fails), or SinkError naming the rule."""
+        try:
+            answer = self.check(batch)
+            verdicts = answer if isinstance(answer, pa.Array | pa.ChunkedArray) else pa.array(answer)
+        except Exception as exc:
+            raise SinkError(
+                f"Rule {self.name!r} (version {self.version}) failed: {type(exc).__name__}: {exc}"
+            ) from exc
+        if not pa.types.is_boolean(verdicts.type) or len(verdicts) != batch.num_rows:
+            raise SinkError(
+                f"Rule {self.name!r} (version {self.version}) must answer one boolean per row; it gave "
+                f"{len(verdicts)} values of type {verdicts.type} for {batch.num_rows} rows"
+            )
+        return np.asarray(verdicts.fill_null(False), dtype=bool)
+
+
+def _column(values: Sequence[str] | np.ndarray) -> pa.Array:
+    return pa.array(list(values), pa.string())
+
+
+class Quality:
+    """The rules of one sink, and the writers of its quarantine and audit sinks."""
+
+    def __init__(
+        self,
+        rules: Sequence[Rule],
+        enforcement: str,
+        prefix: str,
+        quarantine: TableWriter | None = None,
+        audit: TableWriter | None = None,
+    ) -> None:
+        if enforcement not in ENFORCEMENTS:
+            raise ValueError(f"Unknown enforcement {enforcement!r}: one of {', '.join(ENFORCEMENTS)}")
+        if (enforcement == "quarantine") != (quarantine is not None):
+            raise ValueError(
+                "enforcement='quarantine' takes a quarantine sink, and no other enforcement does"
+            )
+        names = [rule.name for rule in rules]
+        if len(set(names)) != len(names):
+            raise ValueError(f"Rule names must differ: {names}")
+        self.rules = list(rules)
+        self.enforcement = enforcement
+        self.prefix = prefix
+        self.quarantine = quarantine
+        self.audit = audit
+        if quarantine is not None:
+            quarantine.quality_columns = tuple(prefix + name for name in ("reason", "rule", "rule_version"))
+        if audit is not None:
+            audit.quality_columns = (prefix + "record_id",)
+            # The audited record's id is the audit row's: its table has no metadata columns of its
+            # own unless its sink asks for them (and then that id would clash).
+            audit.metadata_policy = audit.metadata_policy or "none"
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """The columns the rules add to the sink's own rows."""
+        return (
+            (self.prefix + "dq_passed", self.prefix + "dq_failed") if self.enforcement == "annotate" else ()
+        )
+
+    def take(
+        self,
+        writer: TableWriter,
+        batch: pa.RecordBatch,
+        span: OffsetSpan,
+        source: SourceFields | None,
+        offsets: np.ndarray | None,
+    ) -> None:
+        offsets = row_offsets(batch.num_rows, span, offsets)
+        verdicts = np.stack([rule.judge(batch) for rule in self.rules]).reshape(
+            len(self.rules), batch.num_rows
+        )
+        passed: np.ndarray = np.asarray(verdicts.all(axis=0), dtype=bool)
+        if self.enforcement == "strict" and not passed.all():
+            failing = [
+                f"{rule.name!r} ({int((~verdict).sum())} rows)"
+                for rule, verdict in zip(self.rules, verdicts, strict=True)
+                if not verdict.all()
+            ]
+            raise SinkError(
+                f"{span}: rows fail the data-quality rules {', '.join(failing)}; none of the batch is taken"
+            )
+        if self.audit is not None:
+            self._audit(batch, span, offsets, verdicts, passed)
+        if self.enforcement == "annotate":
+            failed = [[r.name for r, ok in zip(self.rules, row, strict=True) if not ok] for row in verdicts.T]
+            batch = batch.append_column(self.prefix + "dq_passed", pa.array(passed))
+            batch = batch.append_column(self.prefix + "dq_failed", pa.array(failed, pa.list_(pa.string())))
+            writer.add(batch, span, source, offsets)
+            return
+        if self.quarantine is not None:
+            self._divert(self.quarantine, batch, span, source, offsets, verdicts, passed)
+        keep = pa.array(passed)
+        writer.add(batch.filter(keep), span, source.filter(keep) if source else None, offsets[passed])
+
+    def _divert(
+        self,
+        quarantine: TableWriter,
+        batch: pa.RecordBatch,
+        span: OffsetSpan,
+        source: SourceFields | None,
+        offsets: np.ndarray,
+        verdicts: np.ndarray,
+        passed: np.ndarray,
+    ) -> None:
+        """The failing rows into the quarantine, each with the first rule it failed (every row of
+        the span is offered, so that the quarantine covers the span even when none fails)."""
+        failing = pa.array(~passed)
+        rules = [self.rules[i] for i in verdicts.argmin(axis=0)[~passed]]
+        diverted = batch.filter(failing)
+        for name, values in (
+            ("reason", ["dq"] * len(rules)),
+            ("rule", [rule.name for rule in rules]),
+            ("rule_version", [rule.version for rule in rules]),
+        ):
+            diverted = diverted.append_column(self.prefix + name, _column(values))
+        quarantine.add(diverted, span, source.filter(failing) if source else None, offsets[~passed])
+
+    def _audit(
+        self,
+        batch: pa.RecordBatch,
+        span: OffsetSpan,
+        offsets: np.ndarray,
+        verdicts: np.ndarray,
+        passed: np.ndarray,
+    ) -> None:
+        assert self.audit is not None
+        ids = record_ids(span.source_id, span.topic, span.partition, offsets, batch.columns)
+        if self.enforcement == "annotate":
+            disposition = np.full(len(passed), "annotated", dtype=object)
+        else:
+            disposition = np.where(passed, "accepted", "quarantined").astype(object)
+        for rule, verdict in zip(self.rules, verdicts, strict=True):
+            rows = pa.RecordBatch.from_arrays(
+                [
+                    ids,
+                    _column([rule.name] * len(ids)),
+                    _column([rule.version] * len(ids)),
+                    _column(np.where(verdict, "pass", "fail")),
+                    _column(disposition),
+                ],
+                names=[self.prefix + "record_id", "rule", "rule_version", "verdict", "disposition"],
+            )
+            stream = f"{span.source_id}/{rule.name}@{rule.version}"
+            self.audit.add(
+                rows, OffsetSpan(stream, span.topic, span.partition, span.start, span.end), None, offsets
+            )
+
+    def commit(self) -> None:
+        """Commit the quarantined and the audit rows: before the sink's own commit, so that the
+        span its table covers is in theirs too."""
+        for side in (self.quarantine, self.audit):
+            if side is not None:
+                side.commit()
+
+    def close(self) -> None:
+        for side in (self.quarantine, self.audit):
+            if side is not None:
+                side.close()

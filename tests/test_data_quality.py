@@ -1,0 +1,128 @@
+"""Data-quality rules on a sink: the same batch under strict, quarantine and annotate, the audit
+table's rows, and replays that write nothing twice in the clean, quarantine and audit tables."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from isbre.sinks import Rule
+from isbre.sinks.contract import SinkError
+from isbre.sinks.iceberg import IcebergSink
+from pyiceberg.catalog.rest import RestCatalog
+
+from tests.sink_helpers import span
+
+# Run against a server on each store.
+SERVER_STORES = ("lmdb", "postgresql")
+AMOUNTS = [5, -1, 3, 250, -7, 8]  # row 1 and 4 fail `positive`, row 3 fails `small`
+RULES = [
+    Rule("positive", "1", lambda batch: pc.greater(batch["amount"], 0)),
+    Rule("small", "2", lambda batch: [value < 100 for value in batch["amount"].to_pylist()]),
+]
+
+
+def orders() -> pa.RecordBatch:
+    return pa.RecordBatch.from_pydict(
+        {"n": pa.array(range(len(AMOUNTS)), pa.int64()), "amount": pa.array(AMOUNTS, pa.int64())}
+    )
+
+
+def table_rows(catalog: RestCatalog, ident: str) -> list[dict]:
+    return sorted(catalog.load_table(ident).scan().to_arrow().to_pylist(), key=lambda row: row.get("n", 0))
+
+
+def test_strict_takes_nothing_of_a_batch_with_a_failing_row(
+    rest_catalog: RestCatalog, namespace: str
+) -> None:
+    ident = f"{namespace}.strict"
+    matched = pytest.raises(SinkError, match=r"'positive' \(2 rows\), 'small' \(1 rows\)")
+    with IcebergSink(rest_catalog, ident, rules=RULES) as sink, matched:
+        sink.push(orders(), span(0, 6))
+    assert not rest_catalog.table_exists(ident)
+
+
+def run_quarantine(catalog: RestCatalog, namespace: str) -> None:
+    quarantine = IcebergSink(catalog, f"{namespace}.quarantined")
+    audit = IcebergSink(catalog, f"{namespace}.audit")
+    with IcebergSink(
+        catalog,
+        f"{namespace}.clean",
+        rules=RULES,
+        enforcement="quarantine",
+        quarantine=quarantine,
+        audit=audit,
+    ) as sink:
+        sink.push(orders(), span(0, 6))
+        sink.finish()
+
+
+def test_quarantine_diverts_failing_rows_and_a_replay_writes_nothing_twice(
+    rest_catalog: RestCatalog, namespace: str
+) -> None:
+    run_quarantine(rest_catalog, namespace)
+    clean = table_rows(rest_catalog, f"{namespace}.clean")
+    assert [row["amount"] for row in clean] == [5, 3, 8]
+    diverted = table_rows(rest_catalog, f"{namespace}.quarantined")
+    assert [(r["amount"], r["_twg_reason"], r["_twg_rule"], r["_twg_rule_version"]) for r in diverted] == [
+        (-1, "dq", "positive", "1"),
+        (250, "dq", "small", "2"),
+        (-7, "dq", "positive", "1"),
+    ]
+    assert [r["_twg_source_offset"] for r in diverted] == [1, 3, 4]
+
+    audit = rest_catalog.load_table(f"{namespace}.audit").scan().to_arrow()
+    assert audit.column_names == ["_twg_record_id", "rule", "rule_version", "verdict", "disposition"]
+    assert audit.num_rows == len(AMOUNTS) * len(RULES)
+    by_record = {}
+    for row in audit.to_pylist():
+        by_record.setdefault(row["_twg_record_id"], {})[row["rule"]] = (row["verdict"], row["disposition"])
+    clean_ids = {row["_twg_record_id"] for row in clean}
+    assert len(by_record) == len(AMOUNTS) and clean_ids <= set(by_record)
+    for record_id, verdicts in by_record.items():
+        accepted = record_id in clean_ids
+        assert {d for _, d in verdicts.values()} == {"accepted" if accepted else "quarantined"}
+        assert all(v == "pass" for v, _ in verdicts.values()) == accepted
+
+    run_quarantine(rest_catalog, namespace)  # the same span again, as after a crash
+    assert len(table_rows(rest_catalog, f"{namespace}.clean")) == 3
+    assert len(table_rows(rest_catalog, f"{namespace}.quarantined")) == 3
+    assert rest_catalog.load_table(f"{namespace}.audit").scan().to_arrow().num_rows == len(AMOUNTS) * len(
+        RULES
+    )
+
+
+def test_annotate_lands_every_row_with_its_verdicts(rest_catalog: RestCatalog, namespace: str) -> None:
+    ident = f"{namespace}.annotated"
+    with IcebergSink(rest_catalog, ident, rules=RULES, enforcement="annotate") as sink:
+        sink.push(orders(), span(0, 6))
+        sink.finish()
+    rows = table_rows(rest_catalog, ident)
+    assert [(r["amount"], r["_twg_dq_passed"], r["_twg_dq_failed"]) for r in rows] == [
+        (5, True, []),
+        (-1, False, ["positive"]),
+        (3, True, []),
+        (250, False, ["small"]),
+        (-7, False, ["positive"]),
+        (8, True, []),
+    ]
+
+
+def test_a_rule_that_answers_wrongly_is_named(rest_catalog: RestCatalog, namespace: str) -> None:
+    short = Rule("short", "1", lambda batch: [True])
+    matched = pytest.raises(SinkError, match=r"'short' \(version 1\) must answer one boolean per row")
+    with IcebergSink(rest_catalog, f"{namespace}.t", rules=[short]) as sink, matched:
+        sink.push(orders(), span(0, 6))
+    broken = Rule("broken", "3", lambda batch: batch["missing"])
+    matched = pytest.raises(SinkError, match=r"'broken' \(version 3\) failed: KeyError")
+    with IcebergSink(rest_catalog, f"{namespace}.t", rules=[broken]) as sink, matched:
+        sink.push(orders(), span(0, 6))
+    with pytest.raises(ValueError, match=r"enforcement='quarantine' takes a quarantine sink"):
+        IcebergSink(rest_catalog, f"{namespace}.t", rules=RULES, enforcement="quarantine")
+
+
+def test_an_audit_sink_with_its_own_record_ids_is_refused(rest_catalog: RestCatalog, namespace: str) -> None:
+    audit = IcebergSink(rest_catalog, f"{namespace}.audit", metadata_policy="locator")
+    matched = pytest.raises(SinkError, match=r"'_twg_record_id' use the reserved metadata prefix")
+    with IcebergSink(rest_catalog, f"{namespace}.clean", rules=RULES, audit=audit) as sink, matched:
+        sink.push(orders().filter(pa.array([True, False, True, False, False, True])), span(0, 3))
