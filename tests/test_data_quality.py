@@ -3,6 +3,11 @@ table's rows, and replays that write nothing twice in the clean, quarantine and 
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+import textwrap
+
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
@@ -11,7 +16,8 @@ from isbre.sinks.contract import SinkError
 from isbre.sinks.iceberg import IcebergSink
 from pyiceberg.catalog.rest import RestCatalog
 
-from tests.sink_helpers import span
+from tests.server import IsbreServer
+from tests.sink_helpers import offsets_in, rows, span
 
 # Run against a server on each store.
 SERVER_STORES = ("lmdb", "postgresql")
@@ -126,3 +132,64 @@ def test_an_audit_sink_with_its_own_record_ids_is_refused(rest_catalog: RestCata
     matched = pytest.raises(SinkError, match=r"'_twg_record_id' use the reserved metadata prefix")
     with IcebergSink(rest_catalog, f"{namespace}.clean", rules=RULES, audit=audit) as sink, matched:
         sink.push(orders().filter(pa.array([True, False, True, False, False, True])), span(0, 3))
+
+
+# A producer with a quarantine and an audit that commits offsets 0..300 and is killed before it
+# hears back; with "mid-push" also while a further push has data files written and not
+# committed, with "between-commits" after the quarantine and audit of 300..400 committed and
+# before the clean table did.
+CRASHING_PRODUCER = textwrap.dedent(
+    """
+    import os, signal, sys
+    from pyiceberg.catalog.rest import RestCatalog
+    from tests.sink_helpers import rows, span
+    from tests.test_data_quality import sinks
+
+    catalog = RestCatalog("isbre", uri=sys.argv[1])
+    sink = sinks(catalog, sys.argv[2])
+    for start in range(0, 300, 100):
+        sink.push(rows(start, start + 100), span(start, start + 100))
+    sink.finish()
+    sink = sinks(catalog, sys.argv[2], target_file_bytes=1)
+    sink.push(rows(300, 400), span(300, 400))
+    if sys.argv[3] == "between-commits":
+        sink.quality.commit()
+    os.kill(os.getpid(), signal.SIGKILL)
+    """
+)
+NOT_THREE = Rule("not_three", "1", lambda batch: [n % 10 != 3 for n in batch["n"].to_pylist()])
+
+
+def sinks(catalog: RestCatalog, namespace: str, **options: object) -> IcebergSink:
+    """The clean sink of `namespace`, quarantining rows whose `n` ends in 3, audited."""
+    quarantine = IcebergSink(catalog, f"{namespace}.quarantined", **options)
+    audit = IcebergSink(catalog, f"{namespace}.audit", **options)
+    return IcebergSink(
+        catalog,
+        f"{namespace}.clean",
+        rules=[NOT_THREE],
+        enforcement="quarantine",
+        quarantine=quarantine,
+        audit=audit,
+        **options,
+    )
+
+
+@pytest.mark.parametrize("crash", ["mid-push", "between-commits"])
+def test_a_replay_after_a_crash_writes_nothing_twice_in_any_table(
+    server: IsbreServer, rest_catalog: RestCatalog, namespace: str, crash: str
+) -> None:
+    command = [sys.executable, "-c", CRASHING_PRODUCER, server.url, namespace, crash]
+    child = subprocess.run(command, timeout=120)
+    assert child.returncode == -signal.SIGKILL
+    with sinks(rest_catalog, namespace) as sink:
+        for start in range(0, 400, 50):
+            sink.push(rows(start, start + 50), span(start, start + 50))
+        sink.finish()
+    clean = offsets_in(rest_catalog.load_table(f"{namespace}.clean"))
+    diverted = offsets_in(rest_catalog.load_table(f"{namespace}.quarantined"))
+    assert clean == [(0, i) for i in range(400) if i % 10 != 3]
+    assert diverted == [(0, i) for i in range(400) if i % 10 == 3]
+    audit = rest_catalog.load_table(f"{namespace}.audit").scan().to_arrow()
+    assert audit.num_rows == 400 and len(set(audit["_twg_record_id"].to_pylist())) == 400
+    assert audit["verdict"].to_pylist().count("fail") == 40
