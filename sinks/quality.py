@@ -135,6 +135,9 @@ class Quality:
             return
         if self.quarantine is not None:
             self._divert(self.quarantine, batch, span, source, offsets, verdicts, passed)
+        if passed.all():  # no copy of a clean batch
+            writer.add(batch, span, source, offsets)
+            return
         keep = pa.array(passed)
         writer.add(batch.filter(keep), span, source.filter(keep) if source else None, offsets[passed])
 
