@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import csv
 import glob
+import io
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.dataset as ds
@@ -76,7 +78,16 @@ def _batches(path: Path, fmt: str, batch_size: int, types: pa.Schema | None) -> 
 
 
 _CSV_ERROR = re.compile(r"In CSV column #(\d+): Row #(\d+): (.*)", re.S)
+_CSV_RECORD_ERROR = re.compile(r"In CSV column #(\d+): (?:Row #\d+: )?(.*)", re.S)  # one record's
 _JSON_ERROR = re.compile(r"JSON parse error: (.*) in row (\d+)", re.S)
+
+
+def _column_named(header: list[str], index: str) -> str:
+    return header[int(index)] if int(index) < len(header) else f"#{index}"
+
+
+class UnparsableError(SinkError):
+    """A value of the file does not parse as its column's type (the message names line and column)."""
 
 
 def _unparsable(path: Path, fmt: str, error: pa.ArrowInvalid) -> SinkError:
@@ -87,11 +98,11 @@ def _unparsable(path: Path, fmt: str, error: pa.ArrowInvalid) -> SinkError:
         column, line, detail = found.groups()
         with path.open(newline="") as lines:
             header = next(csv.reader(lines), [])
-        name = header[int(column)] if int(column) < len(header) else f"#{column}"
-        return SinkError(f"{path}: line {line}, column {name!r}: {detail.strip()}")
+        name = _column_named(header, column)
+        return UnparsableError(f"{path}: line {line}, column {name!r}: {detail.strip()}")
     if fmt == "json" and (found := _JSON_ERROR.search(text)):
         detail, row = found.groups()
-        return SinkError(f"{path}: line {int(row) + 1}: {detail.strip()}")
+        return UnparsableError(f"{path}: line {int(row) + 1}: {detail.strip()}")
     return SinkError(f"{path}: cannot read it as {fmt}: {text.strip().splitlines()[-1]}")
 
 
@@ -108,6 +119,82 @@ def read_file(
             start += batch.num_rows
     except pa.ArrowInvalid as error:
         raise _unparsable(path, fmt, error) from error
+
+
+@dataclass(frozen=True)
+class Sorted:
+    """A file read record by record: the records that parse, with their ordinals (offsets), and the
+    text of those that do not, each with the error that names its line (and column)."""
+
+    parsed: pa.Table
+    offsets: np.ndarray
+    refused: pa.RecordBatch  # `record` (its text) and `error`
+    refused_offsets: np.ndarray
+
+    @property
+    def records(self) -> int:
+        return len(self.offsets) + len(self.refused_offsets)
+
+
+def _records(path: Path, fmt: str) -> Iterator[tuple[int, str, str]]:
+    """(first line, the record as a file of its own, its text) for each record of the file: a CSV
+    row after the header, re-quoted (a quoted field may span lines), or a JSON line."""
+    with path.open(newline="") as stream:
+        if fmt == "json":
+            for number, line in enumerate(stream, start=1):
+                if line.strip():
+                    yield number, line, line.rstrip("\r\n")
+            return
+        rows = csv.reader(stream)
+        header = next(rows, [])
+        last = rows.line_num
+        for row in rows:
+            single = io.StringIO()
+            csv.writer(single).writerows([header, row])
+            record = io.StringIO()
+            csv.writer(record, lineterminator="").writerow(row)
+            yield last + 1, single.getvalue(), record.getvalue()
+            last = rows.line_num
+
+
+def _parse_one(text: str, fmt: str, types: pa.Schema | None) -> pa.Table:
+    """One record parsed with the options `_batches` reads its file with."""
+    data = io.BytesIO(text.encode())
+    if fmt == "json":
+        options = (
+            pajson.ParseOptions(explicit_schema=types, unexpected_field_behavior="infer") if types else None
+        )
+        return pajson.read_json(data, parse_options=options)
+    return pacsv.read_csv(data, convert_options=pacsv.ConvertOptions(column_types=types or {}))
+
+
+def read_sorted(path: Path, fmt: str, types: pa.Schema | None) -> Sorted:
+    """`path` (CSV or JSON lines) parsed one record at a time, so that a record whose value does not
+    fit its column's type is set apart instead of refusing the file; slow (a parse per record),
+    for the files `read_file` refused."""
+    parsed: list[pa.Table] = []
+    offsets: list[int] = []
+    refused: list[dict[str, str]] = []
+    refused_offsets: list[int] = []
+    for ordinal, (line, single, text) in enumerate(_records(path, fmt)):
+        try:
+            parsed.append(_parse_one(single, fmt, types))
+            offsets.append(ordinal)
+        except pa.ArrowInvalid as error:
+            message = f"{path}: line {line}: {str(error).strip().splitlines()[-1]}"
+            if fmt == "csv" and (found := _CSV_RECORD_ERROR.search(str(error))):
+                column, detail = found.groups()
+                name = _column_named(next(csv.reader(io.StringIO(single)), []), column)
+                message = f"{path}: line {line}, column {name!r}: {detail.strip()}"
+            refused.append({"record": text, "error": message})
+            refused_offsets.append(ordinal)
+    table = pa.concat_tables(parsed, promote_options="permissive") if parsed else pa.table({})
+    return Sorted(
+        table,
+        np.array(offsets, dtype=np.int64),
+        pa.RecordBatch.from_pylist(refused, pa.schema([("record", pa.string()), ("error", pa.string())])),
+        np.array(refused_offsets, dtype=np.int64),
+    )
 
 
 def run_types(files: list[Path], forced: str | None, known: pa.Schema | None) -> pa.Schema | None:

@@ -10,8 +10,16 @@ from pathlib import Path
 
 import pyarrow as pa
 import requests
-from isbre.sinks.contract import SinkError
-from isbre.sinks.files import expand, file_format, read_file, row_count, run_types
+from isbre.sinks.contract import CommitInfo, OffsetSpan, SinkError
+from isbre.sinks.files import (
+    UnparsableError,
+    expand,
+    file_format,
+    read_file,
+    read_sorted,
+    row_count,
+    run_types,
+)
 from isbre.sinks.iceberg import TableWriter
 from pydantic import TypeAdapter
 from pyiceberg.catalog import Catalog, load_catalog
@@ -92,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
             widen=args.widen,
             to_json=args.to_json,
         )
+        quarantine = _quarantine(catalog, args) if args.quarantine else None
     except (SinkError, ValueError) as e:
         print(f"isbre ingest: {e}", file=sys.stderr)
         return 2
@@ -106,9 +115,13 @@ def run(args: argparse.Namespace) -> int:
             for path in files:
                 task = progress.add_task(path.name, total=None)
                 try:
-                    read, written, report = _ingest_file(writer, path, args, types, progress, task)
+                    read, written, report = _ingest_file(
+                        writer, quarantine, path, args, types, progress, task
+                    )
                 except SinkError as e:
                     writer.abort()  # nothing of a refused file is committed; the next file starts clean
+                    if quarantine is not None:
+                        quarantine.abort()
                     print(f"isbre ingest: {e}", file=sys.stderr)
                     refused.append(path)
                     continue
@@ -119,6 +132,8 @@ def run(args: argparse.Namespace) -> int:
                 total_written += written
     finally:
         writer.close()
+        if quarantine is not None:
+            quarantine.close()
     done = len(files) - len(refused)
     print(f"{args.table}: {total_written} of {total_read} rows written from {done} file(s)")
     if refused:
@@ -129,8 +144,22 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _quarantine(catalog: Catalog, args: argparse.Namespace) -> TableWriter:
+    """The writer of `--quarantine`: records as text, with `<prefix>reason` and `<prefix>error`."""
+    namespace = tuple(args.quarantine.split(".")[:-1])
+    if not namespace:
+        raise SinkError(f"--quarantine needs a namespace: {args.quarantine!r}")
+    catalog.create_namespace_if_not_exists(namespace)
+    quarantine = TableWriter(
+        catalog, args.quarantine, prefix=args.prefix, metadata_policy=args.metadata_policy
+    )
+    quarantine.quality_columns = (args.prefix + "reason", args.prefix + "error")
+    return quarantine
+
+
 def _ingest_file(
     writer: TableWriter,
+    quarantine: TableWriter | None,
     path: Path,
     args: argparse.Namespace,
     types: pa.Schema | None,
@@ -141,14 +170,55 @@ def _ingest_file(
     progress.update(task, total=row_count(path, fmt))
     read = written = 0
     span = None
-    for item in read_file(path, args.source_id, fmt, args.batch_size, types):
-        written += writer.add(item.batch, item.span)
-        read += item.batch.num_rows
-        span = item.span
-        progress.advance(task, item.batch.num_rows)
+    try:
+        for item in read_file(path, args.source_id, fmt, args.batch_size, types):
+            written += writer.add(item.batch, item.span)
+            read += item.batch.num_rows
+            span = item.span
+            progress.advance(task, item.batch.num_rows)
+    except UnparsableError:
+        if quarantine is None:
+            raise
+        writer.abort()  # read again, record by record, with the records that do not parse set apart
+        return _ingest_sorted(writer, quarantine, path, fmt, args, types)
     info = writer.commit()
+    last = span.end if span else 0
+    return read, written, f"{path}: {read} rows read, {written} written, offsets [0, {last}): {_where(info)}"
+
+
+def _where(info: CommitInfo) -> str:
     where = "nothing new" if info.snapshot_id is None else f"snapshot {info.snapshot_id}"
     if info.commit_seq is not None:
         where += f", commit_seq {info.commit_seq}"
-    last = span.end if span else 0
-    return read, written, f"{path}: {read} rows read, {written} written, offsets [0, {last}): {where}"
+    return where
+
+
+def _ingest_sorted(
+    writer: TableWriter,
+    quarantine: TableWriter,
+    path: Path,
+    fmt: str,
+    args: argparse.Namespace,
+    types: pa.Schema | None,
+) -> tuple[int, int, str]:
+    """The file's records that parse into the table and the others into the quarantine, over one
+    span: each table covers all of it, so a second run writes nothing to either."""
+    found = read_sorted(path, fmt, types)
+    span = OffsetSpan(args.source_id, str(path), 0, 0, found.records)
+    refused = found.refused
+    diverted = pa.RecordBatch.from_arrays(
+        [refused["record"], pa.array(["contract"] * refused.num_rows, pa.string()), refused["error"]],
+        names=["record", args.prefix + "reason", args.prefix + "error"],
+    )
+    quarantined = quarantine.add(diverted, span, None, found.refused_offsets)
+    written = 0
+    if found.parsed.num_rows:
+        written = writer.add(found.parsed.combine_chunks().to_batches()[0], span, None, found.offsets)
+    quarantine.commit()  # first: once the table covers the span, the quarantine does too
+    info = writer.commit()
+    return (
+        found.records,
+        written,
+        f"{path}: {found.records} rows read, {written} written, {quarantined} quarantined, "
+        f"offsets [0, {found.records}): {_where(info)}",
+    )

@@ -31,5 +31,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="column types for CSV and JSON, e.g. 'amount=double,at=timestamptz' (Iceberg type names); "
         "an existing table's own types are used for the columns it has",
     )
+    parser.add_argument(
+        "--quarantine",
+        metavar="TABLE",
+        help="send each record that does not parse as its column's type to TABLE (reason 'contract') "
+        "instead of refusing its file",
+    )
     parser.add_argument("--widen", action="store_true", help="promote column types losslessly on drift")
     parser.add_argument("--to-json", action="store_true", help="nested values into string columns as JSON")

@@ -143,3 +143,35 @@ def test_one_run_types_its_new_columns_from_every_file(
     table = rest_catalog.load_table("files.amounts")
     assert str(table.schema().find_field("amount").field_type) == "double"
     assert sorted(table.scan().to_arrow()["amount"].to_pylist()) == [1.0, 1.5, 2.0]
+
+
+def test_ingest_quarantines_the_lines_that_do_not_parse(
+    server: IsbreServer, rest_catalog: RestCatalog, tmp_path: Path
+) -> None:
+    """With --quarantine, a value that cannot take its column's type sends its line to the
+    quarantine table (reason `contract`, the error naming line and column) and the file's other
+    lines land; a second run writes nothing new to either."""
+    rest_catalog.create_namespace_if_not_exists("lenient")
+    mixed = tmp_path / "mixed.csv"
+    mixed.write_text('id,amount,note\n1,5,"a, quoted"\n2,oops,b\n3,2.5,\n4,,"multi\nline"\n')
+    lines = tmp_path / "mixed.jsonl"
+    lines.write_text('{"id": 10, "amount": 1.5}\n{"id": "eleven", "amount": 2}\n{"id": 12, "amount": 3}\n')
+    args = ("--table", "lenient.orders", "--types", "amount=double,id=long", "--quarantine", "lenient.bad")
+    done = ingest(server, str(mixed), str(lines), *args)
+    assert done.returncode == 0, done.stderr
+    assert f"{mixed}: 4 rows read, 3 written, 1 quarantined" in done.stdout, done.stdout
+    again = ingest(server, str(mixed), str(lines), *args)
+    assert again.returncode == 0 and again.stdout.count("nothing new") == 2, again.stdout + again.stderr
+    clean = rest_catalog.load_table("lenient.orders").scan().to_arrow().sort_by("id")
+    assert clean["id"].to_pylist() == [1, 3, 4, 10, 12]
+    assert clean["amount"].to_pylist() == [5.0, 2.5, None, 1.5, 3.0]
+    diverted = sorted(
+        rest_catalog.load_table("lenient.bad").scan().to_arrow().to_pylist(),
+        key=lambda row: (row["_twg_source_topic"], row["_twg_source_offset"]),
+    )
+    assert [(r["_twg_source_topic"], r["_twg_source_offset"], r["_twg_reason"]) for r in diverted] == [
+        (str(mixed), 1, "contract"),
+        (str(lines), 1, "contract"),
+    ]
+    assert "line 3, column 'amount'" in diverted[0]["_twg_error"]
+    assert diverted[0]["record"] == "2,oops,b" and '"eleven"' in diverted[1]["record"]
