@@ -42,6 +42,11 @@ class Rule:
     version: str
     check: Callable[[pa.RecordBatch], Any]  # one boolean per row: a PyArrow or NumPy array, a list
 
+    def __post_init__(self) -> None:
+        for what, value in (("name", self.name), ("version", self.version)):
+            if not isinstance(value, str) or not value:
+                raise ValueError(f"A rule's {what} must be a non-empty string: {value!r}")
+
     def judge(self, batch: pa.RecordBatch) -> np.ndarray:
         """One verdict per row of `batch` (a null fails), or SinkError naming the rule."""
         try:
