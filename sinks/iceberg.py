@@ -436,6 +436,28 @@ def _inside(ranges: Sequence[tuple[int, int]], start: int, end: int) -> bool:
     return start == end or any(s <= start and end <= e for s, e in ranges)
 
 
+def judged(
+    writer: TableWriter,
+    rules: Sequence[Rule],
+    enforcement: str,
+    quarantine: IcebergSink | None,
+    audit: IcebergSink | None,
+) -> Quality | None:
+    """The rules of a sink writing through `writer`, with the writers of its quarantine and audit
+    sinks; None without rules, quarantine or audit."""
+    if not rules and quarantine is None and audit is None:
+        return None
+    quality = Quality(
+        rules,
+        enforcement,
+        writer.columns.prefix,
+        quarantine.writer if quarantine is not None else None,
+        audit.writer if audit is not None else None,
+    )
+    writer.quality_columns = quality.columns
+    return quality
+
+
 class IcebergSink(OneStreamSink):
     """`BatchSink` for one stream: push its spans in order, `finish()` commits them together.
 
@@ -455,16 +477,7 @@ class IcebergSink(OneStreamSink):
         **options: object,
     ) -> None:
         self.writer = TableWriter(catalog, identifier, **options)  # type: ignore[arg-type]
-        self.quality: Quality | None = None
-        if rules or quarantine is not None or audit is not None:
-            self.quality = Quality(
-                rules,
-                enforcement,
-                self.writer.columns.prefix,
-                quarantine.writer if quarantine is not None else None,
-                audit.writer if audit is not None else None,
-            )
-            self.writer.quality_columns = self.quality.columns
+        self.quality = judged(self.writer, rules, enforcement, quarantine, audit)
 
     def _take(
         self, batch: pa.RecordBatch, span: OffsetSpan, source: SourceFields | None, offsets: np.ndarray | None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,7 +28,8 @@ from isbre.sinks.contract import (
     SourceFields,
     Watermarks,
 )
-from isbre.sinks.iceberg import CommitOutcomeUnknownError, TableWriter
+from isbre.sinks.iceberg import CommitOutcomeUnknownError, IcebergSink, TableWriter, judged
+from isbre.sinks.quality import Rule
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import CommitStateUnknownException, ServiceUnavailableError
 
@@ -63,7 +65,8 @@ class LaneStats:
 
 
 class PipelinedSink:
-    """The async `Sink` over a `TableWriter`; use `async with` or call `close()`."""
+    """The async `Sink` over a `TableWriter`; use `async with` or call `close()`. `rules`,
+    `enforcement`, `quarantine` and `audit` are IcebergSink's (sinks/quality.py)."""
 
     def __init__(
         self,
@@ -74,9 +77,14 @@ class PipelinedSink:
         max_burst: int = 10_000,
         max_retries: int = 8,
         max_backoff_s: float = 5.0,
+        rules: Sequence[Rule] = (),
+        enforcement: str = "strict",
+        quarantine: IcebergSink | None = None,
+        audit: IcebergSink | None = None,
         **writer_options: object,
     ) -> None:
         self.writer = TableWriter(catalog, identifier, **writer_options)  # type: ignore[arg-type]
+        self.quality = judged(self.writer, rules, enforcement, quarantine, audit)
         self._queue: asyncio.Queue[_Queued] = asyncio.Queue(queue_size)
         self.max_burst = max_burst
         self.max_retries = max_retries
@@ -131,6 +139,8 @@ class PipelinedSink:
                 self._task.cancel()
                 await asyncio.gather(self._task, return_exceptions=True)
             await asyncio.to_thread(self.writer.close)
+            if self.quality is not None:
+                await asyncio.to_thread(self.quality.close)
 
     async def __aenter__(self) -> PipelinedSink:
         return self
@@ -179,7 +189,12 @@ class PipelinedSink:
     def _commit(self, burst: list[_Queued]) -> CommitInfo:
         rows = 0
         for item in burst:
-            rows += self.writer.add(item.batch, item.span, item.source, item.offsets)
+            if self.quality is None:
+                rows += self.writer.add(item.batch, item.span, item.source, item.offsets)
+            else:
+                rows += self.quality.take(self.writer, item.batch, item.span, item.source, item.offsets)
+        if self.quality is not None:
+            self.quality.commit()  # first: once the table covers a span, its quarantine and audit do
         info = self.writer.commit()
         self.stats.batches += len(burst)
         self.stats.rows_written += rows

@@ -115,7 +115,8 @@ class Quality:
         span: OffsetSpan,
         source: SourceFields | None,
         offsets: np.ndarray | None,
-    ) -> None:
+    ) -> int:
+        """Judge `batch` and hand its rows on; returns how many rows `writer` took."""
         offsets = row_offsets(batch.num_rows, span, offsets)
         verdicts = np.stack([rule.judge(batch) for rule in self.rules]).reshape(
             len(self.rules), batch.num_rows
@@ -136,15 +137,13 @@ class Quality:
             failed = [[r.name for r, ok in zip(self.rules, row, strict=True) if not ok] for row in verdicts.T]
             batch = batch.append_column(self.prefix + "dq_passed", pa.array(passed))
             batch = batch.append_column(self.prefix + "dq_failed", pa.array(failed, pa.list_(pa.string())))
-            writer.add(batch, span, source, offsets)
-            return
+            return writer.add(batch, span, source, offsets)
         if self.quarantine is not None:
             self._divert(self.quarantine, batch, span, source, offsets, verdicts, passed)
         if passed.all():  # no copy of a clean batch
-            writer.add(batch, span, source, offsets)
-            return
+            return writer.add(batch, span, source, offsets)
         keep = pa.array(passed)
-        writer.add(batch.filter(keep), span, source.filter(keep) if source else None, offsets[passed])
+        return writer.add(batch.filter(keep), span, source.filter(keep) if source else None, offsets[passed])
 
     def _divert(
         self,

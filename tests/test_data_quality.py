@@ -3,6 +3,7 @@ table's rows, and replays that write nothing twice in the clean, quarantine and 
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import pytest
 from isbre.sinks import Rule
 from isbre.sinks.contract import SinkError
 from isbre.sinks.iceberg import IcebergSink
+from isbre.sinks.lane import PipelinedSink
 from pyiceberg.catalog.rest import RestCatalog
 
 from tests.server import IsbreServer
@@ -195,3 +197,25 @@ def test_a_replay_after_a_crash_writes_nothing_twice_in_any_table(
     audit = rest_catalog.load_table(f"{namespace}.audit").scan().to_arrow()
     assert audit.num_rows == 400 and len(set(audit["_twg_record_id"].to_pylist())) == 400
     assert audit["verdict"].to_pylist().count("fail") == 40
+
+
+def test_the_ack_lane_quarantines_too(rest_catalog: RestCatalog, namespace: str) -> None:
+    """PipelinedSink takes the same rules: a receipt means the span is in the clean table and in
+    the quarantine."""
+    quarantine = IcebergSink(rest_catalog, f"{namespace}.lane_quarantined")
+
+    async def send() -> None:
+        async with PipelinedSink(
+            rest_catalog,
+            f"{namespace}.lane_clean",
+            rules=RULES,
+            enforcement="quarantine",
+            quarantine=quarantine,
+        ) as sink:
+            receipts = [await sink.send(orders(), span(0, 6)), await sink.send(orders(), span(6, 12))]
+            await sink.flush()
+            assert [(await receipt).span for receipt in receipts] == [span(0, 6), span(6, 12)]
+
+    asyncio.run(send())
+    assert [r["amount"] for r in table_rows(rest_catalog, f"{namespace}.lane_clean")] == [5, 5, 3, 3, 8, 8]
+    assert len(table_rows(rest_catalog, f"{namespace}.lane_quarantined")) == 6
