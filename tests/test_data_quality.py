@@ -21,8 +21,6 @@ from pyiceberg.catalog.rest import RestCatalog
 from tests.server import IsbreServer
 from tests.sink_helpers import offsets_in, rows, span
 
-# Run against a server on each store.
-SERVER_STORES = ("lmdb", "postgresql")
 AMOUNTS = [5, -1, 3, 250, -7, 8]  # row 1 and 4 fail `positive`, row 3 fails `small`
 RULES = [
     Rule("positive", "1", lambda batch: pc.greater(batch["amount"], 0)),

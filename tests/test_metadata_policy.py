@@ -17,8 +17,6 @@ from pyiceberg.catalog.rest import RestCatalog
 from tests.server import IsbreServer
 from tests.sink_helpers import ingest, rows, span, write_once
 
-# Run against a server on each store.
-SERVER_STORES = ("lmdb", "postgresql")
 LOCATOR = ["_twg_source_topic", "_twg_source_partition", "_twg_source_offset", "_twg_record_id"]
 
 
