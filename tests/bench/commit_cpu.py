@@ -30,7 +30,7 @@ from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
 from pyiceberg.table.update import AddSnapshotUpdate, AssertRefSnapshotId, SetSnapshotRefUpdate, TableUpdate
 
 from tests.bench.commits import SCHEMA, SCHEMA_JSON
-from tests.bench.harness import RUNS, Report
+from tests.bench.harness import RUNS, Report, cpu_seconds
 from tests.bench.workers import ClientRun, _isbre_writers, _sql_writers, _threads, in_processes
 from tests.postgres import PostgresServer
 from tests.server import IsbreServer
@@ -41,18 +41,6 @@ COMMITS = 100  # per writer and run
 LOADS = 400  # per client and run
 HISTORIES = (10, 1000)
 JSON = {"Content-Type": "application/json"}
-
-
-def cpu_seconds(process: psutil.Process) -> float:
-    """CPU time so far of `process` and its live descendants."""
-    total = 0.0
-    for each in (process, *process.children(recursive=True)):
-        try:
-            times = each.cpu_times()
-        except psutil.NoSuchProcess:
-            continue
-        total += times.user + times.system
-    return total
 
 
 def _snapshot(snapshot_id: int, sequence: int, location: str) -> Snapshot:

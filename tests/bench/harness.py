@@ -7,6 +7,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+import psutil
+
 RUNS = 3
 
 
@@ -42,3 +44,18 @@ class Report:
         lines.append("|" + "|".join("---" for _ in self.headers) + "|")
         lines += ["| " + " | ".join(row) + " |" for row in self.rows]
         return "\n".join(lines)
+
+
+def cpu_seconds(process: psutil.Process, exited_children: bool = False) -> float:
+    """CPU time so far of `process` and its live descendants, and with `exited_children` of the
+    children it has reaped (PostgreSQL's backends that ended)."""
+    total = 0.0
+    for each in (process, *process.children(recursive=True)):
+        try:
+            times = each.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+        if exited_children and each is process:
+            total += times.children_user + times.children_system
+    return total

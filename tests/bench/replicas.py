@@ -17,7 +17,7 @@ import psutil
 from isbre.events.client import subscribe
 from pyiceberg.catalog.sql import SqlCatalog
 
-from tests.bench.harness import RUNS, Report, median_of, percentile
+from tests.bench.harness import RUNS, Report, cpu_seconds, median_of, percentile
 from tests.bench.workers import ClientRun, isbre_rate, isbre_run, load_rate, prepare, sql_rate, sql_run
 from tests.postgres import PostgresServer
 from tests.server import IsbreServer
@@ -26,21 +26,6 @@ WRITER_COUNTS = (1, 4, 16)
 COMMITS_TOTAL = 640
 LATENCY_COMMITS = 200
 CPU_WRITERS = 16
-
-
-def cpu_seconds(process: psutil.Process, exited_children: bool = False) -> float:
-    """CPU time so far of `process` and its live descendants, and with `exited_children` of the
-    children it has reaped (PostgreSQL's backends that ended)."""
-    total = 0.0
-    for each in (process, *process.children(recursive=True)):
-        try:
-            times = each.cpu_times()
-        except psutil.NoSuchProcess:
-            continue
-        total += times.user + times.system
-        if exited_children and each is process:
-            total += times.children_user + times.children_system
-    return total
 
 
 def cpu_per_commit(
