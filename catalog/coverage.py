@@ -13,9 +13,10 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pyiceberg.table.snapshots import Snapshot
+if TYPE_CHECKING:
+    from pyiceberg.table.snapshots import Snapshot
 
 SPANS_PROPERTY = "isbre.sink.spans"
 

@@ -19,8 +19,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from isbre.catalog.file_uris import local_path
 from isbre.catalog.locations import LocationNotAllowedError, inside, normalized
-from isbre.catalog.metadata_files import local_path
 from isbre.catalog.object_storage import ObjectStorageIO, s3_object
 from pyiceberg.io import FileIO
 

@@ -17,8 +17,8 @@ from typing import Any
 
 import pyarrow as pa
 from isbre.catalog.coverage import Coverage
+from isbre.catalog.file_uris import local_path
 from isbre.catalog.identifiers import Identifier
-from isbre.catalog.metadata_files import local_path
 from isbre.catalog.service import CatalogService, TableState
 from isbre.catalog.tables import TableChange
 from pyiceberg.catalog import MetastoreCatalog, PropertiesUpdateSummary

@@ -19,7 +19,7 @@ import re
 from collections.abc import Iterable
 from urllib.parse import urlparse
 
-from isbre.catalog.metadata_files import local_path
+from isbre.catalog.file_uris import local_path
 from isbre.catalog.object_storage import HADOOP_SCHEMES
 
 # Locations are keys of the store's location index: LMDB keys hold 511 bytes.

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from isbre.catalog.deletion import delete_each
+from isbre.catalog.file_uris import local_path
 from isbre.catalog.identifiers import Identifier
 from isbre.catalog.maintenance import (
     DELETE_AFTER_COMMIT,
@@ -25,7 +26,6 @@ from isbre.catalog.maintenance import (
     superseded_metadata,
     unreachable_files,
 )
-from isbre.catalog.metadata_files import local_path
 from isbre.catalog.service_core import MAX_COMMIT_ATTEMPTS
 from isbre.catalog.table_operations import TableOperations, TableState
 from isbre.catalog.tables import TableChange

@@ -16,8 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
-from urllib.parse import urlparse
 
+from isbre.catalog.file_uris import local_path
 from isbre.catalog.format_v3 import TableMetadataV3, as_v3
 from isbre.catalog.lru import Lru
 from isbre.catalog.metadata_encoding import table_metadata_json
@@ -30,26 +30,6 @@ from pyiceberg.view.metadata import ViewMetadata
 
 M = TypeVar("M", TableMetadata, ViewMetadata)
 _FORMAT_V3 = re.compile(rb'"format-version"\s*:\s*3\b')
-
-
-def local_path(location: str) -> Path | None:
-    """The filesystem path of a `file:` URI or bare absolute path; None for other schemes.
-
-    The URI's path as written, never percent-decoded: that is the path PyIceberg's Arrow FileIO
-    reads and writes, so isbre's own files, the engines' and every check agree on one spelling
-    (catalog/locations.py refuses local locations whose decoded reading would differ)."""
-    parsed = urlparse(location)
-    if parsed.scheme == "file":
-        return Path(parsed.path)
-    if parsed.scheme == "" and location.startswith("/"):
-        return Path(location)
-    return None
-
-
-def file_uri(path: Path) -> str:
-    """The `file:` location of an absolute path, written as `local_path` reads it back (not
-    percent-encoded)."""
-    return "file://" + str(path)
 
 
 def _fsync(path: Path, flags: int = 0) -> None:

@@ -15,17 +15,12 @@ from pathlib import Path
 from typing import Any, Self, TypeVar
 
 from isbre.catalog.commit_log import CommitLog
+from isbre.catalog.file_uris import local_path
 from isbre.catalog.identifiers import Identifier, check_namespace, path_segment
 from isbre.catalog.limits import Limits
 from isbre.catalog.locations import LocationNotAllowedError, LocationPolicy, inside, normalized
 from isbre.catalog.lru import Lru
-from isbre.catalog.metadata_files import (
-    Loaded,
-    MetadataCache,
-    local_path,
-    parse_table_metadata,
-    parse_view_metadata,
-)
+from isbre.catalog.metadata_files import Loaded, MetadataCache, parse_table_metadata, parse_view_metadata
 from isbre.catalog.records import CommitRecord
 from isbre.catalog.store import FIRST_WAREHOUSE, Pointer, ReadView, Store, WriteView
 from isbre.catalog.tables import (

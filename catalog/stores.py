@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from isbre.catalog.file_uris import file_uri
 from isbre.catalog.lmdb_store import LmdbStore
-from isbre.catalog.metadata_files import file_uri
 from isbre.catalog.store import Store
 
 

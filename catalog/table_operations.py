@@ -9,12 +9,12 @@ from dataclasses import dataclass
 
 from isbre.catalog.coverage import Coverage, snapshot_spans
 from isbre.catalog.deletion import TableFiles
+from isbre.catalog.file_uris import local_path
 from isbre.catalog.identifiers import Identifier
 from isbre.catalog.locations import LocationNotAllowedError, LocationPolicy
 from isbre.catalog.maintenance import check_policy, with_streaming_defaults
 from isbre.catalog.metadata_files import (
     Loaded,
-    local_path,
     make_dirs_durably,
     metadata_json,
     remove_quietly,

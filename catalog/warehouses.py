@@ -7,8 +7,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from isbre.catalog.file_uris import file_uri, local_path
 from isbre.catalog.limits import Limits
-from isbre.catalog.metadata_files import file_uri, local_path
 from isbre.catalog.object_storage import ObjectStorageIO, S3Options
 from isbre.catalog.service import CatalogService
 from isbre.catalog.store import FIRST_WAREHOUSE

@@ -20,7 +20,8 @@ import numpy as np
 import pyarrow as pa
 import requests
 from isbre.catalog.coverage import SPANS_PROPERTY, Coverage, Span, SpanKey, encode_spans, merge
-from isbre.catalog.metadata_files import local_path, sync_directories, sync_file
+from isbre.catalog.file_uris import local_path
+from isbre.catalog.metadata_files import sync_directories, sync_file
 from isbre.catalog.pyiceberg_internals import arrow_schema_without_ids
 from isbre.sinks.catalogs import CoverageSource, coverage_source
 from isbre.sinks.columns import DEFAULT_PREFIX, MetadataColumns, now

@@ -12,8 +12,8 @@ import httpx
 import pyarrow as pa
 import pytest
 from isbre.catalog import CatalogService, Identifier
+from isbre.catalog.file_uris import local_path
 from isbre.catalog.locations import LocationNotAllowedError
-from isbre.catalog.metadata_files import local_path
 from isbre.rest.auth import sha256_hex
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+from isbre.catalog.file_uris import local_path
 from isbre.catalog.lmdb_store import LmdbStore
-from isbre.catalog.metadata_files import local_path
 
 from tests.load import commit_until_stopped
 from tests.server import IsbreServer

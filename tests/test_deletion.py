@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from isbre.catalog import CatalogService, Identifier, TableChange
 from isbre.catalog.deletion import OutsideTableError, TableFiles
-from isbre.catalog.metadata_files import local_path
+from isbre.catalog.file_uris import local_path
 from isbre.catalog.purge import PurgeIncompleteError
 from pydantic import TypeAdapter
 from pyiceberg.io.pyarrow import PyArrowFileIO

@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pyarrow as pa
 import pytest
-from isbre.catalog.metadata_files import local_path
+from isbre.catalog.file_uris import local_path
 from pyiceberg.catalog.rest import RestCatalog
 
 from tests.server import ID_SCHEMA, IsbreServer

@@ -12,6 +12,8 @@ from graphlib import CycleError, TopologicalSorter
 from itertools import pairwise
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).parent.parent
 PACKAGES = ("catalog", "rest", "events", "lineage", "sinks", "console")
 
@@ -60,9 +62,11 @@ def test_the_layers_are_the_documented_ones() -> None:
     assert "rest" not in {target for targets in graph.values() for target in targets}
 
 
-def test_the_commit_record_loads_without_pyiceberg_or_pyarrow() -> None:
-    """The package's names load on first use: a consumer of the log (a tool reading records)
-    does not pay for the table machinery."""
-    check = "import sys, isbre.catalog.records; print(sorted({'pyarrow', 'pyiceberg'} & set(sys.modules)))"
+@pytest.mark.parametrize("module", ["isbre.catalog.records", "isbre.events.fanout_process"])
+def test_readers_of_the_log_load_without_pyiceberg_or_pyarrow(module: str) -> None:
+    """The package's names load on first use: a consumer of the log (a tool reading records, the
+    events fan-out process that a server restarts when it dies) does not pay for the table
+    machinery (a second of start-up)."""
+    check = f"import sys, {module}; print(sorted({{'pyarrow', 'pyiceberg'}} & set(sys.modules)))"
     loaded = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, check=True)
     assert loaded.stdout.strip() == "[]"

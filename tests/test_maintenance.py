@@ -13,8 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 from isbre.catalog import CatalogService, Identifier, TableChange
 from isbre.catalog.embedded import LmdbCatalog
+from isbre.catalog.file_uris import local_path
 from isbre.catalog.maintenance import STREAMING_DEFAULTS, plan_expiry
-from isbre.catalog.metadata_files import local_path
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 from pyiceberg.table.update import SetPropertiesUpdate

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import httpx
 import pyarrow as pa
-from isbre.catalog.metadata_files import local_path
+from isbre.catalog.file_uris import local_path
 from pyiceberg.catalog.rest import RestCatalog
 
 from tests.server import ID_SCHEMA, IsbreServer

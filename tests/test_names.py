@@ -10,8 +10,8 @@ from urllib.parse import quote
 import httpx
 import pyarrow as pa
 import pytest
+from isbre.catalog.file_uris import local_path
 from isbre.catalog.identifiers import path_segment
-from isbre.catalog.metadata_files import local_path
 from pyiceberg.catalog.rest import RestCatalog
 
 from tests.duck import connect

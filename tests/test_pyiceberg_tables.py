@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from isbre.catalog.metadata_files import local_path
+from isbre.catalog.file_uris import local_path
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.exceptions import NoSuchTableError, TableAlreadyExistsError
 from pyiceberg.expressions import EqualTo, GreaterThanOrEqual
