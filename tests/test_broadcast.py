@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 from isbre.catalog import CatalogService
@@ -169,8 +170,10 @@ def test_a_busy_loop_coalesces_sends_and_an_idle_one_does_not(service: CatalogSe
         loop = asyncio.get_running_loop()
 
         def commit_paced() -> None:
+            # A few ms apart: an idle loop sends each before the next, even on a loaded machine.
             for i in range(commits):
                 service.create_namespace((f"{prefix}{i}",), {})
+                time.sleep(0.003)
 
         writing = loop.run_in_executor(None, commit_paced)
         batches, seqs = 0, []
@@ -183,11 +186,12 @@ def test_a_busy_loop_coalesces_sends_and_an_idle_one_does_not(service: CatalogSe
         return batches, seqs
 
     first = service.commit_log.commit_seq()
+    broadcaster.lag = lambda loop: 0.0  # type: ignore[method-assign]  # idle, however loaded this machine is
     idle_batches, idle = asyncio.run(batches_for(30, "idle"))
     assert idle == list(range(first + 1, first + 31))
-    # A loop that runs notifications 20 ms late: the subscriber pauses and takes several at once.
-    # (At 5 ms, a machine loaded enough to coalesce the idle run's commits too left no margin.)
-    broadcaster.lag = lambda loop: 0.02  # type: ignore[method-assign]
+    # A loop that runs notifications 50 ms late: the subscriber pauses (25 ms at most) and takes
+    # several at once.
+    broadcaster.lag = lambda loop: 0.05  # type: ignore[method-assign]
     busy_batches, busy = asyncio.run(batches_for(30, "busy"))
     assert busy == list(range(first + 31, first + 61))
     assert busy_batches < idle_batches / 2, (busy_batches, idle_batches)
