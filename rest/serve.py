@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypedDict
+from typing import Any, TypedDict
 
 import uvicorn
 from isbre.catalog.warehouses import open_warehouses
@@ -25,6 +25,7 @@ from isbre.rest.settings import Settings, warehouses
 from isbre.rest.shared_counters import forget_workers, running_workers
 from isbre.rest.startup import fanout_options, start_lineage
 from isbre.rest.workers import hand_down
+from uvicorn.config import LOGGING_CONFIG
 
 SERVER_LOCK = "isbre-serve.lock"
 _claimed: list[int] = []  # the lock's descriptor, held open for the life of the process
@@ -78,17 +79,10 @@ def serve(settings: Settings) -> None:
         # Reached, and its schema brought up to date, before any process serves: an unreachable
         # database is one line at start, not a failed application start-up in each worker.
         PostgresStore(settings.store_location()).close()
-    common = _UvicornOptions(
-        host=settings.host,
-        port=settings.port,
-        log_level=settings.log_level.lower(),
-        access_log=False,
-        timeout_keep_alive=settings.keepalive_timeout_seconds,
-    )
+    common = _uvicorn_options(settings)
     workers = settings.worker_count()
     if workers == 1:
-        protocol = guarded_protocol(settings.max_header_kb << 10, settings.header_timeout_seconds)
-        server = uvicorn.Server(uvicorn.Config(create_app(settings), http=protocol, **common))
+        server = single_process_server(settings)
         _announce_when(lambda: server.started, settings, workers)
         server.run()
         return
@@ -119,6 +113,28 @@ def serve(settings: Settings) -> None:
         if lineage is not None:
             lineage.stop()
         services[0].close()
+
+
+def _uvicorn_options(settings: Settings) -> _UvicornOptions:
+    return _UvicornOptions(
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level.lower(),
+        access_log=False,
+        timeout_keep_alive=settings.keepalive_timeout_seconds,
+    )
+
+
+def single_process_server(
+    settings: Settings, log_config: dict[str, Any] | None = LOGGING_CONFIG
+) -> uvicorn.Server:
+    """The whole catalog served by one uvicorn server in this process (`run()` serves until it is
+    told to stop). `log_config`: uvicorn's logging set-up, None to leave the process's own alone."""
+    protocol = guarded_protocol(settings.max_header_kb << 10, settings.header_timeout_seconds)
+    config = uvicorn.Config(
+        create_app(settings), http=protocol, log_config=log_config, **_uvicorn_options(settings)
+    )
+    return uvicorn.Server(config)
 
 
 def _announce_when(up: Callable[[], bool], settings: Settings, workers: int) -> None:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -9,9 +10,16 @@ from isbre.catalog import CatalogService
 from pyiceberg.catalog.rest import RestCatalog
 
 from tests.postgres import PostgresServer, binaries, new_database
-from tests.server import IsbreServer
+from tests.server import InProcessServer, IsbreServer
 
 _counter = itertools.count()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A developer's own isbre and OpenLineage settings stay out of the servers the tests start in
+    this process, as `IsbreServer` keeps them out of those it starts as processes."""
+    for key in [key for key in os.environ if key.startswith(("ISBRE_", "OPENLINEAGE"))]:
+        del os.environ[key]
 
 
 @pytest.fixture(autouse=True)
@@ -86,11 +94,16 @@ def new_store(store_kind: str, request: pytest.FixtureRequest) -> Callable[[], s
 
 @pytest.fixture(scope="module")
 def server(
-    tmp_path_factory: pytest.TempPathFactory, workers: int, new_store: Callable[[], str | None]
+    tmp_path_factory: pytest.TempPathFactory,
+    workers: int,
+    new_store: Callable[[], str | None],
+    request: pytest.FixtureRequest,
 ) -> Iterator[IsbreServer]:
-    """One isbre server per test module (per worker count and store); tests keep apart by namespace."""
+    """One isbre server per test module (per worker count and store); tests keep apart by namespace.
+    One worker runs in the test process unless the module says `SERVER_PROCESS = True`."""
     warehouse = tmp_path_factory.mktemp("isbre") / "warehouse"
-    running = IsbreServer(warehouse, workers=workers, store=new_store()).start()
+    kind = IsbreServer if workers > 1 or getattr(request.module, "SERVER_PROCESS", False) else InProcessServer
+    running = kind(warehouse, workers=workers, store=new_store()).start()
     yield running
     running.stop()
 

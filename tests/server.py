@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import socket
@@ -15,10 +16,13 @@ from pathlib import Path
 from typing import ClassVar, TypeVar
 
 import httpx
+from isbre.rest.serve import single_process_server
+from isbre.rest.settings import Settings, load_settings
 
 from tests import reaper
 
 T = TypeVar("T")
+_LOGGERS = ("isbre", "uvicorn.error")  # what an in-process server's log holds
 
 # The smallest table schema: one required long column.
 ID_SCHEMA = {
@@ -71,6 +75,12 @@ class IsbreServer:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    @property
+    def pid(self) -> int:
+        """The process that serves."""
+        assert self.process is not None, "not started"
+        return self.process.pid
+
     def start(self, timeout: float = 30.0) -> IsbreServer:
         command = [sys.executable, "-m", "isbre.rest.cli", "serve", "--port", str(self.port)]
         command += ["--warehouse", str(self.warehouse), "--workers", str(self.workers)]
@@ -88,10 +98,17 @@ class IsbreServer:
         )
         IsbreServer.started.append(self)
         reaper.watch_process(self.process.pid)
+        process = self.process
+        return self._ready(
+            timeout, lambda: None if process.poll() is None else f"exited with {process.returncode}"
+        )
+
+    def _ready(self, timeout: float, ended: Callable[[], str | None]) -> IsbreServer:
+        """Wait until the server answers `ready_path`; `ended()` says how it ended, if it has."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"isbre exited with {self.process.returncode}:\n{self.log()}")
+            if (how := ended()) is not None:
+                raise RuntimeError(f"isbre {how}:\n{self.log()}")
             try:
                 if httpx.get(f"{self.url}{self.ready_path}", timeout=1).status_code == 200:
                     return self
@@ -123,16 +140,84 @@ class IsbreServer:
             self.process.wait()
 
 
+class InProcessServer(IsbreServer):
+    """The same server on a thread of the test process: uvicorn on loopback, as `isbre serve` runs
+    it with one worker, without a process to start (each start imports the whole stack again).
+
+    For tests that need no process of their own: one worker, settings only from `ISBRE_*`
+    variables, nothing that signals, kills or limits the server's process (`process` is None; `kill`
+    stops it at once, which is no crash), and no LMDB environment of its store opened by the test
+    while it runs (LMDB allows one per process). The log holds what every in-process server logged
+    while this one ran.
+    """
+
+    _environment: ClassVar[threading.Lock] = threading.Lock()  # settings are read from os.environ
+
+    def start(self, timeout: float = 30.0) -> IsbreServer:
+        outside = sorted(key for key in self.env if not key.startswith("ISBRE_"))
+        if self.workers != 1 or outside:
+            raise ValueError(f"an in-process server has one worker and ISBRE_* settings only, not {outside}")
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = logging.FileHandler(self.log_path)
+        self._log.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        for name in _LOGGERS:
+            logging.getLogger(name).addHandler(self._log)
+        self._server = single_process_server(self._settings(), log_config=None)
+        self._thread = threading.Thread(target=self._server.run, name=f"isbre-{self.port}", daemon=True)
+        IsbreServer.started.append(self)
+        self._thread.start()
+        return self._ready(timeout, lambda: None if self._thread.is_alive() else "stopped")
+
+    @property
+    def pid(self) -> int:
+        return os.getpid()
+
+    def _settings(self) -> Settings:
+        flags = {"host": "127.0.0.1", "port": self.port, "warehouse": str(self.warehouse), "workers": 1}
+        if isinstance(self.store, Path):
+            flags["store"] = str(self.store)
+        with self._environment:
+            os.environ.update(self.env)
+            try:
+                return load_settings(None, **flags)
+            finally:
+                for key in self.env:
+                    del os.environ[key]
+
+    def stop(self) -> None:
+        self._end(force=False)
+
+    def kill(self) -> None:
+        self._end(force=True)
+
+    def _end(self, force: bool) -> None:
+        """As SIGTERM ends `isbre serve` (`force`: without waiting for open connections); either way
+        the application shuts down, so its store is closed before the next server opens it."""
+        if not hasattr(self, "_thread"):
+            return
+        self._server.force_exit = force
+        self._server.should_exit = True
+        self._thread.join(timeout=15)
+        if self._thread.is_alive():
+            self._server.force_exit = True
+            self._thread.join()
+        for name in _LOGGERS:
+            logging.getLogger(name).removeHandler(self._log)
+        self._log.close()
+
+
 def secured_server(
-    warehouse: Path, principals: list[dict[str, object]], workers: int = 1, **env: str
+    warehouse: Path, principals: list[dict[str, object]], workers: int = 1, process: bool = False, **env: str
 ) -> IsbreServer:
-    """A server with authentication on for `principals`, started."""
+    """A server with authentication on for `principals`, started: in the test process when it has one
+    worker, unless the test needs a `process` of its own."""
     settings = {
         "ISBRE_AUTH__ENABLED": "true",
         "ISBRE_AUTH__TOKEN_SECRET": "test-signing-key",
         "ISBRE_AUTH__PRINCIPALS": json.dumps(principals),
     }
-    return IsbreServer(warehouse, env=settings | env, workers=workers).start()
+    kind = IsbreServer if process or workers > 1 else InProcessServer
+    return kind(warehouse, env=settings | env, workers=workers).start()
 
 
 def sse_records(

@@ -18,7 +18,8 @@ import pytest
 from isbre.events.client import subscribe
 from isbre.rest.auth import sha256_hex
 
-from tests.server import IsbreServer, free_port, secured_server
+from tests.server import InProcessServer, IsbreServer, free_port, secured_server
+from tests.waiting import eventually
 
 PRINCIPALS = [
     {"name": "bi", "roles": ["reader"], "client_id": "bi", "secret_sha256": sha256_hex("bi-secret")},
@@ -182,16 +183,16 @@ def test_events_tail_waits_for_a_server_that_is_not_there_yet(tmp_path: Path, af
         assert tail.stderr is not None and tail.stdout is not None
         complaint = tail.stderr.readline()
         assert "cannot reach" in complaint and "retrying in" in complaint
-        server = IsbreServer(tmp_path / "warehouse", port=port).start()
-        # A commit after the tail has connected: it has, once its retries stop complaining.
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            httpx.post(
-                f"{server.url}/v1/isbre/namespaces", json={"namespace": [f"late{time.monotonic_ns()}"]}
-            )
-            time.sleep(0.3)
-            if _readable(tail.stdout):
-                break
+        server = InProcessServer(tmp_path / "warehouse", port=port).start()
+        url = f"{server.url}/v1/isbre/namespaces"
+        stdout = tail.stdout
+
+        def commit_then_printed() -> bool:
+            """A commit after the tail has connected is printed; one before it may not be."""
+            httpx.post(url, json={"namespace": [f"late{time.monotonic_ns()}"]}).raise_for_status()
+            return _readable(stdout, 0.3)
+
+        eventually(commit_then_printed, "the tail printing a commit")
         assert json.loads(tail.stdout.readline())["kind"] == "namespace.create"
     finally:
         tail.terminate()
@@ -200,8 +201,8 @@ def test_events_tail_waits_for_a_server_that_is_not_there_yet(tmp_path: Path, af
             server.stop()
 
 
-def _readable(stream: object) -> bool:
-    return bool(select.select([stream], [], [], 0)[0])
+def _readable(stream: object, wait: float) -> bool:
+    return bool(select.select([stream], [], [], wait)[0])
 
 
 def create_namespace(server: IsbreServer, name: str) -> None:

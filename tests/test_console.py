@@ -37,7 +37,7 @@ from pyiceberg.view.metadata import SQLViewRepresentation, ViewRepresentation, V
 from tests.browser import NARROW, WIDE, Watched, chromium, chromium_path, watched
 from tests.crafted import snapshot_updates
 from tests.lineage_receiver import Receiver
-from tests.server import IsbreServer, secured_server
+from tests.server import InProcessServer, IsbreServer, secured_server
 
 HOSTILE = "<img src=x onerror=alert(1)>"
 ORDERS = Schema(
@@ -172,7 +172,7 @@ def receiver() -> Iterator[Receiver]:
 def server(tmp_path_factory: pytest.TempPathFactory, receiver: Receiver) -> Iterator[IsbreServer]:
     """A server with lineage on (delivered to a receiver), and the seeded catalog."""
     env = {"ISBRE_LINEAGE_URL": receiver.url}
-    started = IsbreServer(tmp_path_factory.mktemp("console") / "warehouse", env=env).start()
+    started = InProcessServer(tmp_path_factory.mktemp("console") / "warehouse", env=env).start()
     seed(RestCatalog("seed", uri=started.url))
     yield started
     started.stop()
@@ -214,7 +214,7 @@ def test_console_is_served_with_a_strict_policy(server: IsbreServer) -> None:
 
 
 def test_console_can_be_switched_off(tmp_path: Path) -> None:
-    server = IsbreServer(tmp_path / "warehouse", env={"ISBRE_CONSOLE": "false"}).start()
+    server = InProcessServer(tmp_path / "warehouse", env={"ISBRE_CONSOLE": "false"}).start()
     try:
         assert httpx.get(f"{server.url}/ui/").status_code == 404
     finally:

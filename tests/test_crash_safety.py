@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 
 import httpx
@@ -13,6 +12,7 @@ from isbre.catalog.lmdb_store import LmdbStore
 
 from tests.load import commit_until_stopped
 from tests.server import IsbreServer
+from tests.waiting import eventually
 
 SCHEMA = {
     "type": "struct",
@@ -53,9 +53,13 @@ def test_kill_9_loses_no_acknowledged_commit(tmp_path: Path, run: int) -> None:
     for thread in threads:
         thread.start()
     # Kill once enough commits are acknowledged, however fast this machine makes them.
-    wanted, deadline = 60 + 40 * run, time.monotonic() + 120
-    while sum(map(len, acknowledged)) < wanted and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wanted = 60 + 40 * run
+    eventually(
+        lambda: sum(map(len, acknowledged)) >= wanted,
+        f"{wanted} acknowledged commits",
+        timeout=120,
+        every=0.01,
+    )
     server.kill()
     stop.set()
     for thread in threads:

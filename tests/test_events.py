@@ -22,7 +22,7 @@ from isbre.events.client import CommitEvent, EventStreamError, subscribe
 
 from tests.postgres import new_database
 from tests.server import ID_SCHEMA as SCHEMA
-from tests.server import IsbreServer, sse_records
+from tests.server import InProcessServer, IsbreServer, sse_records
 from tests.waiting import eventually
 
 
@@ -62,16 +62,13 @@ class Collector:
         self._stopped.set()
 
     def wait_for(self, commit_seq: int, timeout: float = 30.0) -> list[CommitEvent]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def arrived() -> bool:
             if self.error is not None:
                 raise self.error
-            if self.events and self.events[-1].commit_seq >= commit_seq:
-                return self.events
-            time.sleep(0.02)
-        raise TimeoutError(
-            f"saw up to {self.events[-1].commit_seq if self.events else None}, wanted {commit_seq}"
-        )
+            return bool(self.events) and self.events[-1].commit_seq >= commit_seq
+
+        eventually(arrived, f"an event with commit_seq {commit_seq}", timeout, every=0.02)
+        return self.events
 
 
 def run_writers(server: IsbreServer, namespace: str, writers: int, commits: int) -> list[str]:
@@ -97,7 +94,7 @@ def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     commits reach the fan-out process through LISTEN/NOTIFY)."""
     env = {"ISBRE_EVENTS_PROCESS": "false"} if request.param == "in-process" else {}
     store = new_database(request) if request.param == "postgresql" else None
-    running = IsbreServer(tmp_path_factory.mktemp("isbre") / "warehouse", env=env, store=store).start()
+    running = InProcessServer(tmp_path_factory.mktemp("isbre") / "warehouse", env=env, store=store).start()
     yield running
     running.stop()
 
@@ -237,19 +234,21 @@ def test_transaction_events_arrive_together(server: IsbreServer, tables: str) ->
 
 
 def test_pull_endpoint_pages_through_what_sse_streams(server: IsbreServer, tables: str) -> None:
+    before = server.high_water()
     run_writers(server, tables, writers=2, commits=10)
     top = server.high_water()
-    streamed = [str(r["commit_seq"]) for r in sse_records(server, until=top, after=0)]
+    records = sse_records(server, until=top, after=before)
+    streamed = [str(r["commit_seq"]) for r in records]
+    # From the millisecond of this test's first commit (earlier ones of that millisecond come too).
+    body: dict = {"page-size": 7, "since-timestamp-ms": records[0]["ts"] // 1000}
     pulled: list[str] = []
-    body: dict = {"page-size": 7}
-    while True:
-        page = httpx.post(f"{server.url}/v1/isbre/events", json=body).json()
-        if not page["events"]:
-            break
-        assert len(page["events"]) <= 7
-        pulled += [e["event-id"] for e in page["events"]]
-        body = {"page-size": 7, "continuation-token": page["continuation-token"]}
-    assert pulled == streamed
+    with httpx.Client(base_url=server.url) as client:
+        while (page := client.post("/v1/isbre/events", json=body).json())["events"]:
+            assert len(page["events"]) <= 7
+            pulled += [e["event-id"] for e in page["events"]]
+            body = {"page-size": 7, "continuation-token": page["continuation-token"]}
+    assert [seq for seq in pulled if int(seq) > before] == streamed
+    assert all(int(seq) <= before for seq in pulled[: len(pulled) - len(streamed)])
 
 
 def test_pull_filters_by_operation_and_object(server: IsbreServer, tables: str) -> None:
@@ -299,7 +298,7 @@ def short_memory(tmp_path: Path) -> Iterator[IsbreServer]:
         "ISBRE_EVENTS_TRIM_INTERVAL_SECONDS": "0.2",
         "ISBRE_EVENTS_RING_SIZE": "8",
     }
-    running = IsbreServer(tmp_path / "warehouse", env=env).start()
+    running = InProcessServer(tmp_path / "warehouse", env=env).start()
     yield running
     running.stop()
 
@@ -325,7 +324,7 @@ def test_expired_cursor_is_410(short_memory: IsbreServer) -> None:
 @pytest.fixture
 def small_ring(tmp_path: Path) -> Iterator[IsbreServer]:
     """A server that keeps only 8 live events in memory (and the whole log)."""
-    running = IsbreServer(tmp_path / "warehouse", env={"ISBRE_EVENTS_RING_SIZE": "8"}).start()
+    running = InProcessServer(tmp_path / "warehouse", env={"ISBRE_EVENTS_RING_SIZE": "8"}).start()
     yield running
     running.stop()
 
@@ -469,7 +468,7 @@ def test_pull_from_a_point_in_time(server: IsbreServer, tables: str) -> None:
 def test_streams_are_served_where_configured(server: IsbreServer) -> None:
     in_process = server.env.get("ISBRE_EVENTS_PROCESS") == "false"
     health = events_health(server)
-    assert ("process" not in health) if in_process else health["process"] != server.process.pid
+    assert ("process" not in health) if in_process else health["process"] != server.pid
     assert health["status"] == "ok"
 
 
@@ -546,9 +545,11 @@ def test_a_killed_fanout_process_is_replaced_and_subscribers_miss_nothing(tmp_pa
         replaced = health["process"]
         os.kill(replaced, signal.SIGKILL)
         killed_at = time.monotonic()
-        while events_health(server)["process"] in (None, replaced):
-            assert time.monotonic() < killed_at + 15, "the fan-out process was not replaced again"
-            time.sleep(0.05)
+        eventually(
+            lambda: events_health(server)["process"] not in (None, replaced),
+            "the fan-out process replaced again",
+            timeout=15,
+        )
         assert time.monotonic() - killed_at >= 2.0
         assert "until it restarts in 2 s" in server.log()
     finally:

@@ -30,6 +30,7 @@ def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IsbreServer]:
         ISBRE_HEADER_TIMEOUT_SECONDS="2",
         ISBRE_MAX_PROPERTY_VALUE_KB="16",
         ISBRE_MAX_METADATA_MB="0.25",
+        process=True,  # its descriptors, its memory and its log are read
     )
     yield server
     server.stop()

@@ -7,7 +7,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.server import IsbreServer
+from tests.server import InProcessServer, IsbreServer
 
 SCHEMA = {
     "type": "struct",
@@ -82,7 +82,7 @@ def test_views_and_registration_stay_inside(server: IsbreServer, namespace: str,
 
 
 def test_allowed_locations_opens_more_places(tmp_path: Path, outside: Path) -> None:
-    server = IsbreServer(
+    server = InProcessServer(
         tmp_path / "warehouse", env={"ISBRE_ALLOWED_LOCATIONS": f'["{outside.as_uri()}"]'}
     ).start()
     try:

@@ -19,7 +19,7 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 from pyiceberg.table.update import SetPropertiesUpdate
 
-from tests.server import IsbreServer
+from tests.server import InProcessServer, IsbreServer
 from tests.sink_helpers import offsets_in, rows, span, write_once
 from tests.waiting import eventually
 
@@ -191,7 +191,7 @@ def test_expiry_keeps_a_tag_and_drops_a_branch_past_its_age(catalog: Catalog) ->
 
 @pytest.fixture(scope="module")
 def maintained(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    server = IsbreServer(tmp_path_factory.mktemp("maintained") / "warehouse").start()
+    server = InProcessServer(tmp_path_factory.mktemp("maintained") / "warehouse").start()
     yield server
     server.stop()
 

@@ -16,6 +16,8 @@ from tests import lineage_receiver, openapi
 from tests.server import IsbreServer
 
 REPOSITORY = Path(__file__).resolve().parents[1]
+# A second `isbre serve` on the server's warehouse names the process that serves it.
+SERVER_PROCESS = True
 
 
 def test_the_specs_the_tests_read_are_inside_the_repository() -> None:

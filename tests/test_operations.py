@@ -15,7 +15,8 @@ import httpx
 import pytest
 
 from tests.load import commit_until_stopped
-from tests.server import IsbreServer, free_port
+from tests.server import InProcessServer, IsbreServer, free_port
+from tests.waiting import eventually
 
 SCHEMA = {
     "type": "struct",
@@ -33,7 +34,7 @@ def test_probes(server: IsbreServer) -> None:
 
 
 def test_an_oversized_body_is_413_and_changes_nothing(tmp_path: Path) -> None:
-    server = IsbreServer(tmp_path / "warehouse", env={"ISBRE_MAX_BODY_MB": "0.01"}).start()
+    server = InProcessServer(tmp_path / "warehouse", env={"ISBRE_MAX_BODY_MB": "0.01"}).start()
     try:
         big = {"namespace": ["big"], "properties": {"x": "y" * 20_000}}
         response = httpx.post(f"{server.url}/v1/isbre/namespaces", json=big)
@@ -48,7 +49,7 @@ def test_an_oversized_body_is_413_and_changes_nothing(tmp_path: Path) -> None:
 
 
 def test_an_overloaded_writer_answers_503_and_recovers(tmp_path: Path) -> None:
-    server = IsbreServer(tmp_path / "warehouse", env={"ISBRE_MAX_QUEUE": "1"}).start()
+    server = InProcessServer(tmp_path / "warehouse", env={"ISBRE_MAX_QUEUE": "1"}).start()
     try:
         outcomes: Counter[int] = Counter()
         retry_after: set[str] = set()
@@ -99,9 +100,8 @@ def test_sigterm_answers_accepted_commits(tmp_path: Path, run: int) -> None:
     ]
     for thread in threads:
         thread.start()
-    wanted, deadline = 20 + 20 * run, time.monotonic() + 120
-    while len(acknowledged) < wanted and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wanted = 20 + 20 * run
+    eventually(lambda: len(acknowledged) >= wanted, f"{wanted} acknowledged commits", timeout=120, every=0.01)
     started = time.monotonic()
     server.process.send_signal(signal.SIGTERM)
     server.process.wait(timeout=30)
@@ -169,13 +169,14 @@ def test_sigterm_to_the_whole_process_group_shuts_down_cleanly(tmp_path: Path) -
             start_new_session=True,
         )
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
+
+        def live() -> bool:
             try:
-                if httpx.get(f"http://127.0.0.1:{port}/live", timeout=1).status_code == 200:
-                    break
+                return httpx.get(f"http://127.0.0.1:{port}/live", timeout=1).status_code == 200
             except httpx.TransportError:
-                time.sleep(0.05)
+                return False
+
+        eventually(live, "the server answering /live")
         os.killpg(process.pid, signal.SIGTERM)
         # uvicorn re-raises the signal it stopped for once it has shut down: -15 is a clean exit.
         assert process.wait(timeout=30) in (0, -signal.SIGTERM), log.read_text()

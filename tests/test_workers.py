@@ -22,6 +22,7 @@ from isbre.rest.shared_counters import FOLDER, running_workers
 from tests.lineage_receiver import Receiver
 from tests.server import ID_SCHEMA, IsbreServer, on_threads, secured_server
 from tests.test_metrics import exposition_is_well_formed
+from tests.waiting import eventually
 
 
 @pytest.fixture(scope="module")
@@ -118,10 +119,11 @@ def test_commits_through_both_workers_to_one_and_many_tables_are_gapless(two: Is
     assert_present(two, acknowledged)
     assert commit_seqs(two, before) == list(range(before + 1, before + 1 + len(acknowledged)))
     # One scrape counts the commits every worker answered (other workers' shares: a quarter second old).
-    deadline = time.monotonic() + 5
-    while commits_answered(two) - answered_before != len(acknowledged) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert commits_answered(two) - answered_before == len(acknowledged)
+    eventually(
+        lambda: commits_answered(two) - answered_before == len(acknowledged),
+        f"one scrape counting the {len(acknowledged)} commits both workers answered",
+        timeout=5,
+    )
 
 
 def connections_to_each_worker(server: IsbreServer, each: int = 4) -> list[httpx.Client]:
@@ -147,10 +149,7 @@ def test_the_server_says_it_is_up_once_every_worker_answers(tmp_path: Path) -> N
     server.ready_path = "/live"  # answered by the first worker up, as uvicorn's line is
     server.start()
     try:
-        deadline = time.monotonic() + 30
-        while "isbre up:" not in server.log():
-            assert time.monotonic() < deadline, server.log()
-            time.sleep(0.02)
+        eventually(lambda: "isbre up:" in server.log(), "the server saying it is up", every=0.02)
         assert httpx.get(f"{server.url}/ready").json() == {"status": "ok"}
         assert len(connections_to_each_worker(server, each=1)) == 2  # both answer
         up = [line for line in server.log().splitlines() if "isbre up:" in line]
@@ -220,13 +219,14 @@ def test_a_subscriber_sees_every_workers_commits_in_order(two: IsbreServer) -> N
 
 def test_one_fan_out_process_serves_the_streams_of_every_worker(two: IsbreServer) -> None:
     clients = connections_to_each_worker(two, each=1)
-    deadline = time.monotonic() + 10
-    while True:
+
+    def one_fanout() -> list[dict] | None:
         health = [client.get(f"{two.url}/health").json() for client in clients]
         fanouts = {h["components"]["events"]["process"] for h in health}
-        if (len(fanouts) == 1 and None not in fanouts) or time.monotonic() > deadline:
-            break
-        time.sleep(0.2)
+        return health if len(fanouts) == 1 and None not in fanouts else None
+
+    health = eventually(one_fanout, "every worker naming one fan-out process", timeout=10, every=0.2)
+    fanouts = {h["components"]["events"]["process"] for h in health}
     workers = {h["process"] for h in health}
     assert len(fanouts) == 1 and None not in fanouts and not fanouts & workers, (fanouts, workers)
     for client in clients:
@@ -296,11 +296,11 @@ def test_kill_9_of_one_worker_under_load(tmp_path: Path) -> None:
             time.sleep(0.01)
         os.kill(victim, signal.SIGKILL)
         load.join()
-        deadline = time.monotonic() + 30
-        while ((processes := answering_processes(server, 20)) and victim in processes) or len(processes) < 2:
-            assert time.monotonic() < deadline, "the dead worker was not replaced"
-            time.sleep(0.5)
-        assert victim not in processes
+        eventually(
+            lambda: victim not in (processes := answering_processes(server, 20)) and len(processes) >= 2,
+            "the dead worker replaced by a new one",
+            every=0.5,
+        )
         assert_present(server, acknowledged)
         seqs = commit_seqs(server, 0)
         assert seqs == list(range(1, len(seqs) + 1))
@@ -352,9 +352,7 @@ def test_one_lineage_worker_delivers_the_runs_of_every_worker(tmp_path: Path) ->
         acknowledged: list[tuple[str, str, int]] = []
         commit_many(server, ["a", "b"], writers=4, commits=5, acknowledged=acknowledged)
         runs = 2 + len(acknowledged)  # the creates and the commits, START and COMPLETE each
-        deadline = time.monotonic() + 60
-        while len(receiver.snapshot()) < 2 * runs and time.monotonic() < deadline:
-            time.sleep(0.1)
+        eventually(lambda: len(receiver.snapshot()) >= 2 * runs, f"{2 * runs} lineage events", timeout=60)
         events = receiver.snapshot()
         assert len(events) == 2 * runs  # once each: one lineage worker, not one per worker process
         assert len({e["run"]["runId"] for e in events}) == runs
