@@ -36,9 +36,10 @@ lint: $(TESTS)
 	cd $(TYPECHECK) && $(abspath $(VENV))/bin/mypy --config-file $(CURDIR)/pyproject.toml \
 		$(foreach package,$(PACKAGES),-p isbre.$(package))
 
-# Test modules run in parallel processes, one module's tests in one process (they share its servers);
-# `make test TEST_PROCESSES=0` runs them one at a time.
-TEST_PROCESSES ?= auto
+# Test modules run in parallel processes, one module's tests in one process (they share its servers):
+# half as many again as there are cores, as tests wait on servers, clients and timers a good part
+# of the time; `make test TEST_PROCESSES=0` runs them one at a time.
+TEST_PROCESSES ?= $(shell python3 -c "import os; print(max(2, (os.cpu_count() or 1) * 3 // 2))")
 test: lint
 	$(PY) -m pytest -n $(TEST_PROCESSES) --dist loadfile
 

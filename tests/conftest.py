@@ -61,6 +61,21 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         workers = callspec.params.get("workers", 1) if callspec is not None else 1
         if workers > 1 or module.endswith(("test_workers", "test_replicas")):
             item.add_marker(pytest.mark.multi_process)
+    # Parallel test processes take whole modules in this order: the longest go first, so that no
+    # process is left running one of them after the others have finished.
+    items.sort(key=lambda item: _rank(item.module.__name__ if item.module is not None else ""))
+
+
+# The longest modules (pytest --durations=0, summed per module), longest first.
+LONGEST = (
+    "test_events", "test_workers", "test_object_storage", "test_fuzz", "test_lineage", "test_replicas",
+    "test_console", "test_ingest", "test_protocol",
+)  # fmt: skip
+
+
+def _rank(module: str) -> int:
+    name = module.rpartition(".")[2]
+    return LONGEST.index(name) if name in LONGEST else len(LONGEST)
 
 
 @pytest.fixture(scope="module")
