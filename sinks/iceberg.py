@@ -307,7 +307,28 @@ class TableWriter:
             source = source.filter(keep) if source is not None else None
         if batch.num_rows == 0:
             return None
+        if (errors := self.contract_errors(batch)) is not None:
+            raise SinkError(
+                f"{self.identifier}: {span}: {_broken(errors, offsets)}; none of the batch is taken"
+            )
         return _Prepared(batch, span, offsets, source, now(), list(self._json_columns))
+
+    def contract_errors(self, batch: pa.RecordBatch) -> np.ndarray | None:
+        """Why each row of `batch` cannot be written to the table, None for a row that can (a null
+        in a required column: the table's own schema says it cannot be null); None when all can."""
+        self.fit(batch.schema)
+        errors: np.ndarray | None = None
+        for field in self.table.schema().fields:
+            if not field.required or field.name not in batch.schema.names:
+                continue
+            column = batch.column(field.name)
+            if not column.null_count:
+                continue
+            if errors is None:
+                errors = np.full(batch.num_rows, None, dtype=object)
+            first = np.asarray(column.is_null(), dtype=bool) & ~errors.astype(bool)  # a row's first error
+            errors[first] = f"{field.name!r} is required and is null"
+        return errors
 
     # -- committing
 
@@ -427,6 +448,16 @@ class TableWriter:
                 self.table.io.delete(data_file.file_path)
             except OSError as e:
                 log.warning("could not remove unreferenced data file %s: %s", data_file.file_path, e)
+
+
+def _broken(errors: np.ndarray, offsets: np.ndarray) -> str:
+    """What `contract_errors` found, one clause per error with how many rows and their offsets."""
+    said = []
+    for error in dict.fromkeys(e for e in errors if e is not None):
+        at = offsets[errors == error]
+        shown = ", ".join(map(str, at[:5])) + (", ..." if len(at) > 5 else "")
+        said.append(f"{error}: {len(at)} rows (offsets {shown})")
+    return "; ".join(said)
 
 
 def _spans(key: SpanKey, ranges: Iterable[tuple[int, int]]) -> list[Span]:

@@ -7,9 +7,10 @@ passes; a null fails). The sink's `enforcement` decides what a failing row does:
   of it is taken.
 - `quarantine`: failing rows go to the quarantine sink, a table with coverage of its own, with
   `<prefix>reason` (`dq`), `<prefix>rule` and `<prefix>rule_version` (the first rule the row
-  failed); passing rows go on. The quarantine commits first, so a span the sink's own table
-  covers is in both; a replay writes nothing twice on either side, as each table skips what it
-  covers.
+  failed); so do rows the table cannot hold (`contract`, with `<prefix>error`: a null in a
+  required column), which any other enforcement refuses with the batch; passing rows go on.
+  The quarantine commits first, so a span the sink's own table covers is in both; a replay
+  writes nothing twice on either side, as each table skips what it covers.
 - `annotate`: every row goes on, with `<prefix>dq_passed` and `<prefix>dq_failed` (the names of
   the rules it failed).
 
@@ -64,7 +65,7 @@ class Rule:
         return np.asarray(verdicts.fill_null(False), dtype=bool)
 
 
-def _column(values: Sequence[str] | np.ndarray) -> pa.Array:
+def _column(values: Sequence[str | None] | np.ndarray) -> pa.Array:
     return pa.array(list(values), pa.string())
 
 
@@ -94,7 +95,9 @@ class Quality:
         self.quarantine = quarantine
         self.audit = audit
         if quarantine is not None:
-            quarantine.quality_columns = tuple(prefix + name for name in ("reason", "rule", "rule_version"))
+            quarantine.quality_columns = tuple(
+                prefix + name for name in ("reason", "rule", "rule_version", "error")
+            )
         if audit is not None:
             audit.quality_columns = (prefix + "record_id",)
             # The audited record's id is the audit row's: its table has no metadata columns of its
@@ -118,10 +121,14 @@ class Quality:
     ) -> int:
         """Judge `batch` and hand its rows on; returns how many rows `writer` took."""
         offsets = row_offsets(batch.num_rows, span, offsets)
-        verdicts = np.stack([rule.judge(batch) for rule in self.rules]).reshape(
+        verdicts = np.array([rule.judge(batch) for rule in self.rules], dtype=bool).reshape(
             len(self.rules), batch.num_rows
         )
         passed: np.ndarray = np.asarray(verdicts.all(axis=0), dtype=bool)
+        # Rows the table cannot hold are quarantined too, instead of refusing the batch.
+        errors = writer.contract_errors(batch) if self.enforcement == "quarantine" else None
+        if errors is not None:
+            passed &= ~errors.astype(bool)
         if self.enforcement == "strict" and not passed.all():
             failing = [
                 f"{rule.name!r} ({int((~verdict).sum())} rows)"
@@ -139,7 +146,7 @@ class Quality:
             batch = batch.append_column(self.prefix + "dq_failed", pa.array(failed, pa.list_(pa.string())))
             return writer.add(batch, span, source, offsets)
         if self.quarantine is not None:
-            self._divert(self.quarantine, batch, span, source, offsets, verdicts, passed)
+            self._divert(self.quarantine, batch, span, source, offsets, verdicts, passed, errors)
         if passed.all():  # no copy of a clean batch
             return writer.add(batch, span, source, offsets)
         keep = pa.array(passed)
@@ -154,16 +161,24 @@ class Quality:
         offsets: np.ndarray,
         verdicts: np.ndarray,
         passed: np.ndarray,
+        errors: np.ndarray | None,
     ) -> None:
-        """The failing rows into the quarantine, each with the first rule it failed (every row of
-        the span is offered, so that the quarantine covers the span even when none fails)."""
+        """The failing rows into the quarantine: a row the table cannot hold with reason `contract`
+        and why, any other with the first rule it failed (every row of the span is offered, so
+        that the quarantine covers the span even when none fails)."""
         failing = pa.array(~passed)
-        rules = [self.rules[i] for i in verdicts.argmin(axis=0)[~passed]]
+        broken = errors[~passed] if errors is not None else np.full(int((~passed).sum()), None, dtype=object)
+        first_failed = verdicts.argmin(axis=0)[~passed] if self.rules else np.zeros(len(broken), dtype=int)
+        rules = [
+            None if error is not None else self.rules[i]
+            for i, error in zip(first_failed, broken, strict=True)
+        ]
         diverted = batch.filter(failing)
         for name, values in (
-            ("reason", ["dq"] * len(rules)),
-            ("rule", [rule.name for rule in rules]),
-            ("rule_version", [rule.version for rule in rules]),
+            ("reason", ["dq" if rule is not None else "contract" for rule in rules]),
+            ("rule", [rule.name if rule is not None else None for rule in rules]),
+            ("rule_version", [rule.version if rule is not None else None for rule in rules]),
+            ("error", list(broken)),
         ):
             diverted = diverted.append_column(self.prefix + name, _column(values))
         quarantine.add(diverted, span, source.filter(failing) if source else None, offsets[~passed])

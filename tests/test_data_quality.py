@@ -98,6 +98,64 @@ def test_quarantine_diverts_failing_rows_and_a_replay_writes_nothing_twice(
     )
 
 
+def required_orders(catalog: RestCatalog, ident: str) -> pa.RecordBatch:
+    """A table whose `customer` is required, and a batch where rows 2 and 5 leave it null."""
+    schema = pa.schema(
+        [pa.field("n", pa.int64()), pa.field("amount", pa.int64()), pa.field("customer", pa.string(), False)]
+    )
+    catalog.create_table(ident, schema)
+    customers = pa.array(["a", "b", None, "d", "e", None], pa.string())
+    return orders().append_column("customer", customers)
+
+
+def test_a_null_in_a_required_column_is_refused_naming_it(rest_catalog: RestCatalog, namespace: str) -> None:
+    ident = f"{namespace}.required"
+    batch = required_orders(rest_catalog, ident)
+    matched = pytest.raises(SinkError, match=r"'customer' is required and is null: 2 rows \(offsets 2, 5\)")
+    with IcebergSink(rest_catalog, ident) as sink, matched:
+        sink.push(batch, span(0, 6))
+        sink.finish()
+    assert table_rows(rest_catalog, ident) == []
+
+
+def test_quarantine_takes_the_rows_that_break_the_tables_contract(
+    rest_catalog: RestCatalog, namespace: str
+) -> None:
+    ident = f"{namespace}.contract"
+    batch = required_orders(rest_catalog, ident)
+    for _ in range(2):  # and again, as after a crash: nothing twice
+        quarantine = IcebergSink(rest_catalog, f"{namespace}.contract_quarantine")
+        with IcebergSink(
+            rest_catalog, ident, rules=RULES, enforcement="quarantine", quarantine=quarantine
+        ) as sink:
+            sink.push(batch, span(0, 6))
+            sink.finish()
+        assert [(r["n"], r["customer"]) for r in table_rows(rest_catalog, ident)] == [(0, "a")]
+        diverted = table_rows(rest_catalog, f"{namespace}.contract_quarantine")
+        null_customer = "'customer' is required and is null"
+        assert [(r["n"], r["_twg_reason"], r["_twg_rule"], r["_twg_error"]) for r in diverted] == [
+            (1, "dq", "positive", None),
+            (2, "contract", None, null_customer),  # it passes the rules; the table cannot hold it
+            (3, "dq", "small", None),
+            (4, "dq", "positive", None),
+            (5, "contract", None, null_customer),
+        ]
+
+
+def test_a_quarantine_without_rules_takes_contract_failures_alone(
+    rest_catalog: RestCatalog, namespace: str
+) -> None:
+    ident = f"{namespace}.contract_only"
+    batch = required_orders(rest_catalog, ident)
+    quarantine = IcebergSink(rest_catalog, f"{namespace}.contract_only_quarantine")
+    with IcebergSink(rest_catalog, ident, enforcement="quarantine", quarantine=quarantine) as sink:
+        sink.push(batch, span(0, 6))
+        sink.finish()
+    assert [r["n"] for r in table_rows(rest_catalog, ident)] == [0, 1, 3, 4]
+    diverted = table_rows(rest_catalog, f"{namespace}.contract_only_quarantine")
+    assert [(r["n"], r["_twg_reason"]) for r in diverted] == [(2, "contract"), (5, "contract")]
+
+
 def test_annotate_lands_every_row_with_its_verdicts(rest_catalog: RestCatalog, namespace: str) -> None:
     ident = f"{namespace}.annotated"
     with IcebergSink(rest_catalog, ident, rules=RULES, enforcement="annotate") as sink:
