@@ -10,7 +10,7 @@ import json
 import os
 import time
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 # Every kind of record the log holds (the events, their filters, lineage and the console go by it).
@@ -84,7 +84,9 @@ class CommitRecord:
 
     def to_json(self) -> bytes:
         if self._json is None:
-            values = {k: v for k, v in asdict(self).items() if v is not None and k != "_json"}
+            # The fields as they are: dataclasses.asdict would deep-copy them first (a third of
+            # what encoding a record cost).
+            values = {name: value for name in _RECORD_FIELDS if (value := getattr(self, name)) is not None}
             self._json = json.dumps(values, separators=(",", ":")).encode()
         return self._json
 
@@ -93,6 +95,9 @@ class CommitRecord:
         record = cls(**json.loads(raw))
         record._json = bytes(raw)
         return record
+
+
+_RECORD_FIELDS = tuple(f.name for f in fields(CommitRecord) if f.name != "_json")
 
 
 def summary_counters(summary: dict[str, str]) -> dict[str, int]:

@@ -3,6 +3,7 @@ for users say the same."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -52,3 +53,22 @@ def test_a_record_of_no_known_kind_is_never_logged(store: Store) -> None:
     finally:
         writer.close()
         store.close()
+
+
+def test_a_record_is_encoded_with_the_fields_that_are_set_in_their_order_and_reads_back() -> None:
+    record = CommitRecord(
+        kind="table.commit",
+        namespace=["db", "raw"],
+        name="t",
+        snapshot_id=7,
+        summary={"added_records": 3},
+        properties={"nested": {"list": [1, None]}},
+        actor="etl",
+    )
+    record.stamp(12, 1_700_000_000_000_000)
+    encoded = record.to_json()
+    assert list(json.loads(encoded)) == [
+        "kind", "namespace", "name", "snapshot_id", "summary", "properties", "actor", "commit_seq", "ts",
+        "run_id",
+    ]  # fmt: skip
+    assert CommitRecord.from_json(encoded) == record
