@@ -162,7 +162,9 @@ class InProcessServer(IsbreServer):
         self._log.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         for name in _LOGGERS:
             logging.getLogger(name).addHandler(self._log)
-        self._server = single_process_server(self._settings(), log_config=None)
+        settings = self._settings()
+        logging.getLogger("isbre").setLevel(settings.log_level.upper())  # as `isbre serve` logs
+        self._server = single_process_server(settings, log_config=None)
         self._thread = threading.Thread(target=self._server.run, name=f"isbre-{self.port}", daemon=True)
         IsbreServer.started.append(self)
         self._thread.start()
