@@ -315,8 +315,8 @@ class TableWriter:
 
     def contract_errors(self, batch: pa.RecordBatch) -> np.ndarray | None:
         """Why each row of `batch` cannot be written to the table, None for a row that can (a null
-        in a required column: the table's own schema says it cannot be null); None when all can."""
-        self.fit(batch.schema)
+        in a required column: the table's own schema says it cannot be null); None when all can.
+        The table must have been fitted to `batch`'s schema (`fit`)."""
         errors: np.ndarray | None = None
         for field in self.table.schema().fields:
             if not field.required or field.name not in batch.schema.names:

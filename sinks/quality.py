@@ -126,7 +126,10 @@ class Quality:
         )
         passed: np.ndarray = np.asarray(verdicts.all(axis=0), dtype=bool)
         # Rows the table cannot hold are quarantined too, instead of refusing the batch.
-        errors = writer.contract_errors(batch) if self.enforcement == "quarantine" else None
+        errors = None
+        if self.enforcement == "quarantine":
+            writer.fit(batch.schema)
+            errors = writer.contract_errors(batch)
         if errors is not None:
             passed &= ~errors.astype(bool)
         if self.enforcement == "strict" and not passed.all():
