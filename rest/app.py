@@ -125,7 +125,12 @@ def create_app(settings: Settings, worker: bool = False) -> FastAPI:
     app.add_middleware(RequestGuard, max_body=int(settings.max_body_mb * (1 << 20)), allowed_hosts=hosts)
     app.add_middleware(PrefixAliases, prefixes=[name for name, _ in settings.served()])
     templates = RouteTemplates(((method, path) for method, path, _ in served_routes(app)), settings.prefix)
-    app.add_middleware(RequestMetrics, counter=counters.http_requests, templates=templates)
+    app.add_middleware(
+        RequestMetrics,
+        counter=counters.http_requests,
+        templates=templates,
+        slow_seconds=settings.slow_request_seconds,
+    )
     check_every_route_has_a_rule(served_routes(app))
     return app
 

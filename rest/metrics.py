@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import time
 from collections import Counter
 from collections.abc import Iterable
 
@@ -15,6 +17,7 @@ from starlette.routing import compile_path
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 router = APIRouter(dependencies=[Depends(PUBLIC)])
+log = logging.getLogger(__name__)
 
 
 def _line(name: str, kind: str, help_text: str, samples: list[tuple[str, float]]) -> str:
@@ -51,14 +54,23 @@ class RouteTemplates:
 
 
 class RequestMetrics:
-    """Counts every request by method, route template and status; outermost, so refusals count too."""
+    """Counts every request by method, route template and status; outermost, so refusals count too.
+
+    A request whose answer starts later than `slow_seconds` after it arrived is logged as a
+    warning (the start, so that a long event stream is not slow): the one trace an operator has of
+    a stall that no error reports."""
 
     def __init__(
-        self, app: ASGIApp, counter: Counter[tuple[str, str, int]], templates: RouteTemplates
+        self,
+        app: ASGIApp,
+        counter: Counter[tuple[str, str, int]],
+        templates: RouteTemplates,
+        slow_seconds: float = 0.0,
     ) -> None:
         self.app = app
         self.counter = counter
         self.templates = templates
+        self.slow_seconds = slow_seconds
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -66,10 +78,21 @@ class RequestMetrics:
             return
         route: list[str] = []
         status = [500]
+        arrived = time.monotonic()
 
         async def watch(message: Message) -> None:
             if message["type"] == "http.response.start":
                 status[0] = message["status"]
+                waited = time.monotonic() - arrived
+                if self.slow_seconds and waited > self.slow_seconds:
+                    log.warning(
+                        "slow request: %s %r answered %d after %.3f s (slow_request_seconds = %g)",
+                        scope["method"],
+                        scope["path"],
+                        status[0],
+                        waited,
+                        self.slow_seconds,
+                    )
             await send(message)
 
         try:

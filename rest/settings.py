@@ -160,6 +160,9 @@ class Settings(BaseSettings):
     keepalive_timeout_seconds: int = Field(
         5, ge=1, description="Whole seconds an idle kept-alive connection is held between requests."
     )
+    slow_request_seconds: float = Field(
+        2.0, ge=0, description="A request answered later than this is logged as a warning (0: never)."
+    )
     max_property_value_kb: int = Field(
         256, ge=1, description="Largest value of one table, view or namespace property (400 beyond)."
     )

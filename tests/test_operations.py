@@ -48,6 +48,25 @@ def test_an_oversized_body_is_413_and_changes_nothing(tmp_path: Path) -> None:
         server.stop()
 
 
+@pytest.mark.parametrize("threshold", ["0", "0.000001"])
+def test_a_request_answered_later_than_the_threshold_is_logged(tmp_path: Path, threshold: str) -> None:
+    """Every answer takes longer than a microsecond: with that threshold each request is logged,
+    naming its method, path, status and wait; with 0 none is."""
+    server = InProcessServer(tmp_path / "warehouse", env={"ISBRE_SLOW_REQUEST_SECONDS": threshold}).start()
+    try:
+        assert httpx.get(f"{server.url}/v1/isbre/namespaces/nope").status_code == 404
+    finally:
+        server.stop()
+    slow = [line for line in server.log().splitlines() if "slow request:" in line]
+    if threshold == "0":
+        assert slow == []
+    else:
+        slow = [line for line in slow if "nope" in line]  # the readiness probes of start() are logged too
+        assert len(slow) == 1 and "WARNING" in slow[0], slow
+        assert "slow request: GET '/v1/isbre/namespaces/nope' answered 404 after" in slow[0], slow
+        assert slow[0].endswith("s (slow_request_seconds = 1e-06)"), slow
+
+
 def test_an_overloaded_writer_answers_503_and_recovers(tmp_path: Path) -> None:
     server = InProcessServer(tmp_path / "warehouse", env={"ISBRE_MAX_QUEUE": "1"}).start()
     try:
