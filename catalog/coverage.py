@@ -63,17 +63,24 @@ def encode_spans(spans: Iterable[Span]) -> str:
     return json.dumps([span.to_json() for span in spans], separators=(",", ":"))
 
 
+def declared(summary: Mapping[str, str] | None, name: str, kind: type, what: str) -> Any:
+    """The JSON value of a sink's declaration `name` in a snapshot summary (None when absent);
+    ValueError unless it is a `kind` (`what` says of what)."""
+    raw = (summary or {}).get(name)
+    if raw is None:
+        return None
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{name} is not JSON: {e}") from None
+    if not isinstance(value, kind):
+        raise ValueError(f"{name} must be a JSON {what}")
+    return value
+
+
 def spans_from_summary(summary: Mapping[str, str] | None) -> list[Span]:
     """The spans a snapshot summary declares; ValueError if the declaration is malformed."""
-    raw = (summary or {}).get(SPANS_PROPERTY)
-    if raw is None:
-        return []
-    try:
-        entries = json.loads(raw)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{SPANS_PROPERTY} is not JSON: {e}") from None
-    if not isinstance(entries, list):
-        raise ValueError(f"{SPANS_PROPERTY} must be a JSON list of spans")
+    entries = declared(summary, SPANS_PROPERTY, list, "list of spans") or []
     spans = []
     for entry in entries:
         try:

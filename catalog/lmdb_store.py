@@ -23,6 +23,7 @@ from isbre.catalog.identifiers import (
     objects_prefix,
 )
 from isbre.catalog.records import CommitRecord
+from isbre.catalog.sink_rows import SinkRows
 from isbre.catalog.store import (
     FIRST_WAREHOUSE,
     InsufficientStorageError,
@@ -46,6 +47,7 @@ from isbre.catalog.store_copy import (
     NamespaceEntry,
     PointerEntry,
     RecordEntry,
+    SinkRowsEntry,
 )
 
 T = TypeVar("T")
@@ -59,6 +61,7 @@ DATABASES = (
     "views",
     "commit_log",
     "coverage",
+    "sink_rows",
     "cursors",
     "idempotency",
     "idempotency_by_time",
@@ -254,6 +257,14 @@ class _LmdbView(WriteView):
         raw = self._txn.get(_commit_key(table_uuid, snapshot_id), db=self._db("coverage"))
         return None if raw is None else _SEQ.unpack(raw)[0]
 
+    def sink_rows(self, table_uuid: str | None) -> list[SinkRows]:
+        db = self._db("sink_rows")
+        if table_uuid is not None:
+            raw = self._txn.get(table_uuid.encode(), db=db)
+            return [] if raw is None else [SinkRows.from_json(table_uuid, _bytes(raw))]
+        with self._txn.cursor(db=db) as cursor:
+            return [SinkRows.from_json(_bytes(key).decode(), _bytes(value)) for key, value in cursor]
+
     # -- writes: LMDB raises MapFullError from any of them when the map is full
 
     @contextmanager
@@ -319,6 +330,11 @@ class _LmdbView(WriteView):
             doomed = [raw for raw, _ in _after(cursor, table_uuid.encode() + b"\x00", None)]
         for raw in doomed:
             self._txn.delete(raw, db=db)
+        self._txn.delete(table_uuid.encode(), db=self._db("sink_rows"))
+
+    def put_sink_rows(self, totals: SinkRows) -> None:
+        with self._full_is_retryable():
+            self._txn.put(totals.table_uuid.encode(), totals.to_json(), db=self._db("sink_rows"))
 
     def put_idempotent_response(self, key: str, response: dict[str, Any]) -> None:
         with self._full_is_retryable():
@@ -612,6 +628,8 @@ class LmdbStore(Store):
                 else:
                     stream, (start, end) = _stream_key(_bytes(key))
                     yield CoverageEntry(table_uuid.decode(), stream, start, end)
+            for key, value in txn.cursor(db=self.dbs["sink_rows"]):
+                yield SinkRowsEntry(SinkRows.from_json(_bytes(key).decode(), _bytes(value)))
 
     def close(self) -> None:
         self.env.close()

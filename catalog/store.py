@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from isbre.catalog.coverage import Coverage, Span
 from isbre.catalog.identifiers import Identifier
 from isbre.catalog.records import CommitRecord
+from isbre.catalog.sink_rows import SinkRows
 
 if TYPE_CHECKING:
     from isbre.catalog.store_copy import Entry as StoreEntry
@@ -142,6 +143,10 @@ class ReadView(ABC):
         """The `commit_seq` of the commit that added `snapshot_id` with spans, if it did."""
 
     @abstractmethod
+    def sink_rows(self, table_uuid: str | None) -> list[SinkRows]:
+        """The running row counts of the table (None: of every table) whose sinks declared them."""
+
+    @abstractmethod
     def holds_anything(self) -> bool:
         """Whether the store holds a catalog: a log, a namespace or an object in any warehouse."""
 
@@ -176,7 +181,17 @@ class WriteView(ReadView):
         `commit_seq` committed `snapshot_id`."""
 
     @abstractmethod
-    def drop_coverage(self, table_uuid: str) -> None: ...
+    def drop_coverage(self, table_uuid: str) -> None:
+        """Forget the table's coverage and its row counts."""
+
+    @abstractmethod
+    def put_sink_rows(self, totals: SinkRows) -> None:
+        """Store a table's running row counts, replacing what it had."""
+
+    def add_sink_rows(self, added: SinkRows) -> None:
+        """Add one commit's row counts to its table's totals."""
+        found = self.sink_rows(added.table_uuid)
+        self.put_sink_rows(found[0].plus(added) if found else added)
 
     @abstractmethod
     def put_idempotent_response(self, key: str, response: dict[str, Any]) -> None: ...

@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 from isbre.catalog.coverage import Span, SpanKey
 from isbre.catalog.identifiers import Identifier, namespace_from_key
 from isbre.catalog.records import CommitRecord
+from isbre.catalog.sink_rows import SinkRows
 from isbre.catalog.store import Pointer, WriteView
 
 
@@ -89,6 +90,12 @@ class CoverageCommitEntry:
     commit_seq: int
 
 
+@dataclass(frozen=True)
+class SinkRowsEntry:
+    kind: ClassVar[str] = "sink_rows"
+    totals: SinkRows
+
+
 Entry = (
     NamespaceEntry
     | PointerEntry
@@ -100,6 +107,7 @@ Entry = (
     | LocationEntry
     | CoverageEntry
     | CoverageCommitEntry
+    | SinkRowsEntry
 )
 
 
@@ -139,6 +147,8 @@ def load_entries(view: WriteView, entries: Iterable[Entry]) -> Counter[str]:
                 view.add_coverage(table_uuid, [Span(stream, start, end)], None, 0)
             case CoverageCommitEntry(table_uuid, snapshot_id, commit_seq):
                 view.add_coverage(table_uuid, [], snapshot_id, commit_seq)
+            case SinkRowsEntry(totals):
+                view.put_sink_rows(totals)
     records.sort(key=lambda record: record.commit_seq)
     # The log keeps its commit_seqs: it starts where the source's retained log starts.
     view.set_high_water(records[0].commit_seq - 1 if records else high)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from isbre.catalog.coverage import Coverage, snapshot_spans
 from isbre.catalog.deletion import TableFiles
@@ -35,6 +35,7 @@ from isbre.catalog.service_core import (
     require_namespace,
     unplace,
 )
+from isbre.catalog.sink_rows import SinkRows, snapshots_rows
 from isbre.catalog.store import Pointer
 from isbre.catalog.tables import (
     Staged,
@@ -74,6 +75,7 @@ class TableCoverage:
     table_uuid: str
     coverage: Coverage
     commit_seq: int | None = None
+    rows: dict[str, int] = field(default_factory=dict)  # the running totals its sinks counted
 
 
 class TableOperations(ServiceCore):
@@ -150,7 +152,14 @@ class TableOperations(ServiceCore):
             if pointer is None:
                 raise NoSuchTableError(f"Table does not exist: {ident}")
             commit_seq = None if snapshot_id is None else view.coverage_commit(pointer.uuid, snapshot_id)
-            return TableCoverage(pointer.uuid, view.coverage(pointer.uuid), commit_seq)
+            totals = view.sink_rows(pointer.uuid)
+            rows = totals[0].rows if totals else {}
+            return TableCoverage(pointer.uuid, view.coverage(pointer.uuid), commit_seq, rows)
+
+    def sink_rows(self) -> list[SinkRows]:
+        """The running row counts of every table of the store (any warehouse) that a sink counted in."""
+        with self.store.read(self.scope, snapshot=False) as view:
+            return view.sink_rows(None)
 
     def commit_table(self, change: TableChange, places: LocationPolicy | None = None) -> TableState:
         return self.commit_tables([change], txn=None, places=places)[0]
@@ -231,6 +240,10 @@ class TableOperations(ServiceCore):
                         if entry.spans:
                             batch.view.add_coverage(
                                 entry.pointer.uuid, list(entry.spans), record.snapshot_id, record.commit_seq
+                            )
+                        if entry.rows:
+                            batch.view.add_sink_rows(
+                                SinkRows(entry.pointer.uuid, self.name, str(entry.ident), entry.rows)
                             )
                 return [TableState(e.ident, e.metadata_location, e.metadata, e.json) for e in staged]
 
@@ -319,6 +332,7 @@ class TableOperations(ServiceCore):
         check_unique_ids(loaded.metadata)
         # Whatever coverage the snapshots still declare (expired ones are gone with their summaries).
         spans = [span for snapshot in loaded.metadata.snapshots for span in snapshot_spans(snapshot)]
+        rows = snapshots_rows(loaded.metadata.snapshots)
 
         def mutation(batch: Batch) -> TableState:
             require_namespace(batch.view, ident.namespace)
@@ -347,6 +361,8 @@ class TableOperations(ServiceCore):
             )
             if spans:
                 batch.view.add_coverage(pointer.uuid, spans, None, record.commit_seq)
+            if rows:
+                batch.view.add_sink_rows(SinkRows(pointer.uuid, self.name, str(ident), rows))
             return TableState(ident, metadata_location, loaded.metadata, loaded.json)
 
         return self._mutate(mutation)

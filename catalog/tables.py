@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from isbre.catalog.coverage import Span, snapshot_spans
 from isbre.catalog.format_v3 import AnyTableUpdate, as_v3
@@ -22,6 +22,7 @@ from isbre.catalog.metadata_updates import apply_updates, check_unique_ids
 from isbre.catalog.pyiceberg_internals import empty_table_metadata
 from isbre.catalog.records import CommitRecord, summary_counters
 from isbre.catalog.requirements import check_requirement
+from isbre.catalog.sink_rows import snapshots_rows
 from isbre.catalog.store import Pointer
 from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.partitioning import PartitionSpec
@@ -61,6 +62,7 @@ class Staged:
     changed: bool
     updates: tuple[AnyTableUpdate, ...] = ()
     spans: tuple[Span, ...] = ()
+    rows: dict[str, int] = field(default_factory=dict)  # what a sink's commit counted (catalog/sink_rows.py)
     previous_places: tuple[str, ...] | None = None  # the table's places before this change
     job: str | None = None
 
@@ -165,10 +167,21 @@ def stage(change: TableChange, base: Pointer | None, current: Loaded[TableMetada
     )
     added = [u.snapshot for u in change.updates if isinstance(u, AddSnapshotUpdate)]
     spans = tuple(span for snapshot in added for span in snapshot_spans(snapshot))
+    rows = snapshots_rows(added)
     json = metadata_json(metadata)
     previous = places_of(current.metadata.location, current.metadata.properties) if current else None
     return Staged(
-        change.ident, base, metadata, json, location, True, change.updates, spans, previous, change.job
+        change.ident,
+        base,
+        metadata,
+        json,
+        location,
+        True,
+        change.updates,
+        spans,
+        rows,
+        previous,
+        change.job,
     )
 
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from fastapi import APIRouter, Depends, Request, Response
+from isbre.catalog.sink_rows import SinkRows
 from isbre.catalog.store import StoreUnavailableError
 from isbre.catalog.writer import Histogram
 from isbre.rest.access import PUBLIC
@@ -20,9 +21,11 @@ router = APIRouter(dependencies=[Depends(PUBLIC)])
 log = logging.getLogger(__name__)
 
 
-def _line(name: str, kind: str, help_text: str, samples: list[tuple[str, float]]) -> str:
+def _line(name: str, kind: str, help_text: str, samples: Sequence[tuple[str, float]]) -> str:
     lines = [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
-    lines += [f"{name}{labels} {value:g}" for labels, value in samples]
+    lines += [
+        f"{name}{labels} {value if isinstance(value, int) else f'{value:g}'}" for labels, value in samples
+    ]
     return "\n".join(lines)
 
 
@@ -121,6 +124,28 @@ class RouteCapture:
                 holder.append(getattr(route, "path_format", None) or getattr(route, "path", "?"))
 
 
+def _sink_rows(totals: list[SinkRows], named: bool) -> str:
+    """`named`: tables by warehouse and name; else (the endpoint is public while authentication
+    guards the names) by uuid."""
+    samples = []
+    for table in sorted(totals, key=lambda t: (t.warehouse, t.table, t.table_uuid)):
+        for name, count in sorted(table.rows.items()):
+            disposition, _, reason = name.partition(".")
+            where = (
+                {"warehouse": table.warehouse, "table": table.table}
+                if named
+                else {"table_uuid": table.table_uuid}
+            )
+            where["disposition"] = disposition
+            samples.append((labels(**where, **({"reason": reason} if reason else {})), count))
+    return _line(
+        "isbre_sink_rows_total",
+        "counter",
+        "Rows given to a sink table's sinks, by what became of them (catalog/sink_rows.py).",
+        samples,
+    )
+
+
 @router.get("/metrics")
 def metrics(request: Request) -> Response:
     """This process's counters, or with several workers the sum of every worker's."""
@@ -146,6 +171,7 @@ def metrics(request: Request) -> Response:
                 [("", service.store.capacity())],
             ),
         ]
+        stored.append(_sink_rows(service.sink_rows(), named=not state.settings.auth.enabled))
         if outbox is not None:
             status = outbox.status
             stored += [

@@ -199,7 +199,7 @@ def table_coverage(
         and (topic is None or entry["topic"] == topic)
         and (partition is None or entry["partition"] == partition)
     ]
-    body: dict[str, object] = {"table-uuid": found.table_uuid, "coverage": streams}
+    body: dict[str, object] = {"table-uuid": found.table_uuid, "coverage": streams, "rows": found.rows}
     if snapshot_id is not None:
         body["commit-seq"] = found.commit_seq
     return JSONResponse(body)

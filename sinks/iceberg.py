@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import uuid
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from isbre.catalog.coverage import SPANS_PROPERTY, Coverage, Span, SpanKey, enco
 from isbre.catalog.file_uris import local_path
 from isbre.catalog.metadata_files import sync_directories, sync_file
 from isbre.catalog.pyiceberg_internals import arrow_schema_without_ids
+from isbre.catalog.sink_rows import ACCEPTED, ROWS_PROPERTY, encode_rows
 from isbre.sinks.catalogs import CoverageSource, coverage_source
 from isbre.sinks.columns import DEFAULT_PREFIX, MetadataColumns, now
 from isbre.sinks.contract import CommitInfo, OffsetSpan, OneStreamSink, SinkError, SourceFields, row_offsets
@@ -30,6 +32,7 @@ from isbre.sinks.datafiles import write_data_files
 from isbre.sinks.policies import DEFAULT_POLICY
 from isbre.sinks.provisioning import comment_hash, plan, sink_properties, table_policy, with_docs
 from isbre.sinks.quality import Quality, Rule
+from isbre.sinks.quarantine_lane import QUARANTINE_BUFFER_ROWS, QUARANTINE_DRAIN_S, QuarantineLane
 from isbre.sinks.record_id import canonical_json
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import (
@@ -118,6 +121,8 @@ class TableWriter:
         self._known: Coverage | None = None  # committed coverage, as of snapshot `_known_at`
         self._known_at: int | None = None
         self._pending = Coverage()  # prepared here, not yet committed
+        # Rows by disposition since the last commit, which declares them (catalog/sink_rows.py).
+        self.rows: Counter[str] = Counter()
         self._fitted: pa.Schema | None = None
         self._json_columns: list[str] = []
         # Data files (about `target_file_bytes` of Arrow data each) are stamped and written on
@@ -156,7 +161,7 @@ class TableWriter:
         """Make the table take batches of `payload` (plus the metadata columns), or raise naming why not."""
         if payload == self._fitted:
             return
-        self._start_write()  # a data file holds batches of one schema, written under that schema
+        self.start_write()  # a data file holds batches of one schema, written under that schema
         if self._table is None:
             with contextlib.suppress(NoSuchTableError):
                 self._table = self.catalog.load_table(self.identifier)
@@ -239,18 +244,29 @@ class TableWriter:
         span: OffsetSpan,
         source: SourceFields | None = None,
         offsets: np.ndarray | None = None,
+        disposition: str | None = ACCEPTED,
     ) -> int:
-        """Take `batch` for the next commit; returns how many of its rows were not covered yet."""
+        """Take `batch` for the next commit; returns how many of its rows were not covered yet
+        (counted under `disposition` unless it is None: the caller counts them)."""
         prepared = self.prepare(batch, span, source, offsets)
         if prepared is None:
             return 0
         self._buffer.append(prepared)
         self._buffered += prepared.batch.nbytes
         if self._buffered >= self.target_file_bytes * self.write_threads:
-            self._start_write()
+            self.start_write()
+        if disposition is not None:
+            self.rows[disposition] += prepared.batch.num_rows
         return prepared.batch.num_rows
 
-    def _start_write(self) -> None:
+    def fresh(self, span: OffsetSpan, offsets: np.ndarray) -> np.ndarray:
+        """Which of the rows at `offsets` of `span`'s stream the table does not hold yet."""
+        try:
+            return ~self._covered(span.key, offsets)
+        except NoSuchTableError:  # the first batch creates it
+            return np.ones(len(offsets), dtype=bool)
+
+    def start_write(self) -> None:
         """Write what is buffered as up to `write_threads` files of about equal size, in parallel."""
         if not self._buffer:
             return
@@ -379,7 +395,7 @@ class TableWriter:
         spans = [span for key, ranges in self._pending.ranges.items() for span in _spans(key, ranges)]
         files: list[DataFile] = []
         try:
-            self._start_write()
+            self.start_write()
             files = self._written()
             known = self.coverage()
             if not files and all(_inside(known.of(s.key), s.start, s.end) for s in spans):
@@ -391,6 +407,8 @@ class TableWriter:
                 SPANS_PROPERTY: encode_spans(spans),
                 COMMIT_ID_PROPERTY: commit_id,
             }
+            if +self.rows:
+                properties[ROWS_PROPERTY] = encode_rows(self.rows)
             # No refresh first: if the table moved, the catalog answers 409 and _commit refreshes then.
             snapshot_id = self._commit(files, properties, commit_id)
         except CommitOutcomeUnknownError:
@@ -403,6 +421,7 @@ class TableWriter:
             known.add(span)
         self._known_at = snapshot_id
         self._pending = Coverage()
+        self.rows = Counter()
         return CommitInfo(self.identifier, snapshot_id, self._coverage_source().commit_seq_of(snapshot_id))
 
     def _commit(self, files: list[DataFile], properties: dict[str, str], commit_id: str) -> int:
@@ -436,6 +455,7 @@ class TableWriter:
             log.debug("aborted write failed: %s", e)
         self._discard(files)
         self._pending = Coverage()
+        self.rows = Counter()
         self._known = None
 
     def close(self) -> None:
@@ -474,16 +494,20 @@ def judged(
     enforcement: str,
     quarantine: IcebergSink | None,
     audit: IcebergSink | None,
+    quarantine_buffer_rows: int = QUARANTINE_BUFFER_ROWS,
+    quarantine_drain_s: float = QUARANTINE_DRAIN_S,
 ) -> Quality | None:
-    """The rules of a sink writing through `writer`, with the writers of its quarantine and audit
-    sinks; None without rules, quarantine or audit."""
+    """The rules of a sink writing through `writer`, with the lane of its quarantine sink and the
+    writer of its audit sink; None without rules, quarantine or audit."""
     if not rules and quarantine is None and audit is None:
         return None
     quality = Quality(
         rules,
         enforcement,
         writer.columns.prefix,
-        quarantine.writer if quarantine is not None else None,
+        QuarantineLane(quarantine.writer, quarantine_buffer_rows, quarantine_drain_s)
+        if quarantine is not None
+        else None,
         audit.writer if audit is not None else None,
     )
     writer.quality_columns = quality.columns
@@ -495,7 +519,9 @@ class IcebergSink(OneStreamSink):
 
     With `rules`, each batch is judged by them first and `enforcement` (`strict`, `quarantine`
     with a `quarantine` sink, or `annotate`) says what becomes of failing rows; an `audit` sink
-    gets one row per record per rule (sinks/quality.py)."""
+    gets one row per record per rule (sinks/quality.py). The quarantine is written on a lane of
+    its own, holding at most `quarantine_buffer_rows` rows, that `finish()` waits for at most
+    `quarantine_drain_s` (sinks/quarantine_lane.py)."""
 
     def __init__(
         self,
@@ -506,10 +532,14 @@ class IcebergSink(OneStreamSink):
         enforcement: str = "strict",
         quarantine: IcebergSink | None = None,
         audit: IcebergSink | None = None,
+        quarantine_buffer_rows: int = QUARANTINE_BUFFER_ROWS,
+        quarantine_drain_s: float = QUARANTINE_DRAIN_S,
         **options: object,
     ) -> None:
         self.writer = TableWriter(catalog, identifier, **options)  # type: ignore[arg-type]
-        self.quality = judged(self.writer, rules, enforcement, quarantine, audit)
+        self.quality = judged(
+            self.writer, rules, enforcement, quarantine, audit, quarantine_buffer_rows, quarantine_drain_s
+        )
 
     def _take(
         self, batch: pa.RecordBatch, span: OffsetSpan, source: SourceFields | None, offsets: np.ndarray | None
@@ -521,7 +551,7 @@ class IcebergSink(OneStreamSink):
 
     def _commit(self, span: OffsetSpan) -> CommitInfo:
         if self.quality is not None:
-            self.quality.commit()
+            self.quality.commit(self.writer)
         return self.writer.commit()
 
     def close(self) -> None:

@@ -211,6 +211,8 @@ def _ingest_sorted(
         names=["record", args.prefix + "reason", args.prefix + "error"],
     )
     quarantined = quarantine.add(diverted, span, None, found.refused_offsets)
+    # Counted by the table, as a sink's diverted rows are, once (catalog/sink_rows.py).
+    writer.rows["quarantined.contract"] += int(writer.fresh(span, found.refused_offsets).sum())
     written = 0
     if found.parsed.num_rows:
         written = writer.add(found.parsed.combine_chunks().to_batches()[0], span, None, found.offsets)

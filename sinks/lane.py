@@ -30,6 +30,7 @@ from isbre.sinks.contract import (
 )
 from isbre.sinks.iceberg import CommitOutcomeUnknownError, IcebergSink, TableWriter, judged
 from isbre.sinks.quality import Rule
+from isbre.sinks.quarantine_lane import QUARANTINE_BUFFER_ROWS, QUARANTINE_DRAIN_S
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import CommitStateUnknownException, ServiceUnavailableError
 
@@ -81,10 +82,14 @@ class PipelinedSink:
         enforcement: str = "strict",
         quarantine: IcebergSink | None = None,
         audit: IcebergSink | None = None,
+        quarantine_buffer_rows: int = QUARANTINE_BUFFER_ROWS,
+        quarantine_drain_s: float = QUARANTINE_DRAIN_S,
         **writer_options: object,
     ) -> None:
         self.writer = TableWriter(catalog, identifier, **writer_options)  # type: ignore[arg-type]
-        self.quality = judged(self.writer, rules, enforcement, quarantine, audit)
+        self.quality = judged(
+            self.writer, rules, enforcement, quarantine, audit, quarantine_buffer_rows, quarantine_drain_s
+        )
         self._queue: asyncio.Queue[_Queued] = asyncio.Queue(queue_size)
         self.max_burst = max_burst
         self.max_retries = max_retries
@@ -194,7 +199,9 @@ class PipelinedSink:
             else:
                 rows += self.quality.take(self.writer, item.batch, item.span, item.source, item.offsets)
         if self.quality is not None:
-            self.quality.commit()  # first: once the table covers a span, its quarantine and audit do
+            self.quality.commit(
+                self.writer
+            )  # first: once the table covers a span, its quarantine and audit do
         info = self.writer.commit()
         self.stats.batches += len(burst)
         self.stats.rows_written += rows

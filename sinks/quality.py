@@ -9,8 +9,10 @@ passes; a null fails). The sink's `enforcement` decides what a failing row does:
   `<prefix>reason` (`dq`), `<prefix>rule` and `<prefix>rule_version` (the first rule the row
   failed); so do rows the table cannot hold (`contract`, with `<prefix>error`: a null in a
   required column), which any other enforcement refuses with the batch; passing rows go on.
-  The quarantine commits first, so a span the sink's own table covers is in both; a replay
-  writes nothing twice on either side, as each table skips what it covers.
+  The quarantine is written on a lane of its own (sinks/quarantine_lane.py) that the sink's
+  commit waits for, for a bounded time, so a span the sink's own table covers is in both or its
+  quarantined rows are counted as shed; a replay writes nothing twice on either side, as each
+  table skips what it covers.
 - `annotate`: every row goes on, with `<prefix>dq_passed` and `<prefix>dq_failed` (the names of
   the rules it failed).
 
@@ -22,17 +24,20 @@ rule audits the records it sees from then on.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
+from isbre.catalog.sink_rows import ACCEPTED, ANNOTATED
 from isbre.sinks.contract import OffsetSpan, SinkError, SourceFields, row_offsets
 from isbre.sinks.record_id import record_ids
 
 if TYPE_CHECKING:
     from isbre.sinks.iceberg import TableWriter
+    from isbre.sinks.quarantine_lane import QuarantineLane
 
 ENFORCEMENTS = ("strict", "quarantine", "annotate")
 
@@ -77,7 +82,7 @@ class Quality:
         rules: Sequence[Rule],
         enforcement: str,
         prefix: str,
-        quarantine: TableWriter | None = None,
+        quarantine: QuarantineLane | None = None,
         audit: TableWriter | None = None,
     ) -> None:
         if enforcement not in ENFORCEMENTS:
@@ -95,7 +100,7 @@ class Quality:
         self.quarantine = quarantine
         self.audit = audit
         if quarantine is not None:
-            quarantine.quality_columns = tuple(
+            quarantine.writer.quality_columns = tuple(
                 prefix + name for name in ("reason", "rule", "rule_version", "error")
             )
         if audit is not None:
@@ -141,15 +146,21 @@ class Quality:
             raise SinkError(
                 f"{span}: rows fail the data-quality rules {', '.join(failing)}; none of the batch is taken"
             )
+        fresh = writer.fresh(span, offsets)  # counted once: a replay's rows were counted before
         if self.audit is not None:
             self._audit(batch, span, offsets, verdicts, passed)
         if self.enforcement == "annotate":
             failed = [[r.name for r, ok in zip(self.rules, row, strict=True) if not ok] for row in verdicts.T]
             batch = batch.append_column(self.prefix + "dq_passed", pa.array(passed))
             batch = batch.append_column(self.prefix + "dq_failed", pa.array(failed, pa.list_(pa.string())))
-            return writer.add(batch, span, source, offsets)
+            taken = writer.add(batch, span, source, offsets, disposition=None)
+            writer.rows[ACCEPTED] += int((fresh & passed).sum())
+            writer.rows[ANNOTATED] += int((fresh & ~passed).sum())
+            return taken
         if self.quarantine is not None:
-            self._divert(self.quarantine, batch, span, source, offsets, verdicts, passed, errors)
+            self._divert(
+                self.quarantine, writer, batch, span, source, offsets, verdicts, passed, errors, fresh
+            )
         if passed.all():  # no copy of a clean batch
             return writer.add(batch, span, source, offsets)
         keep = pa.array(passed)
@@ -157,7 +168,8 @@ class Quality:
 
     def _divert(
         self,
-        quarantine: TableWriter,
+        quarantine: QuarantineLane,
+        writer: TableWriter,
         batch: pa.RecordBatch,
         span: OffsetSpan,
         source: SourceFields | None,
@@ -165,10 +177,12 @@ class Quality:
         verdicts: np.ndarray,
         passed: np.ndarray,
         errors: np.ndarray | None,
+        fresh: np.ndarray,
     ) -> None:
-        """The failing rows into the quarantine: a row the table cannot hold with reason `contract`
-        and why, any other with the first rule it failed (every row of the span is offered, so
-        that the quarantine covers the span even when none fails)."""
+        """The failing rows into the quarantine's lane: a row the table cannot hold with reason
+        `contract` and why, any other with the first rule it failed (every row of the span is
+        offered, so that the quarantine covers the span even when none fails). `writer`, the
+        sink's own, counts the rows it had not held."""
         failing = pa.array(~passed)
         broken = errors[~passed] if errors is not None else np.full(int((~passed).sum()), None, dtype=object)
         first_failed = verdicts.argmin(axis=0)[~passed] if self.rules else np.zeros(len(broken), dtype=int)
@@ -176,15 +190,21 @@ class Quality:
             None if error is not None else self.rules[i]
             for i, error in zip(first_failed, broken, strict=True)
         ]
+        reasons = ["dq" if rule is not None else "contract" for rule in rules]
         diverted = batch.filter(failing)
         for name, values in (
-            ("reason", ["dq" if rule is not None else "contract" for rule in rules]),
+            ("reason", reasons),
             ("rule", [rule.name if rule is not None else None for rule in rules]),
             ("rule_version", [rule.version if rule is not None else None for rule in rules]),
             ("error", list(broken)),
         ):
             diverted = diverted.append_column(self.prefix + name, _column(values))
-        quarantine.add(diverted, span, source.filter(failing) if source else None, offsets[~passed])
+        counted = Counter(reason for reason, new in zip(reasons, fresh[~passed], strict=True) if new)
+        for reason, rows in counted.items():
+            writer.rows[f"quarantined.{reason}"] += rows
+        quarantine.offer(
+            diverted, span, source.filter(failing) if source else None, offsets[~passed], counted
+        )
 
     def _audit(
         self,
@@ -216,14 +236,20 @@ class Quality:
                 rows, OffsetSpan(stream, span.topic, span.partition, span.start, span.end), None, offsets
             )
 
-    def commit(self) -> None:
-        """Commit the quarantined and the audit rows: before the sink's own commit, so that the
-        span its table covers is in theirs too."""
-        for side in (self.quarantine, self.audit):
-            if side is not None:
-                side.commit()
+    def commit(self, writer: TableWriter) -> None:
+        """Before the commit of `writer` (the sink's own): the audit rows commit, and the quarantine
+        lands what it was handed (for at most its drain time, while the sink's files are written),
+        so that a span the sink's table covers is in theirs too, or counted as shed."""
+        writer.start_write()
+        if self.audit is not None:
+            self.audit.commit()
+        if self.quarantine is not None:
+            self.quarantine.drain()
+            for reason, rows in self.quarantine.take_shed().items():
+                writer.rows[f"shed.{reason}"] += rows
 
     def close(self) -> None:
-        for side in (self.quarantine, self.audit):
-            if side is not None:
-                side.close()
+        if self.quarantine is not None:
+            self.quarantine.close()
+        if self.audit is not None:
+            self.audit.close()

@@ -11,6 +11,7 @@ from pathlib import Path
 import httpx
 import pyarrow as pa
 import pytest
+from isbre.catalog.sink_rows import ROWS_PROPERTY
 from isbre.rest.auth import sha256_hex
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.exceptions import ForbiddenError, OAuthError, UnauthorizedError
@@ -275,3 +276,15 @@ def test_health_tells_the_unauthenticated_only_statuses(secured: IsbreServer) ->
         assert str(secured.warehouse) not in text and "isbre.lmdb" not in text
     full = httpx.get(f"{secured.url}/health", headers={"Authorization": f"Bearer {admin}"}).json()
     assert "process" in full and "path" in json.dumps(full["components"]["store"])
+
+
+def test_public_metrics_name_sink_tables_by_uuid_only(secured: IsbreServer) -> None:
+    """/metrics answers without a token: with authentication on, it names no table."""
+    admin = catalog(secured, "admin:admin-secret")
+    admin.create_namespace_if_not_exists("secret_ns")
+    table = admin.create_table("secret_ns.payroll", schema=pa.schema([pa.field("n", pa.int64())]))
+    table.append(pa.table({"n": pa.array([1, 2, 3], pa.int64())}), {ROWS_PROPERTY: '{"accepted":3}'})
+    text = httpx.get(f"{secured.url}/metrics").raise_for_status().text
+    assert "payroll" not in text and "secret_ns" not in text
+    uuid = str(table.metadata.table_uuid)
+    assert f'isbre_sink_rows_total{{table_uuid="{uuid}",disposition="accepted"}} 3' in text.splitlines()

@@ -139,9 +139,15 @@ def seed(catalog: RestCatalog) -> None:
             {"amount": [{"namespace": "kafka://prod", "name": "orders", "field": "total"}]}
         ),
     }
-    orders.append(rows(orders.schema().as_arrow(), 500), {"isbre.sink.spans": json.dumps(spans), **lineage})
+    counted = {"isbre.sink.rows": json.dumps({"accepted": 500, "quarantined.dq": 3})}
+    orders.append(
+        rows(orders.schema().as_arrow(), 500), {"isbre.sink.spans": json.dumps(spans), **counted, **lineage}
+    )
     later = [{**source, "partition": 0, "start": 700, "end": 900}]
-    orders.append(rows(orders.schema().as_arrow(), 200, 700), {"isbre.sink.spans": json.dumps(later)})
+    counted = {"isbre.sink.rows": json.dumps({"accepted": 200, "shed.dq": 2})}
+    orders.append(
+        rows(orders.schema().as_arrow(), 200, 700), {"isbre.sink.spans": json.dumps(later), **counted}
+    )
     orders = catalog.load_table("sales.orders")
     orders.manage_snapshots().create_tag(orders.metadata.snapshots[0].snapshot_id, "first-load").commit()
     version = ViewVersion(
@@ -454,6 +460,8 @@ def test_coverage_shows_ranges_gaps_and_lag(server: IsbreServer, seen: Watched) 
     expect(first.locator("rect.gap")).to_have_count(1)
     behind = page.locator("tr[data-partition='1'] td").last
     expect(behind).to_have_text("600")  # partition 1 ends at 300, partition 0 at 900
+    counts = page.locator("table.sink-rows tbody tr")
+    expect(counts).to_have_text(["accepted700", "quarantineddq3", "sheddq2"])
     seen.clean()
 
 

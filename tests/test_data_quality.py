@@ -4,19 +4,24 @@ table's rows, and replays that write nothing twice in the clean, quarantine and 
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
 import subprocess
 import sys
 import textwrap
+import time
 
+import httpx
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+from isbre.catalog.sink_rows import ROWS_PROPERTY
 from isbre.sinks import Rule
 from isbre.sinks.contract import SinkError
 from isbre.sinks.iceberg import IcebergSink
 from isbre.sinks.lane import PipelinedSink
 from pyiceberg.catalog.rest import RestCatalog
+from pyiceberg.exceptions import BadRequestError
 
 from tests.server import IsbreServer
 from tests.sink_helpers import offsets_in, rows, span
@@ -118,9 +123,21 @@ def test_a_null_in_a_required_column_is_refused_naming_it(rest_catalog: RestCata
     assert table_rows(rest_catalog, ident) == []
 
 
+def sink_rows(server: IsbreServer, ident: str) -> dict[str, int]:
+    namespace, name = ident.rsplit(".", 1)
+    url = f"{server.url}/v1/isbre/namespaces/{namespace}/tables/{name}/coverage"
+    return httpx.get(url).raise_for_status().json()["rows"]
+
+
+def metrics_lines(server: IsbreServer, name: str) -> list[str]:
+    text = httpx.get(f"{server.url}/metrics").raise_for_status().text
+    return [line for line in text.splitlines() if line.startswith(f"isbre_sink_rows_total{{{name}")]
+
+
 def test_quarantine_takes_the_rows_that_break_the_tables_contract(
-    rest_catalog: RestCatalog, namespace: str
+    server: IsbreServer, rest_catalog: RestCatalog, namespace: str
 ) -> None:
+    """And each table counts the rows by disposition, once."""
     ident = f"{namespace}.contract"
     batch = required_orders(rest_catalog, ident)
     for _ in range(2):  # and again, as after a crash: nothing twice
@@ -140,6 +157,14 @@ def test_quarantine_takes_the_rows_that_break_the_tables_contract(
             (4, "dq", "positive", None),
             (5, "contract", None, null_customer),
         ]
+        assert sink_rows(server, ident) == {"accepted": 1, "quarantined.contract": 2, "quarantined.dq": 3}
+        assert sink_rows(server, f"{namespace}.contract_quarantine") == {"accepted": 5}
+    where = f'warehouse="isbre",table="{ident}"'
+    assert metrics_lines(server, where) == [
+        f'isbre_sink_rows_total{{{where},disposition="accepted"}} 1',
+        f'isbre_sink_rows_total{{{where},disposition="quarantined",reason="contract"}} 2',
+        f'isbre_sink_rows_total{{{where},disposition="quarantined",reason="dq"}} 3',
+    ]
 
 
 def test_a_quarantine_without_rules_takes_contract_failures_alone(
@@ -213,7 +238,7 @@ CRASHING_PRODUCER = textwrap.dedent(
     sink = sinks(catalog, sys.argv[2], target_file_bytes=1)
     sink.push(rows(300, 400), span(300, 400))
     if sys.argv[3] == "between-commits":
-        sink.quality.commit()
+        sink.quality.commit(sink.writer)
     os.kill(os.getpid(), signal.SIGKILL)
     """
 )
@@ -275,3 +300,94 @@ def test_the_ack_lane_quarantines_too(rest_catalog: RestCatalog, namespace: str)
     asyncio.run(send())
     assert [r["amount"] for r in table_rows(rest_catalog, f"{namespace}.lane_clean")] == [5, 5, 3, 3, 8, 8]
     assert len(table_rows(rest_catalog, f"{namespace}.lane_quarantined")) == 6
+
+
+def test_annotate_counts_accepted_and_annotated_rows(
+    server: IsbreServer, rest_catalog: RestCatalog, namespace: str
+) -> None:
+    annotated = f"{namespace}.counted_annotated"
+    with IcebergSink(rest_catalog, annotated, rules=RULES, enforcement="annotate") as sink:
+        sink.push(orders(), span(0, 6))
+        sink.finish()
+        sink.push(orders(), span(6, 12))
+        sink.finish()
+    assert sink_rows(server, annotated) == {"accepted": 6, "annotated": 6}
+
+
+def test_a_commit_declaring_malformed_row_counts_is_refused(
+    server: IsbreServer, rest_catalog: RestCatalog, namespace: str
+) -> None:
+    table = rest_catalog.create_table(f"{namespace}.forged", pa.schema([pa.field("n", pa.int64())]))
+    for forged in ('{"accepted": -1}', '{"deleted": 1}', "[1]", "not json"):
+        with pytest.raises(BadRequestError, match=r"isbre\.sink\.rows"):
+            table.append(pa.table({"n": [1]}), snapshot_properties={ROWS_PROPERTY: forged})
+    assert sink_rows(server, f"{namespace}.forged") == {}
+    assert table.refresh().current_snapshot() is None
+    # Any writer may declare counts; a large one is printed whole, not as 1.23457e+07.
+    table.append(pa.table({"n": [1]}), snapshot_properties={ROWS_PROPERTY: '{"accepted": 12345678}'})
+    where = f'warehouse="isbre",table="{namespace}.forged"'
+    assert metrics_lines(server, where) == [
+        f'isbre_sink_rows_total{{{where},disposition="accepted"}} 12345678'
+    ]
+
+
+def test_a_quarantine_too_slow_to_keep_up_sheds_counted_never_the_clean_rows(
+    server: IsbreServer, rest_catalog: RestCatalog, namespace: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Each quarantine commit takes 3 s, the sink finishes ten batches: it waits at most the drain
+    time for the quarantine each time, keeps every clean row, and sheds (counted) what the
+    quarantine's buffer cannot hold. Replaying the stream afterwards fills the quarantine's gaps
+    and writes no clean row twice."""
+    every_tenth = Rule("not_tenth", "1", lambda batch: [n % 10 != 0 for n in batch["n"].to_pylist()])
+    quarantine = IcebergSink(rest_catalog, f"{namespace}.slow_quarantine")
+    real_commit = quarantine.writer.commit
+
+    def slow_commit() -> object:
+        time.sleep(3)
+        return real_commit()
+
+    quarantine.writer.commit = slow_commit  # type: ignore[method-assign]
+    options = {"quarantine_buffer_rows": 10, "quarantine_drain_s": 0.05}
+    finishes = []
+    with (
+        caplog.at_level(logging.WARNING, logger="isbre.sinks.quarantine_lane"),
+        IcebergSink(
+            rest_catalog,
+            f"{namespace}.kept",
+            rules=[every_tenth],
+            enforcement="quarantine",
+            quarantine=quarantine,
+            **options,  # type: ignore[arg-type]
+        ) as sink,
+    ):
+        for start in range(0, 1000, 100):
+            sink.push(rows(start, start + 100), span(start, start + 100))
+            began = time.monotonic()
+            sink.finish()
+            finishes.append(time.monotonic() - began)
+        shed = sink.quality.quarantine.shed  # type: ignore[union-attr]
+    assert max(finishes) < 3, finishes  # never a quarantine commit's 3 s
+    assert len(table_rows(rest_catalog, f"{namespace}.kept")) == 900
+    assert shed["dq"] > 0
+    assert any("quarantine shed" in r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
+    landed = len(table_rows(rest_catalog, f"{namespace}.slow_quarantine"))
+    assert landed + shed["dq"] == 100
+    counts = sink_rows(server, f"{namespace}.kept")
+    # The last finish's shed rows are counted by the table's next commit, if they were not before.
+    assert counts["accepted"] == 900 and counts["quarantined.dq"] == 100
+    assert 0 < counts.get("shed.dq", 0) <= shed["dq"]
+
+    quarantine = IcebergSink(rest_catalog, f"{namespace}.slow_quarantine")
+    with IcebergSink(
+        rest_catalog,
+        f"{namespace}.kept",
+        rules=[every_tenth],
+        enforcement="quarantine",
+        quarantine=quarantine,
+    ) as sink:
+        for start in range(0, 1000, 100):
+            sink.push(rows(start, start + 100), span(start, start + 100))
+        sink.finish()
+    assert len(table_rows(rest_catalog, f"{namespace}.kept")) == 900
+    diverted = table_rows(rest_catalog, f"{namespace}.slow_quarantine")
+    assert sorted(row["n"] for row in diverted) == list(range(0, 1000, 10))

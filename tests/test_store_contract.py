@@ -14,6 +14,7 @@ from isbre.catalog.identifiers import Identifier
 from isbre.catalog.lmdb_store import LmdbStore
 from isbre.catalog.postgres.store import PostgresStore
 from isbre.catalog.records import CommitRecord
+from isbre.catalog.sink_rows import SinkRows
 from isbre.catalog.store import Pointer, Store, WriteView
 from isbre.catalog.store_copy import NotEmptyError
 
@@ -150,6 +151,24 @@ def test_coverage_merges_and_is_dropped_with_the_table(store: Store) -> None:
         view.drop_coverage("t")
     with store.read() as view:
         assert view.coverage("t").ranges == {} and view.coverage_commit("t", 7) is None
+
+
+def test_row_counts_add_up_per_table_under_its_latest_name_and_go_with_it(store: Store) -> None:
+    with store.write() as view:
+        view.add_sink_rows(SinkRows("t", "isbre", "n.t", {"accepted": 5, "quarantined.dq": 1}))
+        view.add_sink_rows(SinkRows("u", "isbre", "n.u", {"accepted": 1}))
+    with store.write() as view:  # the same transaction sees its own addition
+        view.add_sink_rows(SinkRows("t", "isbre", "n.renamed", {"accepted": 2, "shed.dq": 1}))
+        view.add_sink_rows(SinkRows("t", "isbre", "n.renamed", {"accepted": 1}))
+    with store.read() as view:
+        assert view.sink_rows("t") == [
+            SinkRows("t", "isbre", "n.renamed", {"accepted": 8, "quarantined.dq": 1, "shed.dq": 1})
+        ]
+        assert sorted(found.table_uuid for found in view.sink_rows(None)) == ["t", "u"]
+    with store.write() as view:
+        view.drop_coverage("t")
+    with store.read() as view:
+        assert view.sink_rows("t") == [] and [found.table for found in view.sink_rows(None)] == ["n.u"]
 
 
 def test_a_failed_transaction_and_a_failed_savepoint_leave_nothing(store: Store) -> None:
@@ -336,6 +355,7 @@ def _fill(store: Store) -> None:
         view.put_idempotent_response("k", {"ts": 9, "outcome": "x"})
         view.place("t", "file:///w/n/t")
         view.add_coverage("t", [Span(key, 0, 10), Span(key, 20, 30)], 77, 4)
+        view.put_sink_rows(SinkRows("t", "isbre", "n.t", {"accepted": 7}))
 
 
 def _state(store: Store) -> set[object]:
@@ -356,6 +376,7 @@ def test_export_then_load_into_either_kind_keeps_everything(
             assert (view.log_floor(), view.commit_seq()) == (3, 5)
             assert view.coverage("t").ranges == {SpanKey("kafka-1", "orders", 0): [(0, 10), (20, 30)]}
             assert view.coverage_commit("t", 77) == 4
+            assert view.sink_rows("t") == [SinkRows("t", "isbre", "n.t", {"accepted": 7})]
             assert view.overlapping("file:///w/n/t/data") == [("file:///w/n/t", "t")]
         with target.write() as view:  # the log goes on from the loaded high-water
             view.append(record(6))

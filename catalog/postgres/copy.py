@@ -16,9 +16,11 @@ from isbre.catalog.postgres.schema import (
     namespaces,
     pointers,
     ranges,
+    sink_rows,
 )
 from isbre.catalog.postgres.view import PostgresView
 from isbre.catalog.records import CommitRecord
+from isbre.catalog.sink_rows import SinkRows
 from isbre.catalog.store import Pointer
 from isbre.catalog.store_copy import (
     CoverageCommitEntry,
@@ -32,6 +34,7 @@ from isbre.catalog.store_copy import (
     NamespaceEntry,
     PointerEntry,
     RecordEntry,
+    SinkRowsEntry,
 )
 from sqlalchemy import select
 
@@ -57,3 +60,5 @@ def export_entries(view: PostgresView) -> Iterator[Entry]:
         yield CoverageEntry(table_uuid, SpanKey(source_id, topic, partition), start, end)
     for table_uuid, snapshot_id, commit_seq in db.execute(select(coverage_commits)):
         yield CoverageCommitEntry(table_uuid, snapshot_id, commit_seq)
+    for table_uuid, totals in db.execute(select(sink_rows.c.table_uuid, sink_rows.c.totals)):
+        yield SinkRowsEntry(SinkRows.from_json(table_uuid, totals))

@@ -98,6 +98,12 @@ coverage_commits = Table(
     Column("commit_seq", BigInteger, nullable=False),
 )
 
+sink_rows = Table(
+    "isbre_sink_rows",
+    schema,
+    Column("table_uuid", Text, primary_key=True),
+    Column("totals", Text, nullable=False),
+)
 
 # The hot statements, built once: SQLAlchemy then finds their compiled form at once, where a
 # statement built anew for each call costs more than the database's answer to it.

@@ -31,9 +31,11 @@ from isbre.catalog.postgres.schema import (
     namespaces,
     pointers,
     ranges,
+    sink_rows,
 )
 from isbre.catalog.postgres.transaction import Transaction
 from isbre.catalog.records import CommitRecord
+from isbre.catalog.sink_rows import SinkRows
 from isbre.catalog.store import (
     FIRST_WAREHOUSE,
     Pointer,
@@ -206,6 +208,16 @@ class PostgresView(WriteView):
             )
         )
 
+    def sink_rows(self, table_uuid: str | None) -> list[SinkRows]:
+        if table_uuid is not None:
+            found, row = self.txn.overlaid(sink_rows, table_uuid)
+            if found:
+                return [] if row is None else [SinkRows.from_json(table_uuid, row["totals"])]
+        query = select(sink_rows.c.table_uuid, sink_rows.c.totals)
+        if table_uuid is not None:
+            query = query.where(sink_rows.c.table_uuid == table_uuid)
+        return [SinkRows.from_json(uuid, totals) for uuid, totals in self._sql().execute(query)]
+
     # -- writes
 
     @property
@@ -303,6 +315,10 @@ class PostgresView(WriteView):
     def drop_coverage(self, table_uuid: str) -> None:
         self._sql().execute(delete(ranges).where(ranges.c.table_uuid == table_uuid))
         self._sql().execute(delete(coverage_commits).where(coverage_commits.c.table_uuid == table_uuid))
+        self.txn.buffer(sink_rows, {"table_uuid": table_uuid}, delete=True)
+
+    def put_sink_rows(self, totals: SinkRows) -> None:
+        self._upsert(sink_rows, table_uuid=totals.table_uuid, totals=totals.to_json().decode())
 
     def put_idempotent_response(self, key: str, response: dict[str, Any]) -> None:
         self._upsert(idempotency, key=key, response=json.dumps(response), ts=response["ts"])

@@ -68,6 +68,28 @@ function topicCard({ source, topic, partitions }) {
   );
 }
 
+// What the table's sinks did with the rows they were given: `quarantined.dq` is a disposition and a reason.
+function rowsCard(rows) {
+  const names = Object.keys(rows).sort();
+  if (!names.length) return h("p", { class: "muted" }, "No sink has counted rows into this table.");
+  return section(
+    h("span", {}, "Rows by disposition"),
+    h(
+      "table",
+      { class: "sink-rows" },
+      h("thead", {}, h("tr", {}, ["disposition", "reason", "rows"].map((c) => h("th", {}, c)))),
+      h(
+        "tbody",
+        {},
+        names.map((name) => {
+          const [disposition, reason = ""] = name.split(".");
+          return h("tr", { class: disposition === "shed" ? "lagging" : "" }, h("td", {}, disposition), h("td", {}, reason), h("td", { class: "num" }, rows[name]));
+        }),
+      ),
+    ),
+  );
+}
+
 export async function coveragePage(main, [warehouse, joined, name], shell) {
   const namespace = splitNamespace(joined);
   const full = [...namespace, name].join(".");
@@ -79,8 +101,11 @@ export async function coveragePage(main, [warehouse, joined, name], shell) {
     content,
   );
   const draw = async () => {
-    const { coverage } = await get(catalogPath(warehouse, namespace, "tables", name, "coverage"));
-    clear(content).append(...(coverage.length ? topics(coverage).map(topicCard) : [h("p", { class: "muted" }, "No sink has committed offsets to this table.")]));
+    const { coverage, rows } = await get(catalogPath(warehouse, namespace, "tables", name, "coverage"));
+    clear(content).append(
+      ...(coverage.length ? topics(coverage).map(topicCard) : [h("p", { class: "muted" }, "No sink has committed offsets to this table.")]),
+      rowsCard(rows),
+    );
   };
   return redrawOnCommit(shell, { warehouse, tables: [full] }, draw);
 }

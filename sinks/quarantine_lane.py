@@ -1,0 +1,162 @@
+"""The quarantine's own lane: a thread that commits the rows a sink diverts, beside the clean path.
+
+A sink hands each batch's diverted rows to the lane and goes on; the lane's thread takes
+everything handed to it since its last commit and commits it to the quarantine table. Before the
+sink's own commit, `drain()` waits for the lane to land what was handed to it, for at most
+`drain_s`: the quarantine never holds the clean path up for longer. What the lane could not take
+is shed, never the clean rows: rows handed to a lane whose buffer is full, rows still waiting
+when a drain gives up, and rows of a quarantine commit that failed. Shed rows are counted by
+reason and logged as warnings; the quarantine table's coverage then has a gap where they were,
+and replaying that span fills it (the clean table skips what it holds).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+from isbre.sinks.contract import OffsetSpan, SourceFields
+
+if TYPE_CHECKING:
+    from isbre.sinks.iceberg import TableWriter
+
+log = logging.getLogger(__name__)
+# The defaults: a quarantine that a sink's commit waits a second for, holding up to 100,000 rows.
+QUARANTINE_BUFFER_ROWS = 100_000
+QUARANTINE_DRAIN_S = 1.0
+# At most one warning about shed rows this often, each with the running count.
+WARN_EVERY_S = 10.0
+
+
+@dataclass(frozen=True)
+class _Diverted:
+    batch: pa.RecordBatch
+    span: OffsetSpan
+    source: SourceFields | None
+    offsets: np.ndarray
+    reasons: Counter[str]  # rows by reason
+
+
+class QuarantineLane:
+    def __init__(self, writer: TableWriter, buffer_rows: int, drain_s: float) -> None:
+        if buffer_rows < 0 or drain_s < 0:
+            raise ValueError(
+                f"quarantine_buffer_rows and quarantine_drain_s must be >= 0: {buffer_rows}, {drain_s}"
+            )
+        self.writer = writer
+        self.buffer_rows = buffer_rows
+        self.drain_s = drain_s
+        self.shed: Counter[str] = Counter()  # rows by reason, since the lane started
+        self.landed: Counter[str] = Counter()
+        self.drain_timeouts = 0
+        self._unreported: Counter[str] = Counter()  # shed rows not yet taken by `take_shed`
+        self._queue: list[_Diverted] = []
+        self._queued_rows = 0
+        self._unfinished = 0  # handed over, neither landed nor shed
+        self._closed = False
+        self._warned_at = -WARN_EVERY_S
+        self._condition = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def offer(
+        self,
+        batch: pa.RecordBatch,
+        span: OffsetSpan,
+        source: SourceFields | None,
+        offsets: np.ndarray,
+        reasons: Counter[str],
+    ) -> None:
+        """Hand diverted rows (and their span, even with no rows) to the lane; shed them if its
+        buffer cannot hold them."""
+        with self._condition:
+            if batch.num_rows and self._queued_rows + batch.num_rows > self.buffer_rows:
+                self._shed(reasons, f"its buffer holds {self._queued_rows} of {self.buffer_rows} rows", span)
+                return
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name=f"isbre-quarantine {self.writer.identifier}", daemon=True
+                )
+                self._thread.start()
+            self._queue.append(_Diverted(batch, span, source, offsets, reasons))
+            self._queued_rows += batch.num_rows
+            self._unfinished += 1
+            self._condition.notify_all()
+
+    def drain(self) -> None:
+        """Wait until everything handed over has landed or been shed, for at most `drain_s`; then
+        shed what is still waiting (a commit under way is left to finish)."""
+        with self._condition:
+            if self._condition.wait_for(lambda: self._unfinished == 0, timeout=self.drain_s):
+                return
+            self.drain_timeouts += 1
+            waiting, self._queue, self._queued_rows = self._queue, [], 0
+            self._unfinished -= len(waiting)
+            for item in waiting:
+                self._shed(
+                    item.reasons, f"it did not land within quarantine_drain_s = {self.drain_s:g}", item.span
+                )
+
+    def take_shed(self) -> Counter[str]:
+        """Rows shed since the last call, by reason."""
+        with self._condition:
+            shed, self._unreported = self._unreported, Counter()
+            return shed
+
+    def close(self) -> None:
+        """Stop the lane; whatever it has not committed is dropped (the sink's own close drops its
+        unfinished rows the same way)."""
+        with self._condition:
+            self._closed = True
+            self._queue, self._queued_rows = [], 0
+            self._condition.notify_all()
+        if self._thread is not None:
+            self._thread.join()
+        self.writer.close()
+
+    def _shed(self, reasons: Counter[str], why: str, span: OffsetSpan) -> None:
+        """Count shed rows and say so (under the lock)."""
+        self.shed.update(reasons)
+        self._unreported.update(reasons)
+        now = time.monotonic()
+        if now - self._warned_at >= WARN_EVERY_S:
+            self._warned_at = now
+            log.warning(
+                "%s: quarantine shed %d rows of %s because %s; shed so far: %s (the clean rows are kept; "
+                "replay the span to fill the quarantine's gap)",
+                self.writer.identifier,
+                sum(reasons.values()),
+                span,
+                why,
+                dict(self.shed),
+            )
+
+    def _run(self) -> None:
+        while True:
+            with self._condition:
+                self._condition.wait_for(lambda: self._queue or self._closed)
+                if self._closed:
+                    return
+                burst, self._queue, self._queued_rows = self._queue, [], 0
+            reasons: Counter[str] = Counter()
+            for item in burst:
+                reasons.update(item.reasons)
+            try:
+                for item in burst:
+                    self.writer.add(item.batch, item.span, item.source, item.offsets)
+                self.writer.commit()
+            except Exception as e:
+                self.writer.abort()
+                with self._condition:
+                    self._shed(reasons, f"its commit failed: {type(e).__name__}: {e}", burst[0].span)
+            else:
+                self.landed.update(reasons)
+            finally:
+                with self._condition:
+                    self._unfinished -= len(burst)
+                    self._condition.notify_all()
