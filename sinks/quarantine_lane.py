@@ -1,9 +1,11 @@
 """The quarantine's own lane: a thread that commits the rows a sink diverts, beside the clean path.
 
-A sink hands each batch's diverted rows to the lane and goes on; the lane's thread takes
-everything handed to it since its last commit and commits it to the quarantine table. Before the
-sink's own commit, `drain()` waits for the lane to land what was handed to it, for at most
-`drain_s`: the quarantine never holds the clean path up for longer. What the lane could not take
+A sink hands each batch's diverted rows to the lane and goes on. Before the sink's own commit,
+`drain()` asks the lane's thread to commit everything handed to it since its last commit to the
+quarantine table (while the sink's own files are written), and waits for it for at most
+`drain_s`: the quarantine never holds the clean path up for longer. The thread commits sooner
+only when half its buffer is full, so a sink's commit costs one quarantine commit, not one per
+batch. What the lane could not take
 is shed, never the clean rows: rows handed to a lane whose buffer is full, rows still waiting
 when a drain gives up, and rows of a quarantine commit that failed. Shed rows are counted by
 reason and logged as warnings; the quarantine table's coverage then has a gap where they were,
@@ -60,6 +62,7 @@ class QuarantineLane:
         self._queued_rows = 0
         self._unfinished = 0  # handed over, neither landed nor shed
         self._closed = False
+        self._draining = False  # a drain waits: commit what is queued now
         self._warned_at = -WARN_EVERY_S
         self._condition = threading.Condition()
         self._thread: threading.Thread | None = None
@@ -92,7 +95,11 @@ class QuarantineLane:
         """Wait until everything handed over has landed or been shed, for at most `drain_s`; then
         shed what is still waiting (a commit under way is left to finish)."""
         with self._condition:
-            if self._condition.wait_for(lambda: self._unfinished == 0, timeout=self.drain_s):
+            self._draining = True
+            self._condition.notify_all()
+            landed = self._condition.wait_for(lambda: self._unfinished == 0, timeout=self.drain_s)
+            self._draining = False
+            if landed:
                 return
             self.drain_timeouts += 1
             waiting, self._queue, self._queued_rows = self._queue, [], 0
@@ -139,7 +146,12 @@ class QuarantineLane:
     def _run(self) -> None:
         while True:
             with self._condition:
-                self._condition.wait_for(lambda: self._queue or self._closed)
+                self._condition.wait_for(
+                    lambda: (
+                        self._closed
+                        or (self._queue and (self._draining or 2 * self._queued_rows >= self.buffer_rows))
+                    )
+                )
                 if self._closed:
                     return
                 burst, self._queue, self._queued_rows = self._queue, [], 0
