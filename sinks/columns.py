@@ -7,6 +7,7 @@ once it exists (the table property `isbre.sink.prefix` records it).
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -114,9 +115,12 @@ class MetadataColumns:
         offsets: np.ndarray,
         source: SourceFields | None,
         received: pa.Scalar,
+        unhashed: Collection[str] = (),
     ) -> pa.RecordBatch:
         """`batch` with the metadata columns appended (`offsets`: one source offset per row), all but
-        `emit_ts`, which the writer adds when it writes the commit's files."""
+        `emit_ts`, which the writer adds when it writes the commit's files. The record id hashes
+        the record's own columns: not those named `unhashed` (what a rule or a quarantine added), so
+        a record has one id in its table, its quarantine and its audit."""
         n = batch.num_rows
         source = source or SourceFields()
         given = {
@@ -142,7 +146,12 @@ class MetadataColumns:
                 elif column.type != kind:
                     column = column.cast(kind)
             else:
-                column = record_ids(span.source_id, span.topic, span.partition, offsets, batch.columns)
+                own = [
+                    c
+                    for c, name in zip(batch.columns, batch.schema.names, strict=True)
+                    if name not in unhashed
+                ]
+                column = record_ids(span.source_id, span.topic, span.partition, offsets, own)
             columns.append(column)
             fields.append(metadata_field)
         schema = pa.schema([*batch.schema, *fields])

@@ -353,7 +353,9 @@ class TableWriter:
         emitted = now()
         stamped = []
         for item in prepared:
-            batch = self.columns.stamp(item.batch, item.span, item.offsets, item.source, item.received)
+            batch = self.columns.stamp(
+                item.batch, item.span, item.offsets, item.source, item.received, self.quality_columns
+            )
             for name in item.to_json:
                 index = batch.schema.get_field_index(name)
                 batch = batch.set_column(index, name, canonical_json(batch.column(index)))

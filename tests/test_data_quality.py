@@ -90,6 +90,7 @@ def test_quarantine_diverts_failing_rows_and_a_replay_writes_nothing_twice(
         by_record.setdefault(row["_twg_record_id"], {})[row["rule"]] = (row["verdict"], row["disposition"])
     clean_ids = {row["_twg_record_id"] for row in clean}
     assert len(by_record) == len(AMOUNTS) and clean_ids <= set(by_record)
+    assert {row["_twg_record_id"] for row in diverted} == set(by_record) - clean_ids  # one id everywhere
     for record_id, verdicts in by_record.items():
         accepted = record_id in clean_ids
         assert {d for _, d in verdicts.values()} == {"accepted" if accepted else "quarantined"}
@@ -182,8 +183,10 @@ def test_a_quarantine_without_rules_takes_contract_failures_alone(
 
 
 def test_annotate_lands_every_row_with_its_verdicts(rest_catalog: RestCatalog, namespace: str) -> None:
+    """And the audit names each row by the id it has in the table: the verdicts are not part of it."""
     ident = f"{namespace}.annotated"
-    with IcebergSink(rest_catalog, ident, rules=RULES, enforcement="annotate") as sink:
+    audit = IcebergSink(rest_catalog, f"{namespace}.annotated_audit")
+    with IcebergSink(rest_catalog, ident, rules=RULES, enforcement="annotate", audit=audit) as sink:
         sink.push(orders(), span(0, 6))
         sink.finish()
     rows = table_rows(rest_catalog, ident)
@@ -195,6 +198,9 @@ def test_annotate_lands_every_row_with_its_verdicts(rest_catalog: RestCatalog, n
         (-7, False, ["positive"]),
         (8, True, []),
     ]
+    audited = rest_catalog.load_table(f"{namespace}.annotated_audit").scan().to_arrow()
+    assert set(audited["_twg_record_id"].to_pylist()) == {row["_twg_record_id"] for row in rows}
+    assert set(audited["disposition"].to_pylist()) == {"annotated"}
 
 
 def test_a_rule_that_answers_wrongly_is_named(rest_catalog: RestCatalog, namespace: str) -> None:
