@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from pyiceberg.table import Transaction
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.update import (
     TableUpdate,
@@ -20,6 +22,7 @@ from pyiceberg.table.update import (
     _TableMetadataUpdateContext,
     _update_table_metadata_log,
 )
+from pyiceberg.utils.datetime import datetime_to_millis
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -90,3 +93,30 @@ def rest_extension_get(
     authenticated session (PyIceberg builds its own requests the same way)."""
     url = catalog.url(endpoint, **catalog._split_identifier_for_path(identifier))
     return catalog._session.get(url, params=params)
+
+
+class LeanTransaction(Transaction):
+    """A transaction whose commit costs the same whatever the table's history.
+
+    PyIceberg's Transaction works out `table_metadata` again on every read, deep-copying the
+    whole metadata each time, and a fast append reads it 14 times: a sink's commit to a table of
+    600 snapshots spent half a second of client CPU in those copies. This one works it out once
+    per change of the staged updates, without the copy (the metadata models are frozen, and the
+    sink changes none in place)."""
+
+    _worked_out: tuple[TableMetadata, tuple[TableUpdate, ...], TableMetadata] | None = None
+
+    @property
+    def table_metadata(self) -> TableMetadata:
+        base, updates = self._table.metadata, self._updates
+        if self._worked_out is not None and self._worked_out[0] is base and self._worked_out[1] is updates:
+            return self._worked_out[2]
+        context = UpdateContext()
+        metadata = base
+        for update in updates:
+            metadata = apply_table_update(update, metadata, context)
+        if context.has_changes() and metadata.last_updated_ms == base.last_updated_ms:
+            now = datetime_to_millis(datetime.now().astimezone())
+            metadata = metadata.model_copy(update={"last_updated_ms": now})
+        self._worked_out = (base, updates, metadata)
+        return metadata

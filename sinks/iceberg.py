@@ -23,7 +23,7 @@ import requests
 from isbre.catalog.coverage import SPANS_PROPERTY, Coverage, Span, SpanKey, encode_spans, merge
 from isbre.catalog.file_uris import local_path
 from isbre.catalog.metadata_files import sync_directories, sync_file
-from isbre.catalog.pyiceberg_internals import arrow_schema_without_ids
+from isbre.catalog.pyiceberg_internals import LeanTransaction, arrow_schema_without_ids
 from isbre.catalog.sink_rows import ACCEPTED, ROWS_PROPERTY, encode_rows
 from isbre.sinks.catalogs import CoverageSource, coverage_source
 from isbre.sinks.columns import DEFAULT_PREFIX, MetadataColumns, now
@@ -431,7 +431,7 @@ class TableWriter:
             table = self.table
             self._check_no_overlap(table)
             try:
-                tx = table.transaction()
+                tx = LeanTransaction(table)
                 with tx.update_snapshot(snapshot_properties=properties).fast_append() as append:
                     for data_file in files:
                         append.append_data_file(data_file)

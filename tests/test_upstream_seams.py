@@ -111,3 +111,36 @@ def test_uvicorn_protocol_has_what_the_guarded_protocol_uses() -> None:
     cycle = inspect.getsource(RequestResponseCycle.__init__)
     for attribute in ("self.scope", "self.response_started", "self.disconnected"):
         assert attribute in cycle, attribute
+
+
+def test_a_lean_transaction_works_out_the_metadata_pyiceberg_does_once(tmp_path: Path) -> None:
+    """The sink commits through LeanTransaction: the metadata its staged updates make must be
+    PyIceberg's own, worked out once per change of them."""
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.table import Transaction
+
+    catalog = SqlCatalog("seam", uri=f"sqlite:///{tmp_path}/c.db", warehouse=tmp_path.as_uri())
+    catalog.create_namespace("n")
+    table = catalog.create_table("n.t", SCHEMA)
+    table.append(pa.table({"x": pa.array([1], pa.int64())}))
+    data = pa.table({"x": pa.array([2, 3], pa.int64())})
+    (data_file,) = pyiceberg.data_files_of(table.metadata, data, table.io, uuid.uuid4())
+    worked_out = []
+    for kind in (Transaction, pyiceberg.LeanTransaction):
+        tx = kind(table)
+        before = tx.table_metadata
+        assert before.model_dump() == table.metadata.model_dump()
+        with tx.update_snapshot(snapshot_properties={"k": "v"}).fast_append() as append:
+            append.append_data_file(data_file)
+        worked_out.append(tx.table_metadata)
+        if kind is pyiceberg.LeanTransaction:
+            assert tx.table_metadata is tx.table_metadata  # once, until the updates change
+            assert tx.table_metadata is not before
+    ours, theirs = (
+        m.model_dump(exclude={"last_updated_ms", "snapshots", "refs", "snapshot_log", "current_snapshot_id"})
+        for m in worked_out
+    )
+    assert ours == theirs
+    assert worked_out[0].snapshots[-1].summary == worked_out[1].snapshots[-1].summary  # what was added
+    assert [s.summary.additional_properties["k"] for s in worked_out[1].snapshots[1:]] == ["v"]
+    assert worked_out[1].current_snapshot().parent_snapshot_id == table.metadata.current_snapshot_id
