@@ -10,10 +10,13 @@ maintenance endpoint). This module decides; catalog/table_operations.py commits 
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from isbre.catalog.file_uris import local_path
 from pyiceberg.io import FileIO
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.refs import MAIN_BRANCH, SnapshotRefType
@@ -25,6 +28,7 @@ MAX_REF_AGE_MS = "history.expire.max-ref-age-ms"
 DELETE_AFTER_COMMIT = "write.metadata.delete-after-commit.enabled"
 PREVIOUS_VERSIONS_MAX = "write.metadata.previous-versions-max"
 ENABLED = "isbre.maintenance.enabled"
+ORPHAN_MIN_AGE_MS = "isbre.maintenance.orphan-files.min-age-ms"
 
 # Iceberg's defaults: five days of snapshots, at least one; refs kept forever; 100 old versions.
 DEFAULT_MAX_SNAPSHOT_AGE_MS = 5 * 24 * 3600 * 1000
@@ -47,9 +51,19 @@ STREAMING_DEFAULTS = {
 
 EXPIRE_SNAPSHOTS = "expire-snapshots"
 REMOVE_METADATA_FILES = "remove-metadata-files"
-JOBS = (EXPIRE_SNAPSHOTS, REMOVE_METADATA_FILES)
+REMOVE_ORPHAN_FILES = "remove-orphan-files"
+JOBS = (EXPIRE_SNAPSHOTS, REMOVE_METADATA_FILES, REMOVE_ORPHAN_FILES)
+# A file younger than this may be a commit's, written and not yet committed (Iceberg's own
+# remove-orphan-files waits as long by default).
+DEFAULT_ORPHAN_MIN_AGE_MS = 3 * 24 * 3600 * 1000
 
-_POSITIVE = (MAX_SNAPSHOT_AGE_MS, MIN_SNAPSHOTS_TO_KEEP, MAX_REF_AGE_MS, PREVIOUS_VERSIONS_MAX)
+_POSITIVE = (
+    MAX_SNAPSHOT_AGE_MS,
+    MIN_SNAPSHOTS_TO_KEEP,
+    MAX_REF_AGE_MS,
+    PREVIOUS_VERSIONS_MAX,
+    ORPHAN_MIN_AGE_MS,
+)
 _BOOLEAN = (DELETE_AFTER_COMMIT, ENABLED)
 # The metadata files isbre writes: `<version>-<uuid>.metadata.json`, versions counting up.
 _VERSIONED = re.compile(r"^(\d{5,})-[0-9a-f-]{36}\.metadata\.json(\.gz)?$")
@@ -86,6 +100,10 @@ def enabled(properties: dict[str, str]) -> bool:
 
 def _int(properties: dict[str, str], key: str, default: int) -> int:
     return int(properties.get(key, default))
+
+
+def orphan_min_age_ms(properties: dict[str, str]) -> int:
+    return _int(properties, ORPHAN_MIN_AGE_MS, DEFAULT_ORPHAN_MIN_AGE_MS)
 
 
 @dataclass(frozen=True)
@@ -173,6 +191,36 @@ def unreachable_files(io: FileIO, before: TableMetadata, after: TableMetadata) -
         files += [(path, "manifest") for path in sorted(expired)]
     files += [(s.manifest_list, "manifest list") for s in gone if s.manifest_list not in live_lists]
     return files
+
+
+def referenced_files(io: FileIO, metadata: TableMetadata, location: str) -> set[str]:
+    """Every file the table's metadata reaches: its metadata files (current and logged), each
+    snapshot's manifest list and manifests, the data and delete files they name (removed entries
+    too), and its statistics files."""
+    named = {location, *(entry.metadata_file for entry in metadata.metadata_log)}
+    named |= {f.statistics_path for f in metadata.statistics}
+    named |= {f.statistics_path for f in metadata.partition_statistics}
+    for snapshot in metadata.snapshots:
+        named.add(snapshot.manifest_list)
+        for manifest in snapshot.manifests(io):
+            if manifest.manifest_path in named:
+                continue
+            named.add(manifest.manifest_path)
+            named |= {e.data_file.file_path for e in manifest.fetch_manifest_entry(io, discard_deleted=False)}
+    return named
+
+
+def orphans(
+    listed: Iterable[tuple[str, float]], referenced: set[str], now_ms: int, min_age_ms: int
+) -> list[tuple[str, str]]:
+    """(path, what it is) of the listed files (local paths, with their modification time in
+    seconds) that the table does not reference and that are older than `min_age_ms`."""
+    known = {os.path.normpath(p) for p in (local_path(uri) for uri in referenced) if p is not None}
+    return [
+        (path, "orphan file")
+        for path, modified in sorted(listed)
+        if os.path.normpath(path) not in known and now_ms - modified * 1000 > min_age_ms
+    ]
 
 
 def version_of(name: str) -> int | None:

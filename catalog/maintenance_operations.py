@@ -8,27 +8,33 @@ table pointing at a deleted file, at worst files nobody points at.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from isbre.catalog.deletion import delete_each
-from isbre.catalog.file_uris import local_path
+from isbre.catalog.file_uris import file_uri, local_path
 from isbre.catalog.identifiers import Identifier
 from isbre.catalog.maintenance import (
     DELETE_AFTER_COMMIT,
     EXPIRE_SNAPSHOTS,
     JOBS,
     REMOVE_METADATA_FILES,
+    REMOVE_ORPHAN_FILES,
     JobReport,
+    orphan_min_age_ms,
+    orphans,
     plan_expiry,
+    referenced_files,
     superseded_metadata,
     unreachable_files,
 )
 from isbre.catalog.service_core import MAX_COMMIT_ATTEMPTS
 from isbre.catalog.table_operations import TableOperations, TableState
-from isbre.catalog.tables import TableChange
+from isbre.catalog.tables import TableChange, places_of
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.update import (
@@ -59,6 +65,7 @@ class MaintenanceOperations(TableOperations):
         run: dict[str, Callable[[], JobReport]] = {
             EXPIRE_SNAPSHOTS: lambda: self._expire_snapshots(ident, when),
             REMOVE_METADATA_FILES: lambda: self._remove_metadata_files(ident),
+            REMOVE_ORPHAN_FILES: lambda: self._remove_orphan_files(ident, when),
         }
         return [run[job]() for job in jobs]
 
@@ -124,4 +131,31 @@ class MaintenanceOperations(TableOperations):
             return report
         old = superseded_metadata(names, state.metadata, state.metadata_location)
         self._delete(report, state.metadata, [(f"{directory}/{name}", "metadata") for name in old])
+        return report
+
+    def _remove_orphan_files(self, ident: Identifier, now_ms: int) -> JobReport:
+        """Delete the files under the table's places that none of its metadata reaches and that are
+        older than `isbre.maintenance.orphan-files.min-age-ms` (a younger one may be a commit's
+        under way). Nothing is deleted if any manifest cannot be read."""
+        report = JobReport(REMOVE_ORPHAN_FILES)
+        state = self.load_table(ident)
+        assert state.metadata_location is not None
+        listed: list[tuple[str, float]] = []
+        for place in places_of(state.metadata.location, state.metadata.properties):
+            root = local_path(place)
+            if root is None:
+                report.problems.append(f"listing {place} is not supported: only local warehouses are cleaned")
+                return report
+            for directory, _, names in os.walk(root):
+                for name in names:
+                    path = os.path.join(directory, name)
+                    with contextlib.suppress(FileNotFoundError):  # removed meanwhile
+                        listed.append((path, os.lstat(path).st_mtime))
+        try:
+            referenced = referenced_files(self.io, state.metadata, state.metadata_location)
+        except Exception as exc:  # an unreadable manifest: what it names is unknown, so delete nothing
+            report.problems.append(f"cannot list the table's files: {type(exc).__name__}: {exc}")
+            return report
+        found = orphans(listed, referenced, now_ms, orphan_min_age_ms(state.metadata.properties))
+        self._delete(report, state.metadata, [(file_uri(Path(path)), what) for path, what in found])
         return report

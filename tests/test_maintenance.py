@@ -4,6 +4,7 @@ ordinary commit, files deleted only once unreachable and only the table's own.""
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -155,6 +156,54 @@ def test_old_metadata_files_are_capped_at_previous_versions_max(catalog: Catalog
     assert {f"{table.metadata_location.rsplit('/', 1)[0]}/{n}" for n in os.listdir(directory)} == kept
 
 
+def test_orphan_files_older_than_the_safety_age_go_and_nothing_the_table_reaches(catalog: Catalog) -> None:
+    """Files under the table that no metadata reaches: old ones are deleted, young ones (a commit
+    under way writes files first) are kept, and every file the table reaches stays, the data
+    files an overwrite replaced that older snapshots still name included."""
+    table = appended(catalog, 3)
+    table.overwrite(batch(100))
+    table = table.refresh()
+    root = local_path(table.metadata.location)
+    assert root is not None
+    before = {p for p in root.rglob("*") if p.is_file()}
+    old_data, old_manifest = root / "data" / "lost.parquet", root / "metadata" / "lost-m0.avro"
+    young = root / "data" / "in-flight.parquet"
+    nested = root / "data" / "region=eu" / "lost.parquet"
+    nested.parent.mkdir()
+    for path in (old_data, old_manifest, young, nested):
+        path.write_bytes(b"not referenced")
+    day_ago = time.time() - 86_400
+    for path in (old_data, old_manifest, nested):
+        os.utime(path, (day_ago, day_ago))
+    service, ident = service_of(catalog), Identifier.of(("db",), "t")
+    catalog.load_table("db.t").transaction().set_properties(
+        {"isbre.maintenance.orphan-files.min-age-ms": "3600000"}
+    ).commit_transaction()
+    (report,) = service.maintain(ident, ["remove-orphan-files"])
+    assert report.deleted_files == 3 and not report.problems, report
+    after = {p for p in root.rglob("*") if p.is_file()}
+    assert young in after and not {old_data, old_manifest, nested} & after
+    assert before <= after  # every file the table had, the new metadata file besides
+    assert sorted(catalog.load_table("db.t").scan().to_arrow()["n"].to_pylist()) == [100, 101]
+    first = catalog.load_table("db.t").metadata.snapshots[0].snapshot_id
+    assert catalog.load_table("db.t").scan(snapshot_id=first).to_arrow().num_rows == 2  # time travel
+
+
+def test_orphan_removal_deletes_nothing_when_a_manifest_cannot_be_read(catalog: Catalog) -> None:
+    table = appended(catalog, 2, {"isbre.maintenance.orphan-files.min-age-ms": "1"})
+    root = local_path(table.metadata.location)
+    assert root is not None
+    lost = root / "data" / "lost.parquet"
+    lost.write_bytes(b"not referenced")
+    os.utime(lost, (time.time() - 60, time.time() - 60))
+    manifest = local_path(table.current_snapshot().manifests(table.io)[0].manifest_path)  # type: ignore[union-attr]
+    assert manifest is not None
+    manifest.write_bytes(b"garbage")
+    (report,) = service_of(catalog).maintain(Identifier.of(("db",), "t"), ["remove-orphan-files"])
+    assert report.deleted_files == 0 and "cannot list the table's files" in report.problems[0]
+    assert lost.exists()
+
+
 def test_a_sink_replays_nothing_after_expiry(catalog: Catalog) -> None:
     write_once(catalog, "db.sunk", rows(0, 100), span(0, 100))
     write_once(catalog, "db.sunk", rows(100, 200), span(100, 200))
@@ -220,6 +269,7 @@ def test_invalid_policies_are_refused_naming_the_property(maintained: IsbreServe
         ("history.expire.min-snapshots-to-keep", "0"),
         ("history.expire.max-snapshot-age-ms", "soon"),
         ("write.metadata.delete-after-commit.enabled", "yes"),
+        ("isbre.maintenance.orphan-files.min-age-ms", "-5"),
     ]:
         answer = commit_properties(maintained, "policies", {key: value})
         assert answer.status_code == 400, answer.text
@@ -240,10 +290,21 @@ def test_the_endpoint_runs_jobs_now_and_refuses_unknown_ones(maintained: IsbreSe
     table = rest.create_table("m.now", schema=batch(0).schema, properties=POLICY)
     for i in range(5):
         table.append(batch(i))
-    answer = httpx.post(f"{table_url(maintained, 'now')}/maintenance", json={"jobs": ["expire-snapshots"]})
+    answer = httpx.post(
+        f"{table_url(maintained, 'now')}/maintenance",
+        json={"jobs": ["expire-snapshots", "remove-orphan-files"]},
+    )
     assert answer.status_code == 200, answer.text
-    (job,) = answer.json()["jobs"]
+    job, orphans = answer.json()["jobs"]
     assert job["job"] == "expire-snapshots" and job["committed"] and job["removed-snapshots"] == 2
+    # The expired snapshots' files went with the expiry; nothing else is old enough to be an orphan.
+    assert orphans == {
+        "job": "remove-orphan-files",
+        "committed": False,
+        "removed-snapshots": 0,
+        "removed-refs": [],
+        "deleted-files": 0,
+    }
     unknown = httpx.post(f"{table_url(maintained, 'now')}/maintenance", json={"jobs": ["defragment"]})
     assert unknown.status_code == 400 and "defragment" in unknown.json()["error"]["message"]
     empty = httpx.post(f"{table_url(maintained, 'now')}/maintenance", json={"jobs": []})
