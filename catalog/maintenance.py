@@ -47,6 +47,9 @@ STREAMING_DEFAULTS = {
     MIN_SNAPSHOTS_TO_KEEP: "20",
     DELETE_AFTER_COMMIT: "true",
     PREVIOUS_VERSIONS_MAX: "20",
+    # The sink then merges small manifests as it appends (at Iceberg's default of 100 of them),
+    # so that a scan plans over a bounded number of manifests, not one per commit.
+    "commit.manifest-merge.enabled": "true",
 }
 
 EXPIRE_SNAPSHOTS = "expire-snapshots"

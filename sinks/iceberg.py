@@ -47,6 +47,7 @@ from pyiceberg.table import Table
 log = logging.getLogger(__name__)
 
 COMMIT_ID_PROPERTY = "isbre.sink.commit-id"
+MANIFEST_MERGE = "commit.manifest-merge.enabled"
 
 
 @dataclass(frozen=True)
@@ -432,7 +433,11 @@ class TableWriter:
             self._check_no_overlap(table)
             try:
                 tx = LeanTransaction(table)
-                with tx.update_snapshot(snapshot_properties=properties).fast_append() as append:
+                snapshot = tx.update_snapshot(snapshot_properties=properties)
+                # As Iceberg's own appends: small manifests are merged when the table asks for it,
+                # so that a table a sink commits to often does not plan over one manifest a commit.
+                merging = table.metadata.properties.get(MANIFEST_MERGE, "false").lower() == "true"
+                with snapshot.merge_append() if merging else snapshot.fast_append() as append:
                     for data_file in files:
                         append.append_data_file(data_file)
                 tx.commit_transaction()

@@ -204,6 +204,28 @@ def test_orphan_removal_deletes_nothing_when_a_manifest_cannot_be_read(catalog: 
     assert lost.exists()
 
 
+@pytest.mark.parametrize("merging", [True, False])
+def test_a_sink_merges_small_manifests_when_the_table_asks(catalog: Catalog, merging: bool) -> None:
+    properties = {
+        "commit.manifest-merge.enabled": str(merging).lower(),
+        "commit.manifest.min-count-to-merge": "4",
+    }
+    for start in range(0, 120, 10):
+        write_once(
+            catalog,
+            "db.merged",
+            rows(start, start + 10),
+            span(start, start + 10),
+            table_properties=properties,
+        )
+    table = catalog.load_table("db.merged")
+    manifests = table.current_snapshot().manifests(table.io)  # type: ignore[union-attr]
+    assert (len(manifests) < 4) if merging else (len(manifests) == 12), len(manifests)
+    assert offsets_in(table) == [(0, n) for n in range(120)]  # every row once
+    first = table.metadata.snapshots[0].snapshot_id
+    assert table.scan(snapshot_id=first).to_arrow().num_rows == 10  # time travel intact
+
+
 def test_a_sink_replays_nothing_after_expiry(catalog: Catalog) -> None:
     write_once(catalog, "db.sunk", rows(0, 100), span(0, 100))
     write_once(catalog, "db.sunk", rows(100, 200), span(100, 200))

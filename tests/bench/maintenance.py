@@ -110,8 +110,15 @@ def run(workdir: Path) -> Report:
         _feed("isbre (maintenance on)", rest, STREAMING, report)
         _feed("isbre-off (no maintenance)", rest, {}, report)
         # A sink's table gets the streaming defaults unless told otherwise: here, as isbre-off.
-        off = {"isbre.maintenance.enabled": "false", "write.metadata.delete-after-commit.enabled": "false"}
+        off = {
+            "isbre.maintenance.enabled": "false",
+            "write.metadata.delete-after-commit.enabled": "false",
+            "commit.manifest-merge.enabled": "false",
+        }
         _feed("isbre-sink (IcebergSink, no maintenance)", rest, off, report, sink=True)
+        # The defaults a sink's table gets, their age cut as above: expiry and manifest merging.
+        streaming = {"history.expire.max-snapshot-age-ms": "2000"}
+        _feed("isbre-streaming (IcebergSink, streaming defaults)", rest, streaming, report, sink=True)
         _feed("SqlCatalog (no maintenance)", sql, {}, report)
     finally:
         server.stop()
