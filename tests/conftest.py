@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -15,10 +15,19 @@ from tests.server import InProcessServer, IsbreServer
 _counter = itertools.count()
 
 
+# Settings of the test suite itself, not of a server: kept.
+SUITE_SETTINGS = frozenset({"ISBRE_CHROMIUM", "ISBRE_CONSOLE_SCREENSHOTS"})
+
+
+def server_settings(environ: Mapping[str, str]) -> list[str]:
+    """The names in `environ` that would configure an isbre server or OpenLineage."""
+    return [k for k in environ if k.startswith(("ISBRE_", "OPENLINEAGE")) and k not in SUITE_SETTINGS]
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """A developer's own isbre and OpenLineage settings stay out of the servers the tests start in
     this process, as `IsbreServer` keeps them out of those it starts as processes."""
-    for key in [key for key in os.environ if key.startswith(("ISBRE_", "OPENLINEAGE"))]:
+    for key in server_settings(os.environ):
         del os.environ[key]
 
 

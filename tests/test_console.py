@@ -35,6 +35,7 @@ from pyiceberg.types import (
 from pyiceberg.view.metadata import SQLViewRepresentation, ViewRepresentation, ViewVersion
 
 from tests.browser import NARROW, WIDE, Watched, chromium, chromium_path, watched
+from tests.conftest import server_settings
 from tests.crafted import snapshot_updates
 from tests.lineage_receiver import Receiver
 from tests.server import InProcessServer, IsbreServer, secured_server
@@ -561,3 +562,16 @@ def test_an_expired_token_asks_to_sign_in_again(tmp_path: Path, seen: Watched) -
         seen.clean()
     finally:
         server.stop()
+
+
+def test_the_suites_own_settings_survive_its_start() -> None:
+    """The screenshot folder (docs/console.md) and Chromium's path reach the tests; a server
+    setting does not."""
+    environ = {
+        "ISBRE_CONSOLE_SCREENSHOTS": "docs/console",
+        "ISBRE_CHROMIUM": "/usr/bin/chromium",
+        "ISBRE_PORT": "1",
+        "OPENLINEAGE_URL": "http://x",
+        "HOME": "/root",
+    }
+    assert sorted(server_settings(environ)) == ["ISBRE_PORT", "OPENLINEAGE_URL"]
