@@ -8,7 +8,7 @@ import functools
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +20,7 @@ from isbre.catalog.identifiers import Identifier, check_namespace, path_segment
 from isbre.catalog.limits import Limits
 from isbre.catalog.locations import LocationNotAllowedError, LocationPolicy, inside, normalized
 from isbre.catalog.lru import Lru
+from isbre.catalog.maintenance import check_policy
 from isbre.catalog.metadata_files import Loaded, MetadataCache, parse_table_metadata, parse_view_metadata
 from isbre.catalog.records import CommitRecord
 from isbre.catalog.store import FIRST_WAREHOUSE, Pointer, ReadView, Store, WriteView
@@ -125,17 +126,27 @@ class ServiceCore:
         name: str = "isbre",
         scope: str = FIRST_WAREHOUSE,
         writer: Writer | None = None,
+        table_defaults: Mapping[tuple[str, ...], Mapping[str, str]] | None = None,
     ) -> None:
         """`protected`: locations no table or view may be in or around (the store's own files).
         `name`: the warehouse's name in records and events; `scope`: its namespaces in the store
         ("" for the store's first warehouse); `writer`: the store's writer, when another service
-        of the same store made it."""
+        of the same store made it; `table_defaults`: properties a new table gets under its own,
+        by namespace (`()`: every one), the most specific winning."""
         self.store = store
         self.name = name
         self.scope = scope
         self.warehouse = warehouse.rstrip("/")
         self.locations = LocationPolicy.of(self.warehouse, allowed_locations)
         self.limits = limits or Limits()
+        self.table_defaults = {tuple(ns): dict(props) for ns, props in (table_defaults or {}).items()}
+        for namespace, properties in self.table_defaults.items():
+            where = ".".join((name, *namespace))
+            try:
+                self.limits.check_properties(properties, "Table")
+                check_policy(properties)
+            except ValueError as exc:
+                raise ValueError(f"table_defaults of {where!r}: {exc}") from exc
         self.protected = tuple(normalized(location) for location in protected)
         self.io = io or PyArrowFileIO()
         # close() stops the writer and the store: only the service that made them (not one bound
@@ -229,6 +240,14 @@ class ServiceCore:
             properties = view.namespace(namespace) or {}
         default = "/".join((self.warehouse, *(path_segment(level) for level in namespace)))
         return properties.get("location", "").rstrip("/") or default
+
+    def defaults_for(self, namespace: tuple[str, ...]) -> dict[str, str]:
+        """The properties a new table in `namespace` gets under its own: the warehouse's, then
+        each enclosing namespace's, the innermost winning."""
+        found: dict[str, str] = {}
+        for depth in range(len(namespace) + 1):
+            found.update(self.table_defaults.get(namespace[:depth], {}))
+        return found
 
     def _default_location(self, namespace: tuple[str, ...], name: str, object_uuid: uuid.UUID) -> str:
         with self.store.read(self.scope) as view:

@@ -128,8 +128,8 @@ class TableOperations(ServiceCore):
         location = (location or "").rstrip("/") or self._default_location(
             ident.namespace, ident.name, table_uuid
         )
-        self._check_places(places_of(location, properties or {}), "Table", places)
-        properties = with_streaming_defaults(properties or {})
+        properties = {**self.defaults_for(ident.namespace), **with_streaming_defaults(properties or {})}
+        self._check_places(places_of(location, properties), "Table", places)
         self.limits.check_properties(properties, "Table")
         check_policy(properties)
         metadata = new_metadata(

@@ -3,8 +3,8 @@ whose namespaces, tables and views live in one shared store, under one commit lo
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from isbre.catalog.file_uris import file_uri, local_path
@@ -23,6 +23,8 @@ class Warehouse:
     name: str
     root: str  # a directory path, a file: URI, or s3://bucket/prefix
     s3: S3Options | None = None
+    # Properties a new table gets under its own, by namespace (`()`: the whole warehouse).
+    table_defaults: Mapping[tuple[str, ...], Mapping[str, str]] = field(default_factory=dict)
 
     @property
     def on_object_storage(self) -> bool:
@@ -78,6 +80,7 @@ def open_warehouses(
                 name=warehouse.name,
                 scope=FIRST_WAREHOUSE if position == 0 else warehouse.name,
                 writer=services[0].writer if services else None,
+                table_defaults=warehouse.table_defaults,
             )
         )
     return services

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import tomllib
@@ -137,6 +138,11 @@ class Settings(BaseSettings):
     delegation: DelegationSettings = Field(default_factory=DelegationSettings)
     warehouses: dict[str, WarehouseSettings] = Field(
         default_factory=dict, description="More warehouses, by name (their catalog prefix)."
+    )
+    table_defaults: dict[str, dict[str, str]] = Field(
+        default_factory=dict,
+        description="Properties a new table gets under its own, by warehouse (`lake`) or by warehouse "
+        "and namespace (`lake.raw`); the most specific wins.",
     )
     map_size_mb: int = Field(256, ge=1, description="Initial LMDB map size; it doubles on its own when full.")
     max_batch: int = Field(512, ge=1, description="Most mutations the writer commits in one transaction.")
@@ -304,4 +310,11 @@ def _warehouse(name: str, settings: WarehouseSettings) -> Warehouse:
 
 
 def warehouses(settings: Settings) -> list[Warehouse]:
-    return [_warehouse(name, each) for name, each in settings.served()]
+    served = [_warehouse(name, each) for name, each in settings.served()]
+    defaults: dict[str, dict[tuple[str, ...], dict[str, str]]] = {w.name: {} for w in served}
+    for key, properties in settings.table_defaults.items():
+        name, *namespace = key.split(".")
+        if name not in defaults:
+            raise ValueError(f"table_defaults: {key!r} names no warehouse served ({', '.join(defaults)})")
+        defaults[name][tuple(namespace)] = properties
+    return [dataclasses.replace(w, table_defaults=defaults[w.name]) for w in served]

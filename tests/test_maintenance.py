@@ -3,6 +3,7 @@ ordinary commit, files deleted only once unreachable and only the table's own.""
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -16,7 +17,10 @@ from isbre.catalog import CatalogService, Identifier, TableChange
 from isbre.catalog.embedded import LmdbCatalog
 from isbre.catalog.file_uris import local_path
 from isbre.catalog.maintenance import STREAMING_DEFAULTS, plan_expiry
+from isbre.catalog.warehouses import open_warehouses
+from isbre.rest.settings import Settings, warehouses
 from pyiceberg.catalog import Catalog
+from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.table import Table
 from pyiceberg.table.update import SetPropertiesUpdate
 
@@ -389,3 +393,48 @@ def test_a_path_spelled_into_another_table_is_never_deleted(catalog: Catalog) ->
     (report,) = service_of(catalog).maintain(Identifier.of(("db",), "t"), ["expire-snapshots"], FAR_FUTURE_MS)
     assert report.committed and hostile in report.skipped_files
     assert exists(target) and victim.refresh().scan().to_arrow()["n"].to_pylist() == [7, 8]
+
+
+def test_new_tables_get_the_warehouse_s_and_namespace_s_defaults_under_their_own(tmp_path: Path) -> None:
+    defaults = {
+        "isbre": {"isbre.maintenance.enabled": "true", "history.expire.min-snapshots-to-keep": "5"},
+        "isbre.raw": {"history.expire.min-snapshots-to-keep": "50"},
+        "isbre.raw.deep": {"history.expire.max-snapshot-age-ms": "60000"},
+    }
+    server = InProcessServer(
+        tmp_path / "warehouse", env={"ISBRE_TABLE_DEFAULTS": json.dumps(defaults)}
+    ).start()
+    try:
+        catalog = RestCatalog("defaults", uri=server.url)
+        for namespace in ("raw", "raw.deep", "other"):
+            catalog.create_namespace(namespace)
+        schema = batch(0).schema
+        deep = catalog.create_table(
+            "raw.deep.t", schema, properties={"history.expire.min-snapshots-to-keep": "7"}
+        )
+        raw, other = catalog.create_table("raw.t", schema), catalog.create_table("other.t", schema)
+        keys = (
+            "isbre.maintenance.enabled",
+            "history.expire.min-snapshots-to-keep",
+            "history.expire.max-snapshot-age-ms",
+        )
+
+        def policy(table: Table) -> list[str | None]:
+            return [table.properties.get(key) for key in keys]
+
+        assert policy(deep) == ["true", "7", "60000"]  # its own wins, then the innermost namespace's
+        assert policy(raw) == ["true", "50", None]
+        assert policy(other) == ["true", "5", None]
+    finally:
+        server.stop()
+
+
+def test_table_defaults_that_cannot_apply_are_refused_at_start(tmp_path: Path) -> None:
+    unknown = Settings(warehouse=str(tmp_path), table_defaults={"elsewhere.raw": {"a": "b"}})
+    with pytest.raises(ValueError, match=r"'elsewhere\.raw' names no warehouse served"):
+        warehouses(unknown)
+    invalid = Settings(
+        warehouse=str(tmp_path), table_defaults={"isbre.raw": {"history.expire.min-snapshots-to-keep": "0"}}
+    )
+    with pytest.raises(ValueError, match=r"table_defaults of 'isbre\.raw': .*min-snapshots-to-keep"):
+        open_warehouses(tmp_path / "store", warehouses(invalid))
