@@ -79,6 +79,7 @@ def _batches(path: Path, fmt: str, batch_size: int, types: pa.Schema | None) -> 
 
 _CSV_ERROR = re.compile(r"In CSV column #(\d+): Row #(\d+): (.*)", re.S)
 _CSV_RECORD_ERROR = re.compile(r"In CSV column #(\d+): (?:Row #\d+: )?(.*)", re.S)  # one record's
+REFUSED_COLUMNS = ("record", "reason", "error")
 _JSON_ERROR = re.compile(r"JSON parse error: (.*) in row (\d+)", re.S)
 
 
@@ -128,7 +129,7 @@ class Sorted:
 
     parsed: pa.Table
     offsets: np.ndarray
-    refused: pa.RecordBatch  # `record` (its text) and `error`
+    refused: pa.RecordBatch  # REFUSED_COLUMNS: the record's text, `decode` or `contract`, the error
     refused_offsets: np.ndarray
 
     @property
@@ -168,6 +169,16 @@ def _parse_one(text: str, fmt: str, types: pa.Schema | None) -> pa.Table:
     return pacsv.read_csv(data, convert_options=pacsv.ConvertOptions(column_types=types or {}))
 
 
+def _reason(text: str, fmt: str) -> str:
+    """Why a record was refused: `decode` when it is no record at all (not JSON, a CSV row that
+    does not split into the file's columns), `contract` when a value does not take its type."""
+    try:
+        _parse_one(text, fmt, None)
+    except pa.ArrowInvalid:
+        return "decode"
+    return "contract"
+
+
 def read_sorted(path: Path, fmt: str, types: pa.Schema | None) -> Sorted:
     """`path` (CSV or JSON lines) parsed one record at a time, so that a record whose value does not
     fit its column's type is set apart instead of refusing the file; slow (a parse per record),
@@ -186,13 +197,13 @@ def read_sorted(path: Path, fmt: str, types: pa.Schema | None) -> Sorted:
                 column, detail = found.groups()
                 name = _column_named(next(csv.reader(io.StringIO(single)), []), column)
                 message = f"{path}: line {line}, column {name!r}: {detail.strip()}"
-            refused.append({"record": text, "error": message})
+            refused.append({"record": text, "reason": _reason(single, fmt), "error": message})
             refused_offsets.append(ordinal)
     table = pa.concat_tables(parsed, promote_options="permissive") if parsed else pa.table({})
     return Sorted(
         table,
         np.array(offsets, dtype=np.int64),
-        pa.RecordBatch.from_pylist(refused, pa.schema([("record", pa.string()), ("error", pa.string())])),
+        pa.RecordBatch.from_pylist(refused, pa.schema([(name, pa.string()) for name in REFUSED_COLUMNS])),
         np.array(refused_offsets, dtype=np.int64),
     )
 

@@ -207,12 +207,14 @@ def _ingest_sorted(
     span = OffsetSpan(args.source_id, str(path), 0, 0, found.records)
     refused = found.refused
     diverted = pa.RecordBatch.from_arrays(
-        [refused["record"], pa.array(["contract"] * refused.num_rows, pa.string()), refused["error"]],
+        [refused["record"], refused["reason"], refused["error"]],
         names=["record", args.prefix + "reason", args.prefix + "error"],
     )
     quarantined = quarantine.add(diverted, span, None, found.refused_offsets)
     # Counted by the table, as a sink's diverted rows are, once (catalog/sink_rows.py).
-    writer.rows["quarantined.contract"] += int(writer.fresh(span, found.refused_offsets).sum())
+    fresh = writer.fresh(span, found.refused_offsets)
+    for reason, new in zip(refused["reason"].to_pylist(), fresh, strict=True):
+        writer.rows[f"quarantined.{reason}"] += int(new)
     written = 0
     if found.parsed.num_rows:
         written = writer.add(found.parsed.combine_chunks().to_batches()[0], span, None, found.offsets)

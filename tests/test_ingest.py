@@ -150,13 +150,16 @@ def test_ingest_quarantines_the_lines_that_do_not_parse(
     server: IsbreServer, rest_catalog: RestCatalog, tmp_path: Path
 ) -> None:
     """With --quarantine, a value that cannot take its column's type sends its line to the
-    quarantine table (reason `contract`, the error naming line and column) and the file's other
-    lines land; a second run writes nothing new to either."""
+    quarantine table (reason `contract`, the error naming line and column), a line that is no
+    record at all goes there with reason `decode`, and the file's other lines land; a second run
+    writes nothing new to either."""
     rest_catalog.create_namespace_if_not_exists("lenient")
     mixed = tmp_path / "mixed.csv"
     mixed.write_text('id,amount,note\n1,5,"a, quoted"\n2,oops,b\n3,2.5,\n4,,"multi\nline"\n')
     lines = tmp_path / "mixed.jsonl"
-    lines.write_text('{"id": 10, "amount": 1.5}\n{"id": "eleven", "amount": 2}\n{"id": 12, "amount": 3}\n')
+    lines.write_text(
+        '{"id": 10, "amount": 1.5}\n{"id": "eleven", "amount": 2}\n{"id": 12, "amount": 3}\n{"id": 13, "am\n'
+    )
     args = ("--table", "lenient.orders", "--types", "amount=double,id=long", "--quarantine", "lenient.bad")
     done = ingest(server, str(mixed), str(lines), *args)
     assert done.returncode == 0, done.stderr
@@ -173,8 +176,9 @@ def test_ingest_quarantines_the_lines_that_do_not_parse(
     assert [(r["_twg_source_topic"], r["_twg_source_offset"], r["_twg_reason"]) for r in diverted] == [
         (str(mixed), 1, "contract"),
         (str(lines), 1, "contract"),
+        (str(lines), 3, "decode"),  # not JSON at all
     ]
     assert "line 3, column 'amount'" in diverted[0]["_twg_error"]
     assert diverted[0]["record"] == "2,oops,b" and '"eleven"' in diverted[1]["record"]
     coverage = httpx.get(f"{server.url}/v1/isbre/namespaces/lenient/tables/orders/coverage").json()
-    assert coverage["rows"] == {"accepted": 5, "quarantined.contract": 2}  # counted once in two runs
+    assert coverage["rows"] == {"accepted": 5, "quarantined.contract": 2, "quarantined.decode": 1}  # once
