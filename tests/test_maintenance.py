@@ -16,7 +16,7 @@ import pytest
 from isbre.catalog import CatalogService, Identifier, TableChange
 from isbre.catalog.embedded import LmdbCatalog
 from isbre.catalog.file_uris import local_path
-from isbre.catalog.maintenance import STREAMING_DEFAULTS, plan_expiry
+from isbre.catalog.maintenance import STREAMING_DEFAULTS, plan_expiry, referenced_files
 from isbre.catalog.warehouses import open_warehouses
 from isbre.rest.settings import Settings, warehouses
 from pyiceberg.catalog import Catalog
@@ -438,3 +438,39 @@ def test_table_defaults_that_cannot_apply_are_refused_at_start(tmp_path: Path) -
     )
     with pytest.raises(ValueError, match=r"table_defaults of 'isbre\.raw': .*min-snapshots-to-keep"):
         open_warehouses(tmp_path / "store", warehouses(invalid))
+
+
+@pytest.mark.parametrize("appends", [12, 30])
+def test_kill_9_while_maintenance_runs_leaves_no_table_pointing_at_a_deleted_file(
+    tmp_path: Path, appends: int
+) -> None:
+    """Appends to a table whose every commit makes expiry and metadata removal due, and kill -9 of
+    the server among them (at a different point in each run): after a restart every file the
+    table's metadata reaches is there, and every snapshot it keeps can be read."""
+    server = IsbreServer(tmp_path / "warehouse", env={"ISBRE_MAINTENANCE_INTERVAL_SECONDS": "0.02"}).start()
+    catalog = RestCatalog("crash", uri=server.url)
+    catalog.create_namespace("db")
+    eager = {
+        "isbre.maintenance.enabled": "true",
+        "history.expire.max-snapshot-age-ms": "1",
+        "history.expire.min-snapshots-to-keep": "2",
+        "write.metadata.delete-after-commit.enabled": "true",
+        "write.metadata.previous-versions-max": "2",
+    }
+    table = catalog.create_table("db.t", schema=batch(0).schema, properties=eager)
+    for i in range(appends):
+        table.append(batch(2 * i))
+    server.kill()
+    restarted = IsbreServer(server.warehouse).start()
+    try:
+        table = RestCatalog("after", uri=restarted.url).load_table("db.t")
+        assert table.metadata_location is not None
+        reached = referenced_files(table.io, table.metadata, table.metadata_location)
+        missing = [uri for uri in reached if not exists(uri)]
+        assert missing == [], missing[:5]
+        for snapshot in table.metadata.snapshots:
+            table.scan(snapshot_id=snapshot.snapshot_id).to_arrow()
+        assert table.scan().to_arrow().num_rows == 2 * appends  # every acknowledged append
+        assert len(table.metadata.snapshots) < appends  # expiry ran among the appends
+    finally:
+        restarted.stop()
