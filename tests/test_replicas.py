@@ -232,6 +232,37 @@ def test_health_reports_the_database(pair: list[IsbreServer]) -> None:
     assert connections["size"] == 10 and all(isinstance(v, int) and v >= 0 for v in connections.values())
 
 
+def removed_snapshots(server: IsbreServer) -> int:
+    metrics = httpx.get(f"{server.url}/metrics", timeout=30).text.splitlines()
+    (line,) = [line for line in metrics if line.startswith("isbre_maintenance_snapshots_removed_total ")]
+    return int(line.split()[1])
+
+
+def test_one_replica_maintains_and_each_snapshot_is_expired_once(pair: list[IsbreServer]) -> None:
+    """Commits through both replicas make expiry due; the one replica holding the maintenance
+    lease expires each snapshot, once, and the other does nothing."""
+    before = [removed_snapshots(server) for server in pair]
+    a, b = (RestCatalog("isbre", uri=s.url) for s in pair)
+    namespace = f"mt{next(_names)}"
+    a.create_namespace(namespace)
+    eager = {
+        "isbre.maintenance.enabled": "true",
+        "history.expire.max-snapshot-age-ms": "1",
+        "history.expire.min-snapshots-to-keep": "2",
+    }
+    a.create_table(f"{namespace}.t", IDS, properties=eager)
+    for i in range(6):
+        (a if i % 2 else b).load_table(f"{namespace}.t").append(ids([i]))
+    table = a.load_table(f"{namespace}.t")
+    eventually(lambda: len(table.refresh().metadata.snapshots) == 2, "expiry down to 2 snapshots", timeout=30)
+    holding = [httpx.get(f"{s.url}/health").json()["components"]["maintenance"]["maintaining"] for s in pair]
+    assert sorted(holding) == [False, True], holding
+    removed = [removed_snapshots(server) - was for server, was in zip(pair, before, strict=True)]
+    assert removed[holding.index(False)] == 0
+    assert removed[holding.index(True)] == 4  # each of the six snapshots but the newest two, once
+    assert sorted(table.scan().to_arrow()["id"].to_pylist()) == list(range(6))
+
+
 def lineage_runs(receiver: Receiver) -> set[str]:
     return {e["run"]["runId"] for e in receiver.snapshot() if e["eventType"] == "COMPLETE"}
 
