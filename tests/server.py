@@ -38,6 +38,12 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+# A commit is answered once it is durable: on a loaded two-core machine whose disk other test
+# processes write to, a create waited 2.8 and 3.1 s for its sync (the server's slow-request log),
+# past httpx's default of 5 s once. Tests that commit wait this long.
+COMMIT_TIMEOUT = 30.0
+
+
 class IsbreServer:
     started: ClassVar[list[IsbreServer]] = []  # every server a test started, so that none outlives its test
 

@@ -18,7 +18,7 @@ import pytest
 from isbre.events.client import subscribe
 from isbre.rest.auth import sha256_hex
 
-from tests.server import InProcessServer, IsbreServer, free_port, secured_server
+from tests.server import COMMIT_TIMEOUT, InProcessServer, IsbreServer, free_port, secured_server
 from tests.waiting import eventually
 
 PRINCIPALS = [
@@ -207,7 +207,7 @@ def _readable(stream: object, wait: float) -> bool:
 
 def create_namespace(server: IsbreServer, name: str) -> None:
     httpx.post(
-        f"{server.url}/v1/isbre/namespaces", json={"namespace": [name]}, headers=ROOT
+        f"{server.url}/v1/isbre/namespaces", json={"namespace": [name]}, headers=ROOT, timeout=COMMIT_TIMEOUT
     ).raise_for_status()
 
 

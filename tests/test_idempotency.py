@@ -19,8 +19,8 @@ from isbre.catalog.service_core import Stale
 from isbre.catalog.stores import open_store
 from isbre.catalog.writer import Batch
 
+from tests.server import COMMIT_TIMEOUT, IsbreServer
 from tests.server import ID_SCHEMA as SCHEMA
-from tests.server import IsbreServer
 
 # Run against a server on each store.
 SERVER_STORES = ("lmdb", "postgresql")
@@ -84,9 +84,9 @@ def test_only_requests_that_changed_something_keep_their_key(server: IsbreServer
     url = f"{server.url}/v1/isbre/namespaces"
     created, refused = {"Idempotency-Key": key()}, {"Idempotency-Key": key()}
     body = {"namespace": [namespace, "once"]}
-    assert httpx.post(url, json=body, headers=created).status_code == 200
-    assert httpx.post(url, json=body, headers=refused).status_code == 409
-    httpx.delete(f"{url}/{namespace}%1Fonce").raise_for_status()
+    assert httpx.post(url, json=body, headers=created, timeout=COMMIT_TIMEOUT).status_code == 200
+    assert httpx.post(url, json=body, headers=refused, timeout=COMMIT_TIMEOUT).status_code == 409
+    httpx.delete(f"{url}/{namespace}%1Fonce", timeout=COMMIT_TIMEOUT).raise_for_status()
     # The refusal changed nothing and was not kept: its key runs the request now that it can succeed.
     assert httpx.post(url, json=body, headers=refused).status_code == 200
     httpx.delete(f"{url}/{namespace}%1Fonce").raise_for_status()

@@ -21,7 +21,7 @@ from isbre.rest.auth import sha256_hex
 from isbre.rest.shared_counters import FOLDER, running_workers
 
 from tests.lineage_receiver import Receiver
-from tests.server import ID_SCHEMA, IsbreServer, on_threads, secured_server
+from tests.server import COMMIT_TIMEOUT, ID_SCHEMA, IsbreServer, on_threads, secured_server
 from tests.test_metrics import exposition_is_well_formed
 from tests.waiting import eventually
 
@@ -36,7 +36,7 @@ def two(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IsbreServer]:
 
 def create(server: IsbreServer, namespace: str, name: str) -> None:
     url = f"{server.url}/v1/isbre/namespaces/{namespace}/tables"
-    httpx.post(url, json={"name": name, "schema": ID_SCHEMA}).raise_for_status()
+    httpx.post(url, json={"name": name, "schema": ID_SCHEMA}, timeout=COMMIT_TIMEOUT).raise_for_status()
 
 
 def answering_processes(
