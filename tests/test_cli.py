@@ -189,7 +189,9 @@ def test_events_tail_waits_for_a_server_that_is_not_there_yet(tmp_path: Path, af
 
         def commit_then_printed() -> bool:
             """A commit after the tail has connected is printed; one before it may not be."""
-            httpx.post(url, json={"namespace": [f"late{time.monotonic_ns()}"]}).raise_for_status()
+            httpx.post(
+                url, json={"namespace": [f"late{time.monotonic_ns()}"]}, timeout=COMMIT_TIMEOUT
+            ).raise_for_status()
             return _readable(stdout, 0.3)
 
         eventually(commit_then_printed, "the tail printing a commit")
