@@ -17,16 +17,36 @@ log = logging.getLogger(__name__)
 _PR_SET_PDEATHSIG = 1
 
 
-def die_with_parent() -> None:
+# How long a helper whose server has ended may take to end by itself before it is ended.
+ORPHAN_GRACE_S = 30.0
+# Its exit status then (EX_SOFTWARE).
+ORPHANED_EXIT = 70
+
+
+def die_with_parent(grace_s: float = ORPHAN_GRACE_S) -> None:
     """Have the kernel send this process SIGTERM when the process that started it ends (Linux),
     and end now if that has already happened: a helper or worker never outlives its server, even
-    one killed with SIGKILL."""
+    one killed with SIGKILL. A SIGTERM handler runs only when the main thread gets to it, which
+    one stuck in a call that signals do not interrupt never does: so a thread also watches the
+    parent, and ends the process `grace_s` seconds after the parent has gone."""
     if not sys.platform.startswith("linux"):
         return
     parent = os.getppid()
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
     if parent == 1 or os.getppid() != parent:
         os.kill(os.getpid(), signal.SIGTERM)
+    threading.Thread(
+        target=_end_when_orphaned, args=(parent, grace_s), name="isbre-orphan-watch", daemon=True
+    ).start()
+
+
+def _end_when_orphaned(parent: int, grace_s: float) -> None:
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    time.sleep(grace_s)
+    log.error("the server (process %s) ended %g s ago and this process had not: ending it", parent, grace_s)
+    logging.shutdown()
+    os._exit(ORPHANED_EXIT)
 
 
 # A process that keeps dying is restarted ever more slowly; one that ran a minute counts as healthy.

@@ -7,6 +7,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -231,3 +232,45 @@ def test_directories_another_writer_made_are_synced_once(
     files.sync_directories(data / "a.parquet", root, seen)
     files.sync_directories(data / "b.parquet", root, seen)
     assert synced == [root / "data", root]
+
+
+# A helper whose parent ends, whose SIGTERM handler never gets to run (here: it does nothing, as
+# when the main thread is stuck in a call that signals do not interrupt).
+_STUCK_HELPER = """
+import signal, time
+from isbre.catalog.processes import die_with_parent
+die_with_parent(grace_s=1.0)
+signal.signal(signal.SIGTERM, lambda *_: None)
+print("ready", flush=True)
+time.sleep(600)
+"""
+_PARENT = """
+import subprocess, sys
+child = subprocess.Popen(
+    [sys.executable, "-c", sys.argv[1]], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+)
+assert child.stdout.readline().strip() == "ready"
+print(child.pid, flush=True)
+"""
+
+
+def test_a_helper_stuck_past_its_parents_death_ends_all_the_same() -> None:
+    parent = subprocess.run(
+        [sys.executable, "-c", _PARENT, _STUCK_HELPER], capture_output=True, text=True, timeout=60, check=True
+    )
+    pid = int(parent.stdout.strip())
+
+    def ended() -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        # Ended but not reaped (its parent is gone, so whoever adopted it reaps it): a zombie counts.
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
+
+    try:
+        eventually(ended, "the orphaned helper to end", timeout=15)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
