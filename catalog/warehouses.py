@@ -4,8 +4,9 @@ whose namespaces, tables and views live in one shared store, under one commit lo
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from isbre.catalog.file_uris import file_uri, local_path
 from isbre.catalog.limits import Limits
@@ -34,6 +35,16 @@ class Warehouse:
         if self.on_object_storage:
             return None
         return (local_path(self.root) or Path(self.root)).resolve()
+
+    def for_helper(self) -> dict[str, Any]:
+        """What a helper process (lineage worker, job process) needs to read and write the
+        warehouse's files, as JSON: its name, root and storage settings. Table defaults are for
+        creating tables, which helpers never do."""
+        return {"name": self.name, "root": self.root, "s3": asdict(self.s3) if self.s3 else None}
+
+    @classmethod
+    def in_helper(cls, found: Mapping[str, Any]) -> Warehouse:
+        return cls(found["name"], found["root"], S3Options(**(found["s3"] or {})))
 
 
 def default_store(first: Warehouse) -> Path:

@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any
 
 from isbre.catalog.commit_log import CommitLog
-from isbre.catalog.object_storage import S3Options
 from isbre.catalog.processes import SupervisedProcess, die_with_parent
 from isbre.catalog.store import Lease, StoreUnavailableError
 from isbre.catalog.stores import helper_environment, helper_store
@@ -106,9 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     # The warehouses' storage settings hold the server's own credentials: they come in the
     # environment too. The worker reads table metadata through them.
-    warehouses = [
-        Warehouse(w["name"], w["root"], S3Options(**(w["s3"] or {}))) for w in delivery["warehouses"]
-    ]
+    warehouses = [Warehouse.in_helper(found) for found in delivery["warehouses"]]
     services = open_warehouses(helper_store(), warehouses)
     service = services[0]
 
@@ -202,7 +199,7 @@ class LineageWorker(SupervisedProcess, LineageObserver):
         LineageObserver.__init__(self, commit_log, state)
         worker_settings = {
             **delivery,
-            "warehouses": [asdict(w) for w in warehouses],
+            "warehouses": [w.for_helper() for w in warehouses],
             "names": asdict(names),
         }
         SupervisedProcess.__init__(

@@ -329,3 +329,20 @@ def test_status_and_replay_commands(tmp_path: Path, receiver: Receiver) -> None:
         assert {e["run"]["runId"] for e in again.snapshot()} <= original, "a replay reuses the runIds"
     finally:
         again.stop()
+
+
+def test_lineage_runs_beside_table_defaults(tmp_path: Path, receiver: Receiver) -> None:
+    """The worker learns the warehouses from the server: their table defaults (keyed by
+    namespace) are not its to know, and must not stop it starting."""
+    env = {
+        "ISBRE_LINEAGE_URL": receiver.url,
+        "ISBRE_TABLE_DEFAULTS": json.dumps({"isbre.db": {"write.metadata.previous-versions-max": "5"}}),
+    }
+    server = IsbreServer(tmp_path / "warehouse", env=env).start()
+    try:
+        base = f"{server.url}/v1/isbre"
+        httpx.post(f"{base}/namespaces", json={"namespace": ["db"]}).raise_for_status()
+        httpx.post(f"{base}/namespaces/db/tables", json={"name": "t", "schema": SCHEMA}).raise_for_status()
+        wait_for(receiver, 2)
+    finally:
+        server.stop()
