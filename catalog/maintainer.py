@@ -17,12 +17,16 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from isbre.catalog.compaction import min_input_files
 from isbre.catalog.identifiers import Identifier
 from isbre.catalog.maintenance import (
+    COMPACT_DATA_FILES,
     DELETE_AFTER_COMMIT,
     EXPIRE_SNAPSHOTS,
     REMOVE_METADATA_FILES,
     JobReport,
+    compaction_due,
+    data_file_totals,
     enabled,
     plan_expiry,
 )
@@ -48,6 +52,11 @@ class MaintenanceStats:
     last_runs: dict[str, float] = field(default_factory=dict)  # table -> when its jobs last ran
     # Tables whose last runs failed: how many times in a row, and the last error.
     failing: dict[str, tuple[int, str]] = field(default_factory=dict)
+    files_rewritten: int = 0
+    bytes_rewritten: int = 0
+    # Per table, how many data files it had when compaction last looked: it looks again once
+    # `min-input-files` more have been added, not at every commit.
+    compaction_seen: dict[str, int] = field(default_factory=dict)
 
     def degraded(self) -> list[str]:
         return [
@@ -114,6 +123,13 @@ class Maintainer:
         if not enabled(metadata.properties):
             return []
         jobs = []
+        table = f"{service.name}.{ident}"
+        files, size = data_file_totals(metadata)
+        seen = self.stats.compaction_seen.get(table, 0)
+        if compaction_due(metadata.properties, files, size) and files - seen >= min_input_files(
+            metadata.properties
+        ):
+            jobs.append(COMPACT_DATA_FILES)  # first: expiry then removes what it replaced, when due
         if plan_expiry(metadata, int(time.time() * 1000)):
             jobs.append(EXPIRE_SNAPSHOTS)
         if metadata.properties.get(DELETE_AFTER_COMMIT, "false").lower() == "true":
@@ -121,9 +137,13 @@ class Maintainer:
         if not jobs:
             return []
         try:
-            return self.run(service, ident, jobs)
+            reports = self.run(service, ident, jobs)
         except Exception:
             return []  # counted and logged; tried again at the table's next commit
+        if COMPACT_DATA_FILES in jobs:
+            compacted = next(r for r in reports if r.job == COMPACT_DATA_FILES)
+            self.stats.compaction_seen[table] = files - compacted.rewritten_files + compacted.added_files
+        return reports
 
     def run(self, service: CatalogService, ident: Identifier, jobs: list[str]) -> list[JobReport]:
         """Run `jobs` now and count what they did (the maintenance endpoint calls this too)."""
@@ -143,6 +163,8 @@ class Maintainer:
             self.stats.jobs[(report.job, "failed" if report.problems else "ok")] += 1
             self.stats.snapshots_removed += report.removed_snapshots
             self.stats.files_deleted += report.deleted_files
+            self.stats.files_rewritten += report.rewritten_files
+            self.stats.bytes_rewritten += report.rewritten_bytes
             if report.problems:
                 log.warning("maintenance of %s: %s left problems: %s", table, report.job, report.problems[:3])
         return reports

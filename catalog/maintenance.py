@@ -16,6 +16,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from isbre.catalog.compaction import (
+    COMPACT_ENABLED,
+    MIN_INPUT_FILES,
+    SMALL_SHARE,
+    TARGET_FILE_SIZE,
+    compaction_enabled,
+    min_input_files,
+    target_file_size,
+)
 from isbre.catalog.file_uris import local_path
 from pyiceberg.io import FileIO
 from pyiceberg.table.metadata import TableMetadata
@@ -50,12 +59,21 @@ STREAMING_DEFAULTS = {
     # The sink then merges small manifests as it appends (at Iceberg's default of 100 of them),
     # so that a scan plans over a bounded number of manifests, not one per commit.
     "commit.manifest-merge.enabled": "true",
+    # And the catalog compacts its small data files, once 50 have piled up in a partition: at a
+    # commit a second, a job process a minute or so; a scan opens at most about as many files.
+    COMPACT_ENABLED: "true",
+    MIN_INPUT_FILES: "50",
 }
 
 EXPIRE_SNAPSHOTS = "expire-snapshots"
 REMOVE_METADATA_FILES = "remove-metadata-files"
 REMOVE_ORPHAN_FILES = "remove-orphan-files"
-JOBS = (EXPIRE_SNAPSHOTS, REMOVE_METADATA_FILES, REMOVE_ORPHAN_FILES)
+COMPACT_DATA_FILES = "compact-data-files"
+JOBS = (EXPIRE_SNAPSHOTS, REMOVE_METADATA_FILES, COMPACT_DATA_FILES, REMOVE_ORPHAN_FILES)
+# The jobs that read and write data files: a server runs them in a process of their own.
+DATA_FILE_JOBS = (COMPACT_DATA_FILES,)
+# A snapshot a job commits says which job it was, in this summary property.
+JOB_PROPERTY = "isbre.maintenance.job"
 # A file younger than this may be a commit's, written and not yet committed (Iceberg's own
 # remove-orphan-files waits as long by default).
 DEFAULT_ORPHAN_MIN_AGE_MS = 3 * 24 * 3600 * 1000
@@ -66,8 +84,10 @@ _POSITIVE = (
     MAX_REF_AGE_MS,
     PREVIOUS_VERSIONS_MAX,
     ORPHAN_MIN_AGE_MS,
+    TARGET_FILE_SIZE,
+    MIN_INPUT_FILES,
 )
-_BOOLEAN = (DELETE_AFTER_COMMIT, ENABLED)
+_BOOLEAN = (DELETE_AFTER_COMMIT, ENABLED, COMPACT_ENABLED)
 # The metadata files isbre writes: `<version>-<uuid>.metadata.json`, versions counting up.
 _VERSIONED = re.compile(r"^(\d{5,})-[0-9a-f-]{36}\.metadata\.json(\.gz)?$")
 
@@ -180,10 +200,12 @@ def unreachable_files(io: FileIO, before: TableMetadata, after: TableMetadata) -
     }
     files: list[tuple[str, str]] = []
     if expired:
+        # A kept snapshot's entry that says a file was deleted does not keep it: a snapshot reads
+        # only the files its manifests hold as added or existing.
         live_data = {
             entry.data_file.file_path
             for manifest in live.values()
-            for entry in manifest.fetch_manifest_entry(io, discard_deleted=False)
+            for entry in manifest.fetch_manifest_entry(io, discard_deleted=True)
         }
         dead_data = {
             entry.data_file.file_path
@@ -249,13 +271,12 @@ def health(metadata: TableMetadata, metadata_bytes: int, now_ms: int) -> dict[st
     """What maintenance has to look at in a table, from its metadata alone (no manifest read):
     its snapshots, the size of its metadata file, its data files by the current snapshot's
     summary, and the jobs its policies make due now."""
-    current = metadata.current_snapshot()
-    totals = current.summary.additional_properties if current and current.summary else {}
-    files = int(totals.get("total-data-files", 0))
-    size = int(totals.get("total-files-size", 0))
+    files, size = data_file_totals(metadata)
     due = [EXPIRE_SNAPSHOTS] if plan_expiry(metadata, now_ms) else []
     if metadata.properties.get(DELETE_AFTER_COMMIT, "false").lower() == "true":
         due.append(REMOVE_METADATA_FILES)  # whether old files remain is known only by listing
+    if compaction_due(metadata.properties, files, size):
+        due.append(COMPACT_DATA_FILES)  # by the totals: which files are small, only the manifests say
     return {
         "maintained": enabled(metadata.properties),
         "snapshots": len(metadata.snapshots),
@@ -265,6 +286,21 @@ def health(metadata: TableMetadata, metadata_bytes: int, now_ms: int) -> dict[st
         "average-data-file-bytes": size // files if files else 0,
         "due": due,
     }
+
+
+def data_file_totals(metadata: TableMetadata) -> tuple[int, int]:
+    """How many data files the current snapshot reads, and their bytes, by its summary."""
+    current = metadata.current_snapshot()
+    totals = current.summary.additional_properties if current and current.summary else {}
+    return int(totals.get("total-data-files", 0)), int(totals.get("total-files-size", 0))
+
+
+def compaction_due(properties: dict[str, str], files: int, size: int) -> bool:
+    """Whether a table of `files` data files of `size` bytes in all may have small files enough
+    to compact, by its totals alone."""
+    if not compaction_enabled(properties) or files < min_input_files(properties):
+        return False
+    return size / files < target_file_size(properties) * SMALL_SHARE
 
 
 @dataclass
@@ -279,6 +315,10 @@ class JobReport:
     deleted_files: int = 0
     skipped_files: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    # What a rewrite read and wrote: files replaced, files written in their place, bytes read.
+    rewritten_files: int = 0
+    added_files: int = 0
+    rewritten_bytes: int = 0
 
     def to_json(self) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -290,8 +330,29 @@ class JobReport:
         }
         if self.commit_seq is not None:
             body["commit-seq"] = self.commit_seq
+        if self.job in DATA_FILE_JOBS:
+            body["rewritten-files"] = self.rewritten_files
+            body["added-files"] = self.added_files
+            body["rewritten-bytes"] = self.rewritten_bytes
         if self.skipped_files:
             body["skipped-files"] = self.skipped_files[:20]
         if self.problems:
             body["problems"] = self.problems[:20]
         return body
+
+    @classmethod
+    def from_json(cls, found: dict[str, Any]) -> JobReport:
+        """The report `to_json` wrote (in a job's process)."""
+        return cls(
+            found["job"],
+            committed=found["committed"],
+            commit_seq=found.get("commit-seq"),
+            removed_snapshots=found["removed-snapshots"],
+            removed_refs=found["removed-refs"],
+            deleted_files=found["deleted-files"],
+            skipped_files=found.get("skipped-files", []),
+            problems=found.get("problems", []),
+            rewritten_files=found.get("rewritten-files", 0),
+            added_files=found.get("added-files", 0),
+            rewritten_bytes=found.get("rewritten-bytes", 0),
+        )

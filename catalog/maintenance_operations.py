@@ -12,15 +12,27 @@ import contextlib
 import logging
 import os
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from isbre.catalog.compaction import (
+    WRITE_TARGET_FILE_SIZE,
+    NotCompactedError,
+    live_data_files,
+    plan_compaction,
+    target_file_size,
+)
 from isbre.catalog.deletion import delete_each
 from isbre.catalog.file_uris import file_uri, local_path
 from isbre.catalog.identifiers import Identifier
 from isbre.catalog.maintenance import (
+    COMPACT_DATA_FILES,
+    DATA_FILE_JOBS,
     DELETE_AFTER_COMMIT,
     EXPIRE_SNAPSHOTS,
+    JOB_PROPERTY,
     JOBS,
     REMOVE_METADATA_FILES,
     REMOVE_ORPHAN_FILES,
@@ -32,10 +44,12 @@ from isbre.catalog.maintenance import (
     superseded_metadata,
     unreachable_files,
 )
+from isbre.catalog.pyiceberg_internals import data_files_of, replace_files
 from isbre.catalog.service_core import MAX_COMMIT_ATTEMPTS
 from isbre.catalog.table_operations import TableOperations, TableState
 from isbre.catalog.tables import TableChange, places_of
-from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.exceptions import CommitFailedException, ValidationException
+from pyiceberg.manifest import DataFile
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.update import (
     AssertRefSnapshotId,
@@ -46,6 +60,10 @@ from pyiceberg.table.update import (
     TableUpdate,
 )
 
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from isbre.catalog.job_process import JobProcesses
+
 log = logging.getLogger(__name__)
 
 
@@ -54,8 +72,15 @@ class UnknownJobError(ValueError):
 
 
 class MaintenanceOperations(TableOperations):
-    def maintain(self, ident: Identifier, jobs: Sequence[str], now_ms: int | None = None) -> list[JobReport]:
-        """Run `jobs` (of catalog.maintenance.JOBS) on the table now, in order; what each did."""
+    # Set in a server: where the jobs that read and write data files run (never in a process that
+    # serves requests). Unset (an embedded catalog, a job's own process): here.
+    job_processes: JobProcesses | None = None
+
+    def maintain(
+        self, ident: Identifier, jobs: Sequence[str], now_ms: int | None = None, here: bool = False
+    ) -> list[JobReport]:
+        """Run `jobs` (of catalog.maintenance.JOBS) on the table now, in order; what each did.
+        `here`: in this process even if data-file jobs have a process of their own."""
         unknown = [job for job in jobs if job not in JOBS]
         if unknown:
             raise UnknownJobError(
@@ -65,9 +90,16 @@ class MaintenanceOperations(TableOperations):
         run: dict[str, Callable[[], JobReport]] = {
             EXPIRE_SNAPSHOTS: lambda: self._expire_snapshots(ident, when),
             REMOVE_METADATA_FILES: lambda: self._remove_metadata_files(ident),
+            COMPACT_DATA_FILES: lambda: self._compact_data_files(ident),
             REMOVE_ORPHAN_FILES: lambda: self._remove_orphan_files(ident, when),
         }
-        return [run[job]() for job in jobs]
+        elsewhere = self.job_processes if not here else None
+        return [
+            elsewhere.run(self.name, ident, job, when)
+            if elsewhere is not None and job in DATA_FILE_JOBS
+            else run[job]()
+            for job in jobs
+        ]
 
     def _expire_snapshots(self, ident: Identifier, now_ms: int) -> JobReport:
         report = JobReport(EXPIRE_SNAPSHOTS)
@@ -159,3 +191,78 @@ class MaintenanceOperations(TableOperations):
         found = orphans(listed, referenced, now_ms, orphan_min_age_ms(state.metadata.properties))
         self._delete(report, state.metadata, [(file_uri(Path(path)), what) for path, what in found])
         return report
+
+    def _compact_data_files(self, ident: Identifier) -> JobReport:
+        """Rewrite groups of small data files (catalog/compaction.py) as files of the target size,
+        in one `replace` snapshot. The new files are written once; if a commit lands meanwhile,
+        the snapshot is made again on top of it (an append always wins and is kept), unless the
+        files being replaced are gone from the table: then nothing is committed and the new files,
+        which nothing references, are deleted. The replaced files stay until expiry removes the
+        snapshots that read them."""
+        report = JobReport(COMPACT_DATA_FILES)
+        state = self.load_table(ident)
+        try:
+            live = live_data_files(self.io, state.metadata)
+        except NotCompactedError as exc:
+            report.problems.append(str(exc))
+            return report
+        groups = plan_compaction(live.files, state.metadata.properties)
+        if not groups:
+            return report
+        removed = [data_file for group in groups for data_file in group]
+        added = [
+            new
+            for group in groups
+            for new in self._rewritten(state.metadata, self._read(state.metadata, group))
+        ]
+        summary = {JOB_PROPERTY: COMPACT_DATA_FILES}
+        for _ in range(MAX_COMMIT_ATTEMPTS):
+            assert state.metadata_location is not None
+            try:
+                requirements, updates = replace_files(
+                    (*ident.namespace, ident.name),
+                    state.metadata,
+                    state.metadata_location,
+                    self.io,
+                    removed,
+                    added,
+                    summary,
+                )
+            except ValidationException as exc:  # a concurrent change removed files being replaced
+                report.problems.append(f"not committed: {exc}")
+                self._delete(report, state.metadata, [(f.file_path, "unused new data file") for f in added])
+                return report
+            change = TableChange(
+                ident,
+                (AssertTableUUID(uuid=state.metadata.table_uuid), *requirements),
+                updates,
+                job=COMPACT_DATA_FILES,
+            )
+            try:
+                self.commit_table(change)
+            except CommitFailedException:
+                state = self.load_table(ident)  # a commit landed first: build on it
+                continue
+            report.committed = True
+            report.rewritten_files = len(removed)
+            report.added_files = len(added)
+            report.rewritten_bytes = sum(f.file_size_in_bytes for f in removed)
+            return report
+        raise CommitFailedException(f"Gave up compacting after {MAX_COMMIT_ATTEMPTS} lost races")
+
+    def _read(self, metadata: TableMetadata, group: list[DataFile]) -> pa.Table:
+        """The rows of `group`'s files, in the table's current schema."""
+        from pyiceberg.expressions import AlwaysTrue
+        from pyiceberg.io.pyarrow import ArrowScan
+        from pyiceberg.table import FileScanTask
+
+        scan = ArrowScan(metadata, self.io, metadata.schema(), AlwaysTrue())
+        return scan.to_table([FileScanTask(data_file) for data_file in group])
+
+    def _rewritten(self, metadata: TableMetadata, rows: pa.Table) -> list[DataFile]:
+        """`rows` written as the table's data files, of the compaction's target size."""
+        target = target_file_size(metadata.properties)
+        aimed = metadata.model_copy(
+            update={"properties": {**metadata.properties, WRITE_TARGET_FILE_SIZE: str(target)}}
+        )
+        return list(data_files_of(aimed, rows, self.io, uuid.uuid4()))

@@ -14,9 +14,12 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from pyiceberg.table import Transaction
+from pyiceberg.table import Table, Transaction
 from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.table.snapshots import Operation, Summary
 from pyiceberg.table.update import (
+    AddSnapshotUpdate,
+    TableRequirement,
     TableUpdate,
     _apply_table_update,
     _TableMetadataUpdateContext,
@@ -120,3 +123,41 @@ class LeanTransaction(Transaction):
             metadata = metadata.model_copy(update={"last_updated_ms": now})
         self._worked_out = (base, updates, metadata)
         return metadata
+
+
+def replace_files(
+    identifier: tuple[str, ...],
+    metadata: TableMetadata,
+    metadata_location: str,
+    io: FileIO,
+    removed: Iterable[DataFile],
+    added: Iterable[DataFile],
+    snapshot_properties: dict[str, str],
+) -> tuple[tuple[TableRequirement, ...], tuple[TableUpdate, ...]]:
+    """The requirements and updates of a `replace` snapshot on the main branch that removes the
+    data files `removed` and adds `added` (the same rows in other files), its manifests written.
+    PyIceberg's overwrite producer does all of it but name the operation `replace` (its summary
+    totals refuse that name): it is renamed once the snapshot is made, so that readers of changes
+    know that the data did not change. Raises ValidationException when a file of `removed` is no
+    longer in the table."""
+    from pyiceberg.table.update.snapshot import _OverwriteFiles
+
+    # The producer reads the table only for its location and metadata; it never commits itself.
+    table = Table(identifier, metadata, metadata_location, io, catalog=None)  # type: ignore[arg-type]
+    transaction = LeanTransaction(table)
+    producer = _OverwriteFiles(
+        operation=Operation.OVERWRITE, transaction=transaction, io=io, snapshot_properties=snapshot_properties
+    )
+    for data_file in removed:
+        producer.delete_data_file(data_file)
+    for data_file in added:
+        producer.append_data_file(data_file)
+    producer.commit()
+    return transaction._requirements, tuple(_as_replace(update) for update in transaction._updates)
+
+
+def _as_replace(update: TableUpdate) -> TableUpdate:
+    if not isinstance(update, AddSnapshotUpdate) or update.snapshot.summary is None:
+        return update
+    summary = Summary(Operation.REPLACE, **update.snapshot.summary.additional_properties)
+    return AddSnapshotUpdate(snapshot=update.snapshot.model_copy(update={"summary": summary}))

@@ -255,11 +255,15 @@ class LineageMapper:
             inputs += _declared(summary, INPUTS_KEY, self._inputs) or []
         first = records[0]
         declared_job = next((s[JOB_KEY] for s in summaries if JOB_KEY in s), None)
-        job_name = declared_job or (
-            f"isbre.transaction.{first.txn}"
-            if first.txn
-            else f"isbre.{first.kind}.{self.names.dataset_name(first.namespace, first.name or '')}"
-        )
+        dataset = self.names.dataset_name(first.namespace, first.name or "")
+        if declared_job:
+            job_name = declared_job
+        elif first.job:  # the catalog's own maintenance
+            job_name = f"isbre.maintenance.{first.job}.{dataset}"
+        elif first.txn:
+            job_name = f"isbre.transaction.{first.txn}"
+        else:
+            job_name = f"isbre.{first.kind}.{dataset}"
         event_time = datetime.fromtimestamp(first.ts / 1_000_000, UTC).isoformat()
         run_facets: dict[str, Any] = {
             "nominalTime": nominal_time_run.NominalTimeRunFacet(

@@ -259,6 +259,18 @@ def metrics(request: Request) -> Response:
                 "Files maintenance deleted once they were unreachable.",
                 [("", done.files_deleted)],
             ),
+            _line(
+                "isbre_maintenance_files_rewritten_total",
+                "counter",
+                "Data files compaction replaced by files of the target size.",
+                [("", done.files_rewritten)],
+            ),
+            _line(
+                "isbre_maintenance_bytes_rewritten_total",
+                "counter",
+                "Bytes of the data files compaction replaced.",
+                [("", done.bytes_rewritten)],
+            ),
         ]
     requests = counts.requests
     blocks.append(

@@ -15,9 +15,10 @@ from dataclasses import replace
 from isbre.catalog import CatalogService
 from isbre.catalog.commit_log import CommitLog
 from isbre.catalog.feed import CommitFeed
+from isbre.catalog.job_process import JobProcesses
 from isbre.catalog.limits import Limits
 from isbre.catalog.maintainer import Maintainer
-from isbre.catalog.warehouses import open_warehouses
+from isbre.catalog.warehouses import Warehouse, open_warehouses
 from isbre.events.broadcast import Broadcaster
 from isbre.events.fanout import FanoutChannel, FanoutOptions, FanoutProcess, shared_socket
 from isbre.events.retention import trim_periodically
@@ -55,19 +56,22 @@ def lineage_delivery(settings: Settings) -> dict[str, str] | None:
     return delivery
 
 
+def _served(settings: Settings, services: list[CatalogService]) -> list[Warehouse]:
+    """The warehouses as their services opened them (a helper process opens them the same way)."""
+    served = zip(warehouses(settings), services, strict=True)
+    return [replace(warehouse, root=service.warehouse) for warehouse, service in served]
+
+
 def start_lineage(settings: Settings, services: list[CatalogService]) -> LineageWorker | None:
     delivery = lineage_delivery(settings)
     if delivery is None:
         log.info("lineage is off: no OpenLineage transport is configured")
         return None
-    served = [
-        replace(w, root=service.warehouse) for w, service in zip(warehouses(settings), services, strict=True)
-    ]
     worker = LineageWorker(
         services[0].commit_log,
         settings.store_location(),
         settings.state_path(),
-        served,
+        _served(settings, services),
         lineage_names(settings),
         delivery,
     )
@@ -141,6 +145,9 @@ async def running(settings: Settings, worker: bool, counters: RequestCounters) -
         )
         commit_log = services[0].commit_log
         stops.append(services[0].close)
+        jobs = JobProcesses(settings.store_location(), _served(settings, services))
+        for each in services:
+            each.job_processes = jobs
         broadcaster = Broadcaster(
             commit_log, capacity=settings.events_ring_size, max_bytes=int(settings.events_ring_mb * (1 << 20))
         )

@@ -89,3 +89,23 @@ def test_a_table_of_another_warehouse_has_that_warehouses_namespace(catalog: Lmd
         "scratch": ("isbre://test/scratch", "isbre://test/scratch"),
         None: ("isbre://test/isbre", "isbre://test/isbre"),  # a record from before warehouses had names
     }
+
+
+def test_a_maintenance_job_s_run_is_named_after_the_job(catalog: LmdbCatalog) -> None:
+    from isbre.catalog import Identifier
+
+    catalog.create_namespace("db")
+    properties = {"isbre.maintenance.compact.min-input-files": "2"}
+    table = catalog.create_table("db.t", schema=pa.schema([pa.field("a", pa.int64())]), properties=properties)
+    for a in (1, 2):
+        table.append(pa.table({"a": pa.array([a], pa.int64())}))
+    service = catalog.service
+    (report,) = service.maintain(Identifier.of(("db",), "t"), ["compact-data-files"])
+    assert report.committed
+    mapper = LineageMapper(LineageNames("isbre://test"), service.table_metadata_or_none)
+    *appends, compaction = group_runs(list(service.commit_log.records()))
+    names = [
+        json.loads(Serde.to_json(mapper.run_events(run)[1]))["job"]["name"]
+        for run in (appends[-1], compaction)
+    ]
+    assert names == ["isbre.table.commit.db.t", "isbre.maintenance.compact-data-files.db.t"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ import pytest
 from isbre.catalog import CatalogService, Identifier, TableChange
 from isbre.catalog.embedded import LmdbCatalog
 from isbre.catalog.file_uris import local_path
-from isbre.catalog.maintenance import STREAMING_DEFAULTS, plan_expiry, referenced_files
+from isbre.catalog.maintenance import STREAMING_DEFAULTS, JobReport, plan_expiry, referenced_files
 from isbre.catalog.warehouses import open_warehouses
 from isbre.rest.settings import Settings, warehouses
 from pyiceberg.catalog import Catalog
@@ -247,6 +248,113 @@ def test_a_sink_replays_nothing_after_expiry(catalog: Catalog) -> None:
     assert offsets_in(table) == [(0, n) for n in range(200)]
 
 
+COMPACTING = {**POLICY, "isbre.maintenance.compact.min-input-files": "5"}
+T = Identifier.of(("db",), "t")
+
+
+def numbers(table: Table, snapshot_id: int | None = None) -> list[int]:
+    return sorted(table.scan(snapshot_id=snapshot_id).to_arrow()["n"].to_pylist())
+
+
+def test_thirty_appends_compact_into_one_file_with_the_same_rows(catalog: Catalog) -> None:
+    table = appended(catalog, 30, COMPACTING)
+    before, small = table.metadata.snapshots, data_files(table)
+    (report,) = service_of(catalog).maintain(T, ["compact-data-files"])
+    table = table.refresh()
+    assert report.committed and not report.problems
+    assert (report.rewritten_files, report.added_files) == (30, 1)
+    assert report.rewritten_bytes == sum(int(s.summary["added-files-size"]) for s in before)
+    assert numbers(table) == list(range(60))
+    assert len(data_files(table)) == 1 and not data_files(table) & small
+    current = table.current_snapshot()
+    assert current is not None and current.summary is not None
+    assert current.summary.operation.value == "replace"
+    assert current.summary["isbre.maintenance.job"] == "compact-data-files"
+    assert (current.summary["total-records"], current.summary["total-data-files"]) == ("60", "1")
+    # Time travel to the snapshots before it reads the small files, which are all still there.
+    assert numbers(table, before[9].snapshot_id) == list(range(20)) and all(map(exists, small))
+    record = list(service_of(catalog).commit_log.records())[-1]
+    assert (record.kind, record.job) == ("table.commit", "compact-data-files")
+    # Expiry deletes them with the last snapshots that read them: the compaction's is all it keeps.
+    service_of(catalog).maintain(T, ["expire-snapshots"], FAR_FUTURE_MS)
+    assert all(map(exists, small))  # two appends, kept by min-snapshots-to-keep = 3, still read them
+    table.transaction().set_properties(**{"history.expire.min-snapshots-to-keep": "1"}).commit_transaction()
+    service_of(catalog).maintain(T, ["expire-snapshots"], FAR_FUTURE_MS)
+    assert not any(map(exists, small)) and numbers(table.refresh()) == list(range(60))
+
+
+def test_too_few_small_files_are_left_as_they_are(catalog: Catalog) -> None:
+    appended(catalog, 4, COMPACTING)
+    service = service_of(catalog)
+    high = service.commit_log.commit_seq()
+    (report,) = service.maintain(T, ["compact-data-files"])
+    assert not report.committed and service.commit_log.commit_seq() == high
+
+
+def compact_while(
+    catalog: Catalog, monkeypatch: pytest.MonkeyPatch, meanwhile: Callable[[Table], object]
+) -> tuple[Table, JobReport, list[str]]:
+    """Compact six appends while `meanwhile` changes the table (after the job planned, while it
+    writes its files); the table, the report and the files the job wrote."""
+    table = appended(catalog, 6, COMPACTING)
+    service = service_of(catalog)
+    rewrite = service._rewritten
+    written: list[str] = []
+
+    def changed_first(metadata: Any, rows: pa.Table) -> Any:
+        meanwhile(table)
+        files = rewrite(metadata, rows)
+        written.extend(f.file_path for f in files)
+        return files
+
+    monkeypatch.setattr(service, "_rewritten", changed_first)
+    (report,) = service.maintain(T, ["compact-data-files"])
+    return table.refresh(), report, written
+
+
+def test_an_append_that_lands_while_compaction_rewrites_is_kept(
+    catalog: Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    table, report, _ = compact_while(catalog, monkeypatch, lambda table: table.append(batch(1000)))
+    assert report.committed and report.rewritten_files == 6
+    assert numbers(table) == [*range(12), 1000, 1001]
+    assert len(data_files(table)) == 2  # the compacted file and the append's
+    assert table.metadata.snapshots[-2].summary.operation.value == "append"  # built on top of it
+
+
+def test_compaction_commits_nothing_when_its_files_went_meanwhile(
+    catalog: Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    high = service_of(catalog).commit_log.commit_seq() + 6  # after the appends
+    table, report, written = compact_while(catalog, monkeypatch, lambda table: table.overwrite(batch(500)))
+    assert not report.committed and "not committed" in report.problems[0]
+    assert service_of(catalog).commit_log.commit_seq() == high + 2  # the create, the overwrite
+    assert numbers(table) == [500, 501]
+    assert written and not any(map(exists, written))  # its own new files, never committed, are gone
+
+
+def test_format_v3_tables_are_not_compacted(catalog: Catalog) -> None:
+    appended(catalog, 0, {**COMPACTING, "format-version": "3"})  # rewritten rows would take new row ids
+    (report,) = service_of(catalog).maintain(T, ["compact-data-files"])
+    assert not report.committed and "format v3" in report.problems[0]
+
+
+def test_a_sink_replays_nothing_after_compaction(catalog: Catalog) -> None:
+    for start in range(0, 300, 50):
+        write_once(catalog, "db.sunk", rows(start, start + 50), span(start, start + 50))
+    table = catalog.load_table("db.sunk")
+    table.transaction().set_properties(
+        **{"isbre.maintenance.compact.min-input-files": "5"}
+    ).commit_transaction()
+    service = service_of(catalog)
+    (report,) = service.maintain(Identifier.of(("db",), "sunk"), ["compact-data-files"])
+    assert report.committed and report.rewritten_files == 6
+    high = service.commit_log.commit_seq()
+    write_once(catalog, "db.sunk", rows(0, 300), span(0, 300))  # a replay of every span
+    assert service.commit_log.commit_seq() == high  # committed nothing
+    assert offsets_in(table) == [(0, n) for n in range(300)]
+
+
 def test_expiry_keeps_a_tag_and_drops_a_branch_past_its_age(catalog: Catalog) -> None:
     table = appended(catalog, 4, {**POLICY, "history.expire.min-snapshots-to-keep": "1"})
     first = table.metadata.snapshots[0].snapshot_id
@@ -296,6 +404,9 @@ def test_invalid_policies_are_refused_naming_the_property(maintained: IsbreServe
         ("history.expire.max-snapshot-age-ms", "soon"),
         ("write.metadata.delete-after-commit.enabled", "yes"),
         ("isbre.maintenance.orphan-files.min-age-ms", "-5"),
+        ("isbre.maintenance.compact.enabled", "maybe"),
+        ("isbre.maintenance.compact.min-input-files", "0"),
+        ("isbre.maintenance.compact.target-file-size-bytes", "big"),
     ]:
         answer = commit_properties(maintained, "policies", {key: value})
         assert answer.status_code == 400, answer.text
@@ -350,6 +461,47 @@ def test_after_commits_the_catalog_expires_what_the_policy_makes_due(
     health = httpx.get(f"{maintained.url}/health").json()["components"]["maintenance"]
     assert health["status"] == "ok" and health["maintaining"]
     assert sorted(table.scan().to_arrow()["n"].to_pylist()) == sorted(n for i in range(6) for n in (i, i + 1))
+
+
+def test_after_commits_the_catalog_compacts_in_a_process_of_its_own(
+    maintained: IsbreServer, rest: Catalog
+) -> None:
+    policy = {**COMPACTING, "isbre.maintenance.enabled": "true", "isbre.maintenance.compact.enabled": "true"}
+    table = rest.create_table("m.compacted", schema=batch(0).schema, properties=policy)
+    for i in range(7):
+        table.append(batch(2 * i))
+
+    def compacted() -> bool:
+        current = table.refresh().current_snapshot()
+        return (
+            current is not None
+            and current.summary is not None
+            and current.summary.operation.value == "replace"
+        )
+
+    eventually(compacted, "a replace snapshot", timeout=60)
+    assert numbers(table) == list(range(14)) and len(data_files(table)) < 7
+
+    def counted() -> bool:  # once the job's process has answered
+        metrics = httpx.get(f"{maintained.url}/metrics").text
+        return 'isbre_maintenance_jobs_total{job="compact-data-files",outcome="ok"}' in metrics
+
+    eventually(counted, "the compaction counted in /metrics")
+    assert "isbre_maintenance_files_rewritten_total 0" not in httpx.get(f"{maintained.url}/metrics").text
+    status = httpx.get(f"{table_url(maintained, 'compacted')}/maintenance").json()
+    assert "compact-data-files" not in status["due"] and status["last-maintenance-at"] is not None
+    # Asked for, it runs in a job process too, and answers what it did.
+    for i in range(5):
+        table.append(batch(100 + 2 * i))
+    answer = httpx.post(
+        f"{table_url(maintained, 'compacted')}/maintenance", json={"jobs": ["compact-data-files"]}
+    )
+    assert answer.status_code == 200, answer.text
+    (job,) = answer.json()["jobs"]
+    if job["committed"]:  # unless the maintainer was there first
+        assert job["rewritten-files"] >= 5 and job["added-files"] == 1 and job["rewritten-bytes"] > 0
+    eventually(lambda: len(data_files(table.refresh())) == 1, "the new appends compacted too", timeout=60)
+    assert numbers(table) == [*range(14), *range(100, 110)]
 
 
 def test_a_table_that_does_not_ask_is_never_maintained(maintained: IsbreServer, rest: Catalog) -> None:

@@ -11,6 +11,7 @@ import uuid
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 from isbre.catalog import pyiceberg_internals as pyiceberg
 from isbre.rest.sse_starlette_internals import EventStream
 from pyiceberg.catalog.rest import RestCatalog
@@ -144,3 +145,40 @@ def test_a_lean_transaction_works_out_the_metadata_pyiceberg_does_once(tmp_path:
     assert worked_out[0].snapshots[-1].summary == worked_out[1].snapshots[-1].summary  # what was added
     assert [s.summary.additional_properties["k"] for s in worked_out[1].snapshots[1:]] == ["v"]
     assert worked_out[1].current_snapshot().parent_snapshot_id == table.metadata.current_snapshot_id
+
+
+def test_pyiceberg_s_overwrite_makes_a_replace_snapshot(tmp_path: Path) -> None:
+    """Compaction commits what `replace_files` stages: a snapshot that removes and adds files, as
+    PyIceberg's overwrite makes it, its operation `replace`, its totals those of the files kept."""
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.exceptions import ValidationException
+    from pyiceberg.table.update import AddSnapshotUpdate, AssertRefSnapshotId
+
+    catalog = SqlCatalog("seam", uri=f"sqlite:///{tmp_path}/c.db", warehouse=tmp_path.as_uri())
+    catalog.create_namespace("n")
+    table = catalog.create_table("n.t", SCHEMA)
+    for x in (1, 2):
+        table.append(pa.table({"x": pa.array([x], pa.int64())}))
+    table = table.refresh()
+    small = [task.file for task in table.scan().plan_files()]
+    rows = pa.table({"x": pa.array([1, 2], pa.int64())})
+    (merged,) = pyiceberg.data_files_of(table.metadata, rows, table.io, uuid.uuid4())
+    requirements, updates = pyiceberg.replace_files(
+        ("n", "t"), table.metadata, table.metadata_location, table.io, small, [merged], {"k": "v"}
+    )
+    assert requirements == (AssertRefSnapshotId(ref="main", snapshot_id=table.metadata.current_snapshot_id),)
+    (snapshot,) = [u.snapshot for u in updates if isinstance(u, AddSnapshotUpdate)]
+    assert snapshot.summary is not None and snapshot.summary.operation.value == "replace"
+    assert {
+        k: snapshot.summary[k] for k in ("total-data-files", "total-records", "deleted-data-files", "k")
+    } == {
+        "total-data-files": "1",
+        "total-records": "2",
+        "deleted-data-files": "2",
+        "k": "v",
+    }
+    table.overwrite(pa.table({"x": pa.array([9], pa.int64())}))  # the small files are gone
+    with pytest.raises(ValidationException):
+        pyiceberg.replace_files(
+            ("n", "t"), table.metadata, table.metadata_location, table.io, small, [merged], {}
+        )

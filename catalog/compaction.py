@@ -1,0 +1,100 @@
+"""Which small data files of a table to compact together, from its policy properties.
+
+A table appended to in small commits (a sink committing every second) gets one small data file a
+commit; a scan opens each of them. Compaction reads a group of small files of one partition and
+writes their rows again as files of the target size, in one `replace` snapshot: the rows are the
+same, only the files change. This module decides; catalog/maintenance_operations.py rewrites and
+commits, in a process of its own (catalog/job_process.py).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from pyiceberg.io import FileIO
+from pyiceberg.manifest import DataFile, ManifestContent
+from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.typedef import Record
+
+COMPACT_ENABLED = "isbre.maintenance.compact.enabled"
+TARGET_FILE_SIZE = "isbre.maintenance.compact.target-file-size-bytes"
+MIN_INPUT_FILES = "isbre.maintenance.compact.min-input-files"
+# Iceberg's own: what a table's writers aim at, and what its rewrite_data_files reads.
+WRITE_TARGET_FILE_SIZE = "write.target-file-size-bytes"
+DEFAULT_TARGET_FILE_SIZE = 512 * 1024 * 1024
+DEFAULT_MIN_INPUT_FILES = 5
+# A file smaller than this share of the target is small (Iceberg's min-file-size-bytes default).
+SMALL_SHARE = 0.75
+
+
+class NotCompactedError(ValueError):
+    """The table holds something compaction cannot rewrite without changing what it means."""
+
+
+def target_file_size(properties: dict[str, str]) -> int:
+    return int(
+        properties.get(TARGET_FILE_SIZE, properties.get(WRITE_TARGET_FILE_SIZE, DEFAULT_TARGET_FILE_SIZE))
+    )
+
+
+def min_input_files(properties: dict[str, str]) -> int:
+    return int(properties.get(MIN_INPUT_FILES, DEFAULT_MIN_INPUT_FILES))
+
+
+def compaction_enabled(properties: dict[str, str]) -> bool:
+    return properties.get(COMPACT_ENABLED, "false").lower() == "true"
+
+
+@dataclass(frozen=True)
+class LiveFiles:
+    """The data files the current snapshot reads."""
+
+    snapshot_id: int | None
+    files: tuple[DataFile, ...]
+
+
+def live_data_files(io: FileIO, metadata: TableMetadata) -> LiveFiles:
+    """The current snapshot's data files. A table with delete files is not compacted: a rewritten
+    file takes a new sequence number, which older position and equality deletes would no longer
+    apply to; nor one of format v3, whose rewritten rows would take new row ids."""
+    if metadata.format_version >= 3:
+        raise NotCompactedError("format v3 tables are not compacted: rewritten rows would take new row ids")
+    snapshot = metadata.current_snapshot()
+    if snapshot is None:
+        return LiveFiles(None, ())
+    manifests = snapshot.manifests(io)
+    if any(manifest.content == ManifestContent.DELETES for manifest in manifests):
+        raise NotCompactedError("the table has delete files: run a rewrite that applies them first")
+    files = tuple(
+        entry.data_file
+        for manifest in manifests
+        for entry in manifest.fetch_manifest_entry(io, discard_deleted=True)
+    )
+    return LiveFiles(snapshot.snapshot_id, files)
+
+
+def plan_compaction(files: tuple[DataFile, ...], properties: dict[str, str]) -> list[list[DataFile]]:
+    """Groups of small files to rewrite together: per partition (and spec), once it holds
+    `min-input-files` small ones, packed into groups whose inputs add up to the target size at
+    most. A group of one file is not worth rewriting."""
+    target = target_file_size(properties)
+    small = int(target * SMALL_SHARE)
+    partitions: dict[tuple[int, Record], list[DataFile]] = defaultdict(list)
+    for data_file in files:
+        if data_file.file_size_in_bytes < small:
+            partitions[(data_file.spec_id, data_file.partition)].append(data_file)
+    groups: list[list[DataFile]] = []
+    for candidates in partitions.values():
+        if len(candidates) < min_input_files(properties):
+            continue
+        group: list[DataFile] = []
+        size = 0
+        for data_file in candidates:
+            if group and size + data_file.file_size_in_bytes > target:
+                groups.append(group)
+                group, size = [], 0
+            group.append(data_file)
+            size += data_file.file_size_in_bytes
+        groups.append(group)
+    return [group for group in groups if len(group) > 1]
