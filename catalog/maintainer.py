@@ -50,7 +50,7 @@ class MaintenanceStats:
     files_deleted: int = 0
     last_run_at: float | None = None
     last_runs: dict[str, float] = field(default_factory=dict)  # table -> when its jobs last ran
-    # Tables whose last runs failed: how many times in a row, and the last error.
+    # Tables' jobs ("<table> <job>") whose last runs failed: how many times in a row, the last error.
     failing: dict[str, tuple[int, str]] = field(default_factory=dict)
     files_rewritten: int = 0
     bytes_rewritten: int = 0
@@ -123,26 +123,29 @@ class Maintainer:
         if not enabled(metadata.properties):
             return []
         jobs = []
-        table = f"{service.name}.{ident}"
-        files, size = data_file_totals(metadata)
-        seen = self.stats.compaction_seen.get(table, 0)
-        if compaction_due(metadata.properties, files, size) and files - seen >= min_input_files(
-            metadata.properties
-        ):
-            jobs.append(COMPACT_DATA_FILES)  # first: expiry then removes what it replaced, when due
         if plan_expiry(metadata, int(time.time() * 1000)):
             jobs.append(EXPIRE_SNAPSHOTS)
         if metadata.properties.get(DELETE_AFTER_COMMIT, "false").lower() == "true":
             jobs.append(REMOVE_METADATA_FILES)
-        if not jobs:
-            return []
-        try:
-            reports = self.run(service, ident, jobs)
-        except Exception:
-            return []  # counted and logged; tried again at the table's next commit
-        if COMPACT_DATA_FILES in jobs:
-            compacted = next(r for r in reports if r.job == COMPACT_DATA_FILES)
-            self.stats.compaction_seen[table] = files - compacted.rewritten_files + compacted.added_files
+        table = f"{service.name}.{ident}"
+        files, size = data_file_totals(metadata)
+        new_files = files - self.stats.compaction_seen.get(table, 0)
+        if compaction_due(metadata.properties, files, size) and new_files >= min_input_files(
+            metadata.properties
+        ):
+            # Last: it takes longest, and the others need not wait for it.
+            jobs.append(COMPACT_DATA_FILES)
+        reports = []
+        for job in jobs:  # one failing job does not keep the others from running
+            try:
+                reports += self.run(service, ident, [job])
+            except Exception:
+                continue  # counted and logged; tried again at the table's next commit
+        if COMPACT_DATA_FILES in jobs:  # done or failed, looked at again after more files
+            compacted = next((r for r in reports if r.job == COMPACT_DATA_FILES), None)
+            self.stats.compaction_seen[table] = (
+                files - compacted.rewritten_files + compacted.added_files if compacted else files
+            )
         return reports
 
     def run(self, service: CatalogService, ident: Identifier, jobs: list[str]) -> list[JobReport]:
@@ -152,12 +155,14 @@ class Maintainer:
         try:
             reports = service.maintain(ident, jobs)
         except Exception as exc:
-            times = self.stats.failing.get(table, (0, ""))[0] + 1
-            self.stats.failing[table] = (times, f"{type(exc).__name__}: {exc}")
+            for job in jobs:
+                times = self.stats.failing.get(f"{table} {job}", (0, ""))[0] + 1
+                self.stats.failing[f"{table} {job}"] = (times, f"{type(exc).__name__}: {exc}")
             self.stats.jobs.update((job, "failed") for job in jobs)
-            log.warning("maintenance of %s failed (%d in a row): %s", table, times, exc)
+            log.warning("maintenance of %s (%s) failed: %s", table, ", ".join(jobs), exc)
             raise
-        self.stats.failing.pop(table, None)
+        for job in jobs:
+            self.stats.failing.pop(f"{table} {job}", None)
         self.stats.last_runs[table] = self.stats.last_run_at
         for report in reports:
             self.stats.jobs[(report.job, "failed" if report.problems else "ok")] += 1

@@ -45,13 +45,16 @@ from isbre.catalog.maintenance import (
     unreachable_files,
 )
 from isbre.catalog.pyiceberg_internals import data_files_of, replace_files
+from isbre.catalog.rebase import rebased
 from isbre.catalog.service_core import MAX_COMMIT_ATTEMPTS
 from isbre.catalog.table_operations import TableOperations, TableState
 from isbre.catalog.tables import TableChange, places_of
 from pyiceberg.exceptions import CommitFailedException, ValidationException
 from pyiceberg.manifest import DataFile
 from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.table.update import (
+    AddSnapshotUpdate,
     AssertRefSnapshotId,
     AssertTableUUID,
     RemoveSnapshotRefUpdate,
@@ -216,22 +219,31 @@ class MaintenanceOperations(TableOperations):
             for new in self._rewritten(state.metadata, self._read(state.metadata, group))
         ]
         summary = {JOB_PROPERTY: COMPACT_DATA_FILES}
+        staged: tuple[Snapshot, int] | None = None  # the last snapshot made, and the head it was made on
         for _ in range(MAX_COMMIT_ATTEMPTS):
             assert state.metadata_location is not None
-            try:
-                requirements, updates = replace_files(
-                    (*ident.namespace, ident.name),
-                    state.metadata,
-                    state.metadata_location,
-                    self.io,
-                    removed,
-                    added,
-                    summary,
-                )
-            except ValidationException as exc:  # a concurrent change removed files being replaced
-                report.problems.append(f"not committed: {exc}")
-                self._delete(report, state.metadata, [(f.file_path, "unused new data file") for f in added])
-                return report
+            moved = rebased(state.metadata, self.io, *staged) if staged is not None else None
+            if moved is not None:
+                requirements, updates = moved
+            else:
+                try:
+                    requirements, updates = replace_files(
+                        (*ident.namespace, ident.name),
+                        state.metadata,
+                        state.metadata_location,
+                        self.io,
+                        removed,
+                        added,
+                        summary,
+                    )
+                except ValidationException as exc:  # a concurrent change removed files being replaced
+                    report.problems.append(f"not committed: {exc}")
+                    self._delete(
+                        report, state.metadata, [(f.file_path, "unused new data file") for f in added]
+                    )
+                    return report
+                made = next(u.snapshot for u in updates if isinstance(u, AddSnapshotUpdate))
+                staged = (made, state.metadata.current_snapshot_id or 0)
             change = TableChange(
                 ident,
                 (AssertTableUUID(uuid=state.metadata.table_uuid), *requirements),
@@ -248,6 +260,7 @@ class MaintenanceOperations(TableOperations):
             report.added_files = len(added)
             report.rewritten_bytes = sum(f.file_size_in_bytes for f in removed)
             return report
+        self._delete(report, state.metadata, [(f.file_path, "unused new data file") for f in added])
         raise CommitFailedException(f"Gave up compacting after {MAX_COMMIT_ATTEMPTS} lost races")
 
     def _read(self, metadata: TableMetadata, group: list[DataFile]) -> pa.Table:

@@ -8,6 +8,7 @@ import pydantic
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from isbre.catalog.job_process import JobProcessError
 from isbre.catalog.limits import MetadataTooLargeError
 from isbre.catalog.purge import PurgeIncompleteError
 from isbre.catalog.service import ConflictingPropertiesError
@@ -45,6 +46,7 @@ _KNOWN: list[tuple[type[Exception], int, str]] = [
     (InsufficientStorageError, 507, "InsufficientStorageException"),
     (StoreGrowthError, 507, "InsufficientStorageException"),
     (PurgeIncompleteError, 500, "PurgeIncompleteException"),
+    (JobProcessError, 500, "MaintenanceJobFailedException"),
     (InvalidViewVersionError, 400, "IllegalArgumentException"),
     (ice.ValidationError, 400, "BadRequestException"),
     (pydantic.ValidationError, 400, "BadRequestException"),

@@ -3,14 +3,17 @@ ordinary commit, files deleted only once unreachable and only the table's own.""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -319,7 +322,14 @@ def test_an_append_that_lands_while_compaction_rewrites_is_kept(
     assert report.committed and report.rewritten_files == 6
     assert numbers(table) == [*range(12), 1000, 1001]
     assert len(data_files(table)) == 2  # the compacted file and the append's
-    assert table.metadata.snapshots[-2].summary.operation.value == "append"  # built on top of it
+    append, replace = table.metadata.snapshots[-2:]
+    assert append.summary is not None and append.summary.operation.value == "append"
+    assert replace.parent_snapshot_id == append.snapshot_id  # made again on top of it
+    assert replace.sequence_number == append.sequence_number + 1
+    assert replace.summary is not None and replace.summary["total-records"] == "14"
+    entries = [e for m in replace.manifests(table.io) for e in m.fetch_manifest_entry(table.io)]
+    compacted = [e for e in entries if e.snapshot_id == replace.snapshot_id]
+    assert [e.sequence_number for e in compacted] == [replace.sequence_number]
 
 
 def test_compaction_commits_nothing_when_its_files_went_meanwhile(
@@ -596,9 +606,10 @@ def test_table_defaults_that_cannot_apply_are_refused_at_start(tmp_path: Path) -
 def test_kill_9_while_maintenance_runs_leaves_no_table_pointing_at_a_deleted_file(
     tmp_path: Path, appends: int
 ) -> None:
-    """Appends to a table whose every commit makes expiry and metadata removal due, and kill -9 of
-    the server among them (at a different point in each run): after a restart every file the
-    table's metadata reaches is there, and every snapshot it keeps can be read."""
+    """Appends to a table whose every commit makes expiry and metadata removal due (and every
+    third compaction), and kill -9 of the server among them (at a different point in each run):
+    after a restart every file the table's metadata reaches is there, and every snapshot it keeps
+    can be read."""
     server = IsbreServer(tmp_path / "warehouse", env={"ISBRE_MAINTENANCE_INTERVAL_SECONDS": "0.02"}).start()
     catalog = RestCatalog("crash", uri=server.url)
     catalog.create_namespace("db")
@@ -608,6 +619,8 @@ def test_kill_9_while_maintenance_runs_leaves_no_table_pointing_at_a_deleted_fil
         "history.expire.min-snapshots-to-keep": "2",
         "write.metadata.delete-after-commit.enabled": "true",
         "write.metadata.previous-versions-max": "2",
+        "isbre.maintenance.compact.enabled": "true",
+        "isbre.maintenance.compact.min-input-files": "3",
     }
     table = catalog.create_table("db.t", schema=batch(0).schema, properties=eager)
     for i in range(appends):
@@ -626,3 +639,40 @@ def test_kill_9_while_maintenance_runs_leaves_no_table_pointing_at_a_deleted_fil
         assert len(table.metadata.snapshots) < appends  # expiry ran among the appends
     finally:
         restarted.stop()
+
+
+def test_kill_9_of_a_compaction_s_process_leaves_the_table_whole(tmp_path: Path) -> None:
+    """The job's process killed while it reads and writes: the table is as it was, every file it
+    reaches is there, and the next compaction does the work."""
+    server = IsbreServer(tmp_path / "warehouse").start()
+    try:
+        catalog = RestCatalog("crash", uri=server.url)
+        catalog.create_namespace("db")
+        table = catalog.create_table("db.t", schema=batch(0).schema, properties=COMPACTING)
+        for i in range(8):
+            table.append(batch(2 * i))
+        url = f"{server.url}/v1/isbre/namespaces/db/tables/t/maintenance"
+        assert server.process is not None
+        parent = psutil.Process(server.process.pid)
+
+        def kill_the_job() -> bool:
+            for child in parent.children(recursive=True):
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    if "isbre.catalog.job_process" in child.cmdline():
+                        child.kill()
+                        return True
+            return False
+
+        killer = threading.Thread(target=eventually, args=(kill_the_job, "a job process to kill"))
+        killer.start()
+        answer = httpx.post(url, json={"jobs": ["compact-data-files"]}, timeout=60)
+        killer.join()
+        assert answer.status_code == 500 and "compact-data-files" in answer.json()["error"]["message"]
+        table = table.refresh()
+        assert table.metadata_location is not None and len(table.metadata.snapshots) == 8
+        assert all(map(exists, referenced_files(table.io, table.metadata, table.metadata_location)))
+        again = httpx.post(url, json={"jobs": ["compact-data-files"]}, timeout=60).json()["jobs"][0]
+        assert again["committed"] and again["rewritten-files"] == 8
+        assert numbers(table.refresh()) == list(range(16))
+    finally:
+        server.stop()

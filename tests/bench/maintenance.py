@@ -1,9 +1,14 @@
-"""A streaming table over time: small appends through isbre's REST catalog with the catalog's
-maintenance on (the streaming defaults a sink's table gets) and off, beside PyIceberg's
-SqlCatalog on SQLite with no maintenance, in one run.
+"""A streaming table over time: one-row commits through isbre's sink with the catalog's
+maintenance on (the streaming defaults a sink's table gets: expiry, old metadata files, manifest
+merging, compaction) and off, beside PyIceberg's appends to SqlCatalog on SQLite with no
+maintenance, in one run.
 
-At each checkpoint: the median client-side latency of the last commits, the size of the metadata
-file a commit rewrites, the snapshots the table keeps, and the time a scan takes to plan.
+The maintained feed runs to 20,000 commits or until its time is up (`ISBRE_BENCH_STREAM_SECONDS`,
+120 s by default); the two without maintenance, whose commits grow slower with every snapshot,
+get a quarter of that each. At each checkpoint it reached: the
+median latency and client CPU of the last commits, the server's CPU per commit over them (job
+processes included), the size of the metadata file a commit rewrites, the snapshots kept, the
+data files a scan opens, and the time a scan takes to plan.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import psutil
 import pyarrow as pa
 from isbre.sinks.contract import OffsetSpan
 from isbre.sinks.iceberg import IcebergSink
@@ -22,20 +28,24 @@ from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import Table
 
-from tests.bench.harness import Report
+from tests.bench.harness import Report, cpu_seconds
 from tests.server import IsbreServer
 
-CHECKPOINTS = (100, 250, 500)
-WINDOW = 50  # commits whose latency makes a checkpoint's median
+CHECKPOINTS = (100, 1_000, 10_000, 20_000)
+WINDOW = 50  # commits whose figures make a checkpoint's
 ROW = pa.table({"n": pa.array([1], pa.int64())})
-STREAMING = {
-    "isbre.maintenance.enabled": "true",
-    # Two seconds of snapshots here stand for the defaults' ten minutes at a commit a second.
-    "history.expire.max-snapshot-age-ms": "2000",
-    "history.expire.min-snapshots-to-keep": "20",
-    "write.metadata.delete-after-commit.enabled": "true",
-    "write.metadata.previous-versions-max": "20",
+# Two seconds of snapshots here stand for the defaults' ten minutes at a commit a second.
+STREAMING = {"history.expire.max-snapshot-age-ms": "2000"}
+OFF = {
+    "isbre.maintenance.enabled": "false",
+    "write.metadata.delete-after-commit.enabled": "false",
+    "commit.manifest-merge.enabled": "false",
+    "isbre.maintenance.compact.enabled": "false",
 }
+
+
+def _seconds() -> float:
+    return float(os.environ.get("ISBRE_BENCH_STREAM_SECONDS", "120"))
 
 
 def _metadata_bytes(table: Table) -> int:
@@ -49,57 +59,84 @@ def _planning_ms(table: Table) -> float:
     return (time.perf_counter() - started) * 1000
 
 
-def _appending(catalog: Catalog, ident: str, properties: dict[str, str]) -> Callable[[int], Table]:
-    table = catalog.create_table(ident, schema=ROW.schema, properties=properties)
-
-    def commit(_: int) -> Table:
-        table.append(ROW)
-        return table
-
-    return commit
+def _data_files(table: Table) -> int:
+    current = table.current_snapshot()
+    return int(current.summary["total-data-files"]) if current and current.summary else 0
 
 
-def _sinking(catalog: Catalog, ident: str, properties: dict[str, str]) -> Callable[[int], Table]:
+def _appending(catalog: Catalog, ident: str) -> Callable[[int], None]:
+    table = catalog.create_table(ident, schema=ROW.schema)
+    return lambda _: table.append(ROW)
+
+
+def _sinking(catalog: Catalog, ident: str, properties: dict[str, str]) -> Callable[[int], None]:
     """One-row pushes through isbre's sink, a commit each (no metadata columns, as the appends)."""
     sink = IcebergSink(catalog, ident, metadata_policy="none", table_properties=properties)
 
-    def commit(offset: int) -> Table:
+    def commit(offset: int) -> None:
         sink.push(ROW.to_batches()[0], OffsetSpan("bench", "stream", 0, offset, offset + 1))
         sink.finish()
-        return sink.writer.table
 
     return commit
 
 
 def _feed(
-    label: str, catalog: Catalog, properties: dict[str, str], report: Report, sink: bool = False
+    label: str,
+    catalog: Catalog,
+    commit: Callable[[int], None],
+    ident: str,
+    report: Report,
+    server: psutil.Process | None,
+    seconds: float,
 ) -> None:
-    ident = f"bench.{label.split()[0].lower()}"
-    commit = (_sinking if sink else _appending)(catalog, ident, properties)
     latencies: list[float] = []
+    client: list[float] = []
+    window_cpu = 0.0
+    deadline = time.monotonic() + seconds
     for done in range(1, CHECKPOINTS[-1] + 1):
-        started = time.perf_counter()
+        if server is not None and done % WINDOW == 1:  # checkpoints end windows
+            window_cpu = cpu_seconds(server, exited_children=True)
+        started, cpu = time.perf_counter(), time.process_time()
         commit(done)
         latencies.append(time.perf_counter() - started)
+        client.append(time.process_time() - cpu)
         if done in CHECKPOINTS:
+            spent = (cpu_seconds(server, exited_children=True) - window_cpu) / WINDOW if server else None
             table = catalog.load_table(ident)
-            median = statistics.median(latencies[-WINDOW:]) * 1000
             report.add(
                 label,
-                str(done),
-                median,
+                f"{done:,}",
+                statistics.median(latencies[-WINDOW:]) * 1000,
+                statistics.median(client[-WINDOW:]) * 1000,
+                "—" if spent is None else f"{spent * 1000:.1f}",
                 f"{_metadata_bytes(table) / 1024:,.0f}",
                 str(len(table.metadata.snapshots)),
+                str(_data_files(table)),
                 _planning_ms(table),
             )
+        if time.monotonic() > deadline:
+            report.add(label, f"stopped at {done:,}", "time up", "", "", "", "", "", "")
+            return
 
 
 def run(workdir: Path) -> Report:
     report = Report(
-        f"A streaming table: {CHECKPOINTS[-1]:,} one-row appends, median commit latency of the last {WINDOW}",
-        ["catalog", "commits", "commit, ms", "metadata file, KiB", "snapshots kept", "scan planning, ms"],
+        f"A streaming table: up to {CHECKPOINTS[-1]:,} one-row commits in {_seconds():g} s"
+        f" ({_seconds() / 4:g} s without maintenance), medians of the last {WINDOW}",
+        [
+            "catalog",
+            "commits",
+            "commit, ms",
+            "client CPU, ms",
+            "server CPU, ms",
+            "metadata file, KiB",
+            "snapshots kept",
+            "data files",
+            "scan planning, ms",
+        ],
     )
     server = IsbreServer(workdir / "isbre-warehouse").start()
+    process = psutil.Process(server.process.pid) if server.process else None
     sql_warehouse = workdir / "sql-warehouse"
     sql_warehouse.mkdir()
     sql = SqlCatalog("bench", uri=f"sqlite:///{workdir / 'sql.db'}", warehouse=sql_warehouse.as_uri())
@@ -107,19 +144,13 @@ def run(workdir: Path) -> Report:
         rest = RestCatalog("bench", uri=server.url)
         rest.create_namespace("bench")
         sql.create_namespace("bench")
-        _feed("isbre (maintenance on)", rest, STREAMING, report)
-        _feed("isbre-off (no maintenance)", rest, {}, report)
-        # A sink's table gets the streaming defaults unless told otherwise: here, as isbre-off.
-        off = {
-            "isbre.maintenance.enabled": "false",
-            "write.metadata.delete-after-commit.enabled": "false",
-            "commit.manifest-merge.enabled": "false",
-        }
-        _feed("isbre-sink (IcebergSink, no maintenance)", rest, off, report, sink=True)
-        # The defaults a sink's table gets, their age cut as above: expiry and manifest merging.
-        streaming = {"history.expire.max-snapshot-age-ms": "2000"}
-        _feed("isbre-streaming (IcebergSink, streaming defaults)", rest, streaming, report, sink=True)
-        _feed("SqlCatalog (no maintenance)", sql, {}, report)
+        on, off = "bench.streaming", "bench.off"
+        seconds = _seconds()
+        _feed("isbre sink, maintenance on", rest, _sinking(rest, on, STREAMING), on, report, process, seconds)
+        peers = seconds / 4
+        _feed("isbre sink, maintenance off", rest, _sinking(rest, off, OFF), off, report, process, peers)
+        sql_feed = _appending(sql, "bench.t")
+        _feed("SqlCatalog appends, no maintenance", sql, sql_feed, "bench.t", report, None, peers)
     finally:
         server.stop()
         sql.close()
