@@ -96,6 +96,11 @@ class Identifier:
         return ".".join((*self.namespace, self.name))
 
     @property
+    def parts(self) -> tuple[str, ...]:
+        """Namespace levels and name, as PyIceberg's identifiers are."""
+        return (*self.namespace, self.name)
+
+    @property
     def key(self) -> bytes:
         return namespace_key(self.namespace) + _OBJECT + self.name.encode()
 

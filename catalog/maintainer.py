@@ -24,10 +24,12 @@ from isbre.catalog.maintenance import (
     DELETE_AFTER_COMMIT,
     EXPIRE_SNAPSHOTS,
     REMOVE_METADATA_FILES,
+    REWRITE_MANIFESTS,
     JobReport,
     compaction_due,
     data_file_totals,
     enabled,
+    min_count_to_merge,
     plan_expiry,
 )
 from isbre.catalog.records import TABLE_KINDS
@@ -127,6 +129,12 @@ class Maintainer:
             jobs.append(EXPIRE_SNAPSHOTS)
         if metadata.properties.get(DELETE_AFTER_COMMIT, "false").lower() == "true":
             jobs.append(REMOVE_METADATA_FILES)
+        current = metadata.current_snapshot()
+        # One read of the manifest list: a table appended to a manifest a commit needs merging.
+        if current is not None and len(current.manifests(service.io)) >= min_count_to_merge(
+            metadata.properties
+        ):
+            jobs.append(REWRITE_MANIFESTS)
         table = f"{service.name}.{ident}"
         files, size = data_file_totals(metadata)
         new_files = files - self.stats.compaction_seen.get(table, 0)

@@ -38,6 +38,10 @@ DELETE_AFTER_COMMIT = "write.metadata.delete-after-commit.enabled"
 PREVIOUS_VERSIONS_MAX = "write.metadata.previous-versions-max"
 ENABLED = "isbre.maintenance.enabled"
 ORPHAN_MIN_AGE_MS = "isbre.maintenance.orphan-files.min-age-ms"
+# Iceberg's own: an append merges manifests once there are this many (the sink's, when enabled);
+# for the catalog, a table holding this many is due for `rewrite-manifests`.
+MIN_COUNT_TO_MERGE = "commit.manifest.min-count-to-merge"
+DEFAULT_MIN_COUNT_TO_MERGE = 100
 
 # Iceberg's defaults: five days of snapshots, at least one; refs kept forever; 100 old versions.
 DEFAULT_MAX_SNAPSHOT_AGE_MS = 5 * 24 * 3600 * 1000
@@ -56,9 +60,10 @@ STREAMING_DEFAULTS = {
     MIN_SNAPSHOTS_TO_KEEP: "20",
     DELETE_AFTER_COMMIT: "true",
     PREVIOUS_VERSIONS_MAX: "20",
-    # The sink then merges small manifests as it appends (at Iceberg's default of 100 of them),
-    # so that a scan plans over a bounded number of manifests, not one per commit.
+    # The sink then merges small manifests as it appends, once there are 10 (Iceberg's default
+    # is 100): a scan plans over a few manifests, not one per commit.
     "commit.manifest-merge.enabled": "true",
+    MIN_COUNT_TO_MERGE: "10",
     # And the catalog compacts its small data files, once 50 have piled up in a partition: at a
     # commit a second, a job process a minute or so; a scan opens at most about as many files.
     COMPACT_ENABLED: "true",
@@ -69,9 +74,12 @@ EXPIRE_SNAPSHOTS = "expire-snapshots"
 REMOVE_METADATA_FILES = "remove-metadata-files"
 REMOVE_ORPHAN_FILES = "remove-orphan-files"
 COMPACT_DATA_FILES = "compact-data-files"
-JOBS = (EXPIRE_SNAPSHOTS, REMOVE_METADATA_FILES, COMPACT_DATA_FILES, REMOVE_ORPHAN_FILES)
-# The jobs that read and write data files: a server runs them in a process of their own.
-DATA_FILE_JOBS = (COMPACT_DATA_FILES,)
+REWRITE_MANIFESTS = "rewrite-manifests"
+JOBS = (EXPIRE_SNAPSHOTS, REMOVE_METADATA_FILES, REWRITE_MANIFESTS, COMPACT_DATA_FILES, REMOVE_ORPHAN_FILES)
+# The jobs that rewrite a table's files (manifests, data files): a server runs them in a process
+# of their own.
+REWRITING_JOBS = (REWRITE_MANIFESTS, COMPACT_DATA_FILES)
+
 # A snapshot a job commits says which job it was, in this summary property.
 JOB_PROPERTY = "isbre.maintenance.job"
 # A file younger than this may be a commit's, written and not yet committed (Iceberg's own
@@ -84,6 +92,7 @@ _POSITIVE = (
     MAX_REF_AGE_MS,
     PREVIOUS_VERSIONS_MAX,
     ORPHAN_MIN_AGE_MS,
+    MIN_COUNT_TO_MERGE,
     TARGET_FILE_SIZE,
     MIN_INPUT_FILES,
 )
@@ -315,7 +324,8 @@ class JobReport:
     deleted_files: int = 0
     skipped_files: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
-    # What a rewrite read and wrote: files replaced, files written in their place, bytes read.
+    # What a rewrite read and wrote: files (data files or manifests) replaced, files written in
+    # their place, bytes of the replaced files.
     rewritten_files: int = 0
     added_files: int = 0
     rewritten_bytes: int = 0
@@ -330,7 +340,7 @@ class JobReport:
         }
         if self.commit_seq is not None:
             body["commit-seq"] = self.commit_seq
-        if self.job in DATA_FILE_JOBS:
+        if self.job in REWRITING_JOBS:
             body["rewritten-files"] = self.rewritten_files
             body["added-files"] = self.added_files
             body["rewritten-bytes"] = self.rewritten_bytes
@@ -356,3 +366,7 @@ class JobReport:
             added_files=found.get("added-files", 0),
             rewritten_bytes=found.get("rewritten-bytes", 0),
         )
+
+
+def min_count_to_merge(properties: dict[str, str]) -> int:
+    return _int(properties, MIN_COUNT_TO_MERGE, DEFAULT_MIN_COUNT_TO_MERGE)

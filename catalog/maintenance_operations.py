@@ -29,13 +29,14 @@ from isbre.catalog.file_uris import file_uri, local_path
 from isbre.catalog.identifiers import Identifier
 from isbre.catalog.maintenance import (
     COMPACT_DATA_FILES,
-    DATA_FILE_JOBS,
     DELETE_AFTER_COMMIT,
     EXPIRE_SNAPSHOTS,
     JOB_PROPERTY,
     JOBS,
     REMOVE_METADATA_FILES,
     REMOVE_ORPHAN_FILES,
+    REWRITE_MANIFESTS,
+    REWRITING_JOBS,
     JobReport,
     orphan_min_age_ms,
     orphans,
@@ -44,12 +45,13 @@ from isbre.catalog.maintenance import (
     superseded_metadata,
     unreachable_files,
 )
-from isbre.catalog.pyiceberg_internals import data_files_of, replace_files
+from isbre.catalog.pyiceberg_internals import Staging, data_files_of, merged_manifests, replace_files
 from isbre.catalog.rebase import rebased
 from isbre.catalog.service_core import MAX_COMMIT_ATTEMPTS
 from isbre.catalog.table_operations import TableOperations, TableState
 from isbre.catalog.tables import TableChange, places_of
 from pyiceberg.exceptions import CommitFailedException, ValidationException
+from pyiceberg.io import FileIO
 from pyiceberg.manifest import DataFile
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Snapshot
@@ -93,13 +95,14 @@ class MaintenanceOperations(TableOperations):
         run: dict[str, Callable[[], JobReport]] = {
             EXPIRE_SNAPSHOTS: lambda: self._expire_snapshots(ident, when),
             REMOVE_METADATA_FILES: lambda: self._remove_metadata_files(ident),
+            REWRITE_MANIFESTS: lambda: self._rewrite_manifests(ident),
             COMPACT_DATA_FILES: lambda: self._compact_data_files(ident),
             REMOVE_ORPHAN_FILES: lambda: self._remove_orphan_files(ident, when),
         }
         elsewhere = self.job_processes if not here else None
         return [
             elsewhere.run(self.name, ident, job, when)
-            if elsewhere is not None and job in DATA_FILE_JOBS
+            if elsewhere is not None and job in REWRITING_JOBS
             else run[job]()
             for job in jobs
         ]
@@ -218,50 +221,94 @@ class MaintenanceOperations(TableOperations):
             for group in groups
             for new in self._rewritten(state.metadata, self._read(state.metadata, group))
         ]
+        unused = [(f.file_path, "unused new data file") for f in added]
         summary = {JOB_PROPERTY: COMPACT_DATA_FILES}
-        staged: tuple[Snapshot, int] | None = None  # the last snapshot made, and the head it was made on
-        for _ in range(MAX_COMMIT_ATTEMPTS):
+
+        def make(state: TableState) -> Staging:
             assert state.metadata_location is not None
+            return replace_files(
+                ident.parts, state.metadata, state.metadata_location, self.io, removed, added, summary
+            )
+
+        try:
+            self._commit_rewrite(ident, state, COMPACT_DATA_FILES, make)
+        except ValidationException as exc:  # a concurrent change removed files being replaced
+            report.problems.append(f"not committed: {exc}")
+            self._delete(report, state.metadata, unused)
+            return report
+        except CommitFailedException:
+            self._delete(report, state.metadata, unused)
+            raise
+        report.committed = True
+        report.rewritten_files = len(removed)
+        report.added_files = len(added)
+        report.rewritten_bytes = sum(f.file_size_in_bytes for f in removed)
+        return report
+
+    def _rewrite_manifests(self, ident: Identifier) -> JobReport:
+        """Merge the current snapshot's manifests into as few as `commit.manifest.target-size-bytes`
+        allows (8 MiB by default), in one `replace` snapshot: a scan plans over fewer files. Tables
+        appended to one manifest a commit (PyIceberg's and Spark's fast appends) need it; a sink
+        with manifest merging on does it as it appends."""
+        report = JobReport(REWRITE_MANIFESTS)
+        state = self.load_table(ident)
+        current = state.metadata.current_snapshot()
+        before = current.manifests(self.io) if current is not None else []
+        if len(before) < 2:
+            return report
+
+        def make(state: TableState) -> Staging:
+            assert state.metadata_location is not None
+            return merged_manifests(
+                ident.parts,
+                state.metadata,
+                state.metadata_location,
+                self.io,
+                {JOB_PROPERTY: REWRITE_MANIFESTS},
+            )
+
+        after = self._commit_rewrite(ident, state, REWRITE_MANIFESTS, make)
+        if after is None:
+            return report  # nothing to merge
+        made = after.metadata.current_snapshot()
+        assert made is not None
+        written = {
+            m.manifest_path for m in made.manifests(self.io) if m.added_snapshot_id == made.snapshot_id
+        }
+        kept = {m.manifest_path for m in made.manifests(self.io)} - written
+        report.committed = True
+        report.rewritten_files = sum(m.manifest_path not in kept for m in before)
+        report.added_files = len(written)
+        report.rewritten_bytes = sum(m.manifest_length for m in before if m.manifest_path not in kept)
+        return report
+
+    def _commit_rewrite(
+        self, ident: Identifier, state: TableState, job: str, make: Callable[[TableState], Staging]
+    ) -> TableState | None:
+        """Commit the replace snapshot `make` stages on the table's head; None if it changes no
+        manifest (nothing to commit). When a commit lands first, the snapshot is moved onto it if
+        only appends landed (catalog/rebase.py), else made again. Raises CommitFailedException
+        after MAX_COMMIT_ATTEMPTS lost races, and what `make` raises."""
+        staged: tuple[Snapshot, int] | None = None  # the snapshot made, and the head it was made on
+        for _ in range(MAX_COMMIT_ATTEMPTS):
             moved = rebased(state.metadata, self.io, *staged) if staged is not None else None
             if moved is not None:
                 requirements, updates = moved
             else:
-                try:
-                    requirements, updates = replace_files(
-                        (*ident.namespace, ident.name),
-                        state.metadata,
-                        state.metadata_location,
-                        self.io,
-                        removed,
-                        added,
-                        summary,
-                    )
-                except ValidationException as exc:  # a concurrent change removed files being replaced
-                    report.problems.append(f"not committed: {exc}")
-                    self._delete(
-                        report, state.metadata, [(f.file_path, "unused new data file") for f in added]
-                    )
-                    return report
+                requirements, updates = make(state)
                 made = next(u.snapshot for u in updates if isinstance(u, AddSnapshotUpdate))
+                head = state.metadata.current_snapshot()
+                if head is not None and made.manifest_list and _same_manifests(self.io, made, head):
+                    return None
                 staged = (made, state.metadata.current_snapshot_id or 0)
             change = TableChange(
-                ident,
-                (AssertTableUUID(uuid=state.metadata.table_uuid), *requirements),
-                updates,
-                job=COMPACT_DATA_FILES,
+                ident, (AssertTableUUID(uuid=state.metadata.table_uuid), *requirements), updates, job=job
             )
             try:
-                self.commit_table(change)
+                return self.commit_table(change)
             except CommitFailedException:
                 state = self.load_table(ident)  # a commit landed first: build on it
-                continue
-            report.committed = True
-            report.rewritten_files = len(removed)
-            report.added_files = len(added)
-            report.rewritten_bytes = sum(f.file_size_in_bytes for f in removed)
-            return report
-        self._delete(report, state.metadata, [(f.file_path, "unused new data file") for f in added])
-        raise CommitFailedException(f"Gave up compacting after {MAX_COMMIT_ATTEMPTS} lost races")
+        raise CommitFailedException(f"Gave up {job} after {MAX_COMMIT_ATTEMPTS} lost races")
 
     def _read(self, metadata: TableMetadata, group: list[DataFile]) -> pa.Table:
         """The rows of `group`'s files, in the table's current schema."""
@@ -279,3 +326,7 @@ class MaintenanceOperations(TableOperations):
             update={"properties": {**metadata.properties, WRITE_TARGET_FILE_SIZE: str(target)}}
         )
         return list(data_files_of(aimed, rows, self.io, uuid.uuid4()))
+
+
+def _same_manifests(io: FileIO, made: Snapshot, head: Snapshot) -> bool:
+    return {m.manifest_path for m in made.manifests(io)} == {m.manifest_path for m in head.manifests(io)}

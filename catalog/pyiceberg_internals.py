@@ -125,6 +125,10 @@ class LeanTransaction(Transaction):
         return metadata
 
 
+# What a snapshot producer stages: the commit's requirements and its updates.
+Staging = tuple[tuple[TableRequirement, ...], tuple[TableUpdate, ...]]
+
+
 def replace_files(
     identifier: tuple[str, ...],
     metadata: TableMetadata,
@@ -133,7 +137,7 @@ def replace_files(
     removed: Iterable[DataFile],
     added: Iterable[DataFile],
     snapshot_properties: dict[str, str],
-) -> tuple[tuple[TableRequirement, ...], tuple[TableUpdate, ...]]:
+) -> Staging:
     """The requirements and updates of a `replace` snapshot on the main branch that removes the
     data files `removed` and adds `added` (the same rows in other files), its manifests written.
     PyIceberg's overwrite producer does all of it but name the operation `replace` (its summary
@@ -153,6 +157,31 @@ def replace_files(
     for data_file in added:
         producer.append_data_file(data_file)
     producer.commit()
+    return transaction._requirements, tuple(_as_replace(update) for update in transaction._updates)
+
+
+def merged_manifests(
+    identifier: tuple[str, ...],
+    metadata: TableMetadata,
+    metadata_location: str,
+    io: FileIO,
+    snapshot_properties: dict[str, str],
+) -> Staging:
+    """The requirements and updates of a `replace` snapshot on the main branch whose manifests are
+    the current snapshot's, merged as PyIceberg's merging append merges them (into bins of
+    `commit.manifest.target-size-bytes`), whatever their number: an append that adds no file,
+    with merging on and its threshold at two manifests, renamed `replace`."""
+    from pyiceberg.table import TableProperties
+    from pyiceberg.table.update.snapshot import _MergeAppendFiles
+
+    eager = {TableProperties.MANIFEST_MERGE_ENABLED: "true", TableProperties.MANIFEST_MIN_MERGE_COUNT: "2"}
+    # Only the producer reads these properties: the snapshot it makes does not carry them.
+    merging = metadata.model_copy(update={"properties": {**metadata.properties, **eager}})
+    table = Table(identifier, merging, metadata_location, io, catalog=None)  # type: ignore[arg-type]
+    transaction = LeanTransaction(table)
+    _MergeAppendFiles(
+        operation=Operation.APPEND, transaction=transaction, io=io, snapshot_properties=snapshot_properties
+    ).commit()
     return transaction._requirements, tuple(_as_replace(update) for update in transaction._updates)
 
 

@@ -309,6 +309,11 @@ def test_the_table_page_shows_the_newest_and_more_on_asking(
         assert full.startswith(metadata.location + "/") and full.endswith(".metadata.json")
         assert each.inner_text() == full.removeprefix(metadata.location + "/")
     assert page.locator("table.schema thead th").all_inner_texts()[3] == "nullability"
+    maintenance = page.locator("table.maintenance")
+    expect(maintenance.locator("tr", has_text="snapshots").locator("td")).to_have_text(
+        str(len(metadata.snapshots))
+    )
+    expect(maintenance.locator("tr", has_text="maintained by").locator("td")).to_have_text("no")
     seen.clean()
 
 

@@ -343,6 +343,44 @@ def test_compaction_commits_nothing_when_its_files_went_meanwhile(
     assert written and not any(map(exists, written))  # its own new files, never committed, are gone
 
 
+def manifests_of(table: Table) -> list[str]:
+    current = table.current_snapshot()
+    assert current is not None
+    return [m.manifest_path for m in current.manifests(table.io)]
+
+
+def test_the_manifests_of_twelve_fast_appends_are_merged_into_one(catalog: Catalog) -> None:
+    table = appended(catalog, 12)
+    before, snapshots = manifests_of(table), table.metadata.snapshots
+    assert len(before) == 12  # PyIceberg's fast append: a manifest a commit
+    (report,) = service_of(catalog).maintain(T, ["rewrite-manifests"])
+    table = table.refresh()
+    assert report.committed and (report.rewritten_files, report.added_files) == (12, 1)
+    assert len(manifests_of(table)) == 1 and numbers(table) == list(range(24))
+    current = table.current_snapshot()
+    assert current is not None and current.summary is not None
+    assert current.summary.operation.value == "replace" and current.summary["total-data-files"] == "12"
+    assert current.summary["isbre.maintenance.job"] == "rewrite-manifests"
+    assert numbers(table, snapshots[5].snapshot_id) == list(range(12))  # time travel intact
+    record = list(service_of(catalog).commit_log.records())[-1]
+    assert (record.kind, record.job) == ("table.commit", "rewrite-manifests")
+    (again,) = service_of(catalog).maintain(T, ["rewrite-manifests"])
+    assert not again.committed  # one manifest: nothing to merge
+
+
+def test_after_commits_the_catalog_merges_a_table_s_many_manifests(catalog: Catalog) -> None:
+    from isbre.catalog.maintainer import Maintainer
+
+    policy = {"isbre.maintenance.enabled": "true", "commit.manifest.min-count-to-merge": "5"}
+    table = appended(catalog, 4, policy)
+    maintainer = Maintainer([service_of(catalog)])
+    assert maintainer.run_due(service_of(catalog), T) == []  # 4 manifests: not due yet
+    table.append(batch(100))
+    (report,) = maintainer.run_due(service_of(catalog), T)
+    assert report.job == "rewrite-manifests" and report.committed
+    assert len(manifests_of(table.refresh())) == 1 and numbers(table) == [*range(8), 100, 101]
+
+
 def test_format_v3_tables_are_not_compacted(catalog: Catalog) -> None:
     appended(catalog, 0, {**COMPACTING, "format-version": "3"})  # rewritten rows would take new row ids
     (report,) = service_of(catalog).maintain(T, ["compact-data-files"])

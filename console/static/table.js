@@ -1,4 +1,4 @@
-// A table: schema, partitioning, sort order, properties, snapshots and refs, metadata log.
+// A table: schema, partitioning, sort order, properties, snapshots and refs, maintenance, metadata log.
 // A view: its versions and their SQL.
 
 import { catalogPath, get } from "./api.js";
@@ -130,6 +130,23 @@ function facts(metadata, location) {
   return h("table", { class: "kv" }, h("tbody", {}, rows.map(([key, value]) => h("tr", {}, h("th", {}, key), h("td", {}, value)))));
 }
 
+// What the catalog's maintenance sees in the table (GET …/maintenance, docs/maintenance.md).
+function maintenance(status) {
+  const kib = (bytes) => `${(bytes / 1024).toFixed(1)} KiB`;
+  const last = status["last-maintenance-at"];
+  const rows = [
+    ["maintained by the catalog", status.maintained ? "yes" : "no"],
+    ["snapshots", status.snapshots],
+    ["metadata file", kib(status["metadata-file-bytes"])],
+    ["metadata log entries", status["metadata-log-entries"]],
+    ["data files", status["data-files"]],
+    ["average data file", kib(status["average-data-file-bytes"])],
+    ["due now", status.due.length ? status.due.join(", ") : "nothing"],
+    ["last maintenance here", last ? dateTimeOf(last * 1000) : "not yet"],
+  ];
+  return h("table", { class: "kv maintenance" }, h("tbody", {}, rows.map(([key, value]) => h("tr", {}, h("th", {}, key), h("td", {}, value)))));
+}
+
 function header(kind, warehouse, namespace, name, extra = []) {
   return [
     h("nav", { class: "crumbs" }, link(warehouse, "catalog", warehouse), " . ", link(namespace.join("."), "namespace", warehouse, namespace.join("\x1f")), " . ", kind),
@@ -146,7 +163,10 @@ export async function tablePage(main, [warehouse, joined, name], shell) {
   const filesShown = { count: SHOWN };
   main.append(...header("table", warehouse, namespace, name, [link("Lineage", "lineage", warehouse, nsKey, name), link("Coverage", "coverage", warehouse, nsKey, name)]), content);
   const draw = async () => {
-    const { metadata, "metadata-location": location } = await get(catalogPath(warehouse, namespace, "tables", name));
+    const [{ metadata, "metadata-location": location }, status] = await Promise.all([
+      get(catalogPath(warehouse, namespace, "tables", name)),
+      get(catalogPath(warehouse, namespace, "tables", name, "maintenance")),
+    ]);
     const schema = metadata.schemas.find((s) => s["schema-id"] === metadata["current-schema-id"]);
     const names = fieldNames(schema);
     clear(content).append(
@@ -154,6 +174,7 @@ export async function tablePage(main, [warehouse, joined, name], shell) {
       h("div", { class: "columns" }, section("Partition spec", partitioning(metadata, names)), section("Sort order", sortOrder(metadata, names))),
       section("Snapshots and refs", timeline(metadata, snapshotsShown)),
       section("Properties", keyValues(metadata.properties)),
+      section("Maintenance", maintenance(status)),
       section("Metadata", facts(metadata, location), h("h3", {}, "Metadata log"), metadataLog(metadata, filesShown)),
     );
   };
