@@ -232,10 +232,14 @@ def test_health_reports_the_database(pair: list[IsbreServer]) -> None:
     assert connections["size"] == 10 and all(isinstance(v, int) and v >= 0 for v in connections.values())
 
 
-def removed_snapshots(server: IsbreServer) -> int:
+def maintenance_count(server: IsbreServer, metric: str) -> int:
     metrics = httpx.get(f"{server.url}/metrics", timeout=30).text.splitlines()
-    (line,) = [line for line in metrics if line.startswith("isbre_maintenance_snapshots_removed_total ")]
+    (line,) = [line for line in metrics if line.startswith(f"{metric} ")]
     return int(line.split()[1])
+
+
+def removed_snapshots(server: IsbreServer) -> int:
+    return maintenance_count(server, "isbre_maintenance_snapshots_removed_total")
 
 
 def test_one_replica_maintains_and_each_snapshot_is_expired_once(pair: list[IsbreServer]) -> None:
@@ -261,6 +265,42 @@ def test_one_replica_maintains_and_each_snapshot_is_expired_once(pair: list[Isbr
     assert removed[holding.index(False)] == 0
     assert removed[holding.index(True)] == 4  # each of the six snapshots but the newest two, once
     assert sorted(table.scan().to_arrow()["id"].to_pylist()) == list(range(6))
+
+
+def test_one_replica_compacts_in_a_job_process_on_the_shared_store(pair: list[IsbreServer]) -> None:
+    """The lease holder's job process opens the PostgreSQL store and commits the compaction; the
+    other replica compacts nothing."""
+    rewritten = "isbre_maintenance_files_rewritten_total"
+    before = [maintenance_count(server, rewritten) for server in pair]
+    a, b = (RestCatalog("isbre", uri=s.url) for s in pair)
+    namespace = f"mt{next(_names)}"
+    a.create_namespace(namespace)
+    compacting = {
+        "isbre.maintenance.enabled": "true",
+        "isbre.maintenance.compact.enabled": "true",
+        "isbre.maintenance.compact.min-input-files": "4",
+    }
+    a.create_table(f"{namespace}.t", IDS, properties=compacting)
+    for i in range(4):
+        (a if i % 2 else b).load_table(f"{namespace}.t").append(ids([i]))
+    table = a.load_table(f"{namespace}.t")
+
+    def compacted() -> bool:
+        current = table.refresh().current_snapshot()
+        return (
+            current is not None
+            and current.summary is not None
+            and current.summary.operation.value == "replace"
+        )
+
+    eventually(compacted, "a replace snapshot", timeout=60)
+    assert sorted(table.scan().to_arrow()["id"].to_pylist()) == list(range(4))
+    assert len(table.inspect.files()) == 1
+
+    def counted() -> list[int]:
+        return [maintenance_count(server, rewritten) - was for server, was in zip(pair, before, strict=True)]
+
+    eventually(lambda: sorted(counted()) == [0, 4], "the four files counted by one replica", timeout=30)
 
 
 def lineage_runs(receiver: Receiver) -> set[str]:

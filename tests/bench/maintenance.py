@@ -5,8 +5,8 @@ maintenance, in one run.
 
 The maintained feed runs to 20,000 commits or until its time is up (`ISBRE_BENCH_STREAM_SECONDS`,
 120 s by default); the two without maintenance, whose commits grow slower with every snapshot,
-get a quarter of that each. At each checkpoint it reached: the
-median latency and client CPU of the last commits, the server's CPU per commit over them (job
+get a quarter of that each. At each checkpoint it reached, and where it stood when its time was
+up: the median latency and client CPU of the last commits, the server's CPU per commit over them (job
 processes included), the size of the metadata file a commit rewrites, the snapshots kept, the
 data files a scan opens, and the time a scan takes to plan.
 """
@@ -100,12 +100,14 @@ def _feed(
         commit(done)
         latencies.append(time.perf_counter() - started)
         client.append(time.process_time() - cpu)
-        if done in CHECKPOINTS:
-            spent = (cpu_seconds(server, exited_children=True) - window_cpu) / WINDOW if server else None
+        up = time.monotonic() > deadline
+        if done in CHECKPOINTS or up:
+            since = (done - 1) % WINDOW + 1  # commits since the window began
+            spent = (cpu_seconds(server, exited_children=True) - window_cpu) / since if server else None
             table = catalog.load_table(ident)
             report.add(
                 label,
-                f"{done:,}",
+                f"{done:,}" + (" (time up)" if up and done not in CHECKPOINTS else ""),
                 statistics.median(latencies[-WINDOW:]) * 1000,
                 statistics.median(client[-WINDOW:]) * 1000,
                 "—" if spent is None else f"{spent * 1000:.1f}",
@@ -114,8 +116,7 @@ def _feed(
                 str(_data_files(table)),
                 _planning_ms(table),
             )
-        if time.monotonic() > deadline:
-            report.add(label, f"stopped at {done:,}", "time up", "", "", "", "", "", "")
+        if up:
             return
 
 
