@@ -13,6 +13,7 @@ manifests), this gives up and the job makes the snapshot again from the manifest
 from __future__ import annotations
 
 import uuid
+from copy import copy
 
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import UNASSIGNED_SEQ, ManifestFile, write_manifest_list
@@ -118,8 +119,8 @@ def _unassigned(manifest: ManifestFile, staged: Snapshot) -> ManifestFile:
     manifest list; one the replace kept from before it, as it is."""
     if manifest.added_snapshot_id != staged.snapshot_id:
         return manifest
-    assigned = staged.sequence_number
-    manifest.sequence_number = UNASSIGNED_SEQ
-    if manifest.min_sequence_number == assigned:
-        manifest.min_sequence_number = UNASSIGNED_SEQ
-    return manifest
+    moved = copy(manifest)  # PyIceberg caches the manifests it read: change a copy
+    moved.sequence_number = UNASSIGNED_SEQ
+    if manifest.min_sequence_number == staged.sequence_number:
+        moved.min_sequence_number = UNASSIGNED_SEQ
+    return moved
