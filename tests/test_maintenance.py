@@ -556,7 +556,7 @@ def test_after_commits_the_catalog_compacts_in_a_process_of_its_own(
     for i in range(5):
         table.append(batch(100 + 2 * i))
     answer = httpx.post(
-        f"{table_url(maintained, 'compacted')}/maintenance", json={"jobs": ["compact-data-files"]}
+        f"{table_url(maintained, 'compacted')}/maintenance", json={"jobs": ["compact-data-files"]}, timeout=60
     )
     assert answer.status_code == 200, answer.text
     (job,) = answer.json()["jobs"]
