@@ -103,3 +103,11 @@ def ingest(server: IsbreServer, *args: str) -> subprocess.CompletedProcess[str]:
         "7",
     ]
     return subprocess.run(command, capture_output=True, text=True, timeout=120)
+
+
+def compacted(table: Table) -> bool:
+    """Whether the table's current snapshot is a replace: the catalog's compaction committed."""
+    current = table.refresh().current_snapshot()
+    return (
+        current is not None and current.summary is not None and current.summary.operation.value == "replace"
+    )

@@ -29,7 +29,7 @@ from pyiceberg.table import Table
 from pyiceberg.table.update import SetPropertiesUpdate
 
 from tests.server import InProcessServer, IsbreServer
-from tests.sink_helpers import offsets_in, rows, span, write_once
+from tests.sink_helpers import compacted, offsets_in, rows, span, write_once
 from tests.waiting import eventually
 
 FAR_FUTURE_MS = 10**13  # every snapshot is older than any age limit then
@@ -342,8 +342,8 @@ def test_an_append_that_lands_while_compaction_rewrites_is_kept(
     assert replace.sequence_number == append.sequence_number + 1
     assert replace.summary is not None and replace.summary["total-records"] == "14"
     entries = [e for m in replace.manifests(table.io) for e in m.fetch_manifest_entry(table.io)]
-    compacted = [e for e in entries if e.snapshot_id == replace.snapshot_id]
-    assert [e.sequence_number for e in compacted] == [replace.sequence_number]
+    written = [e for e in entries if e.snapshot_id == replace.snapshot_id]
+    assert [e.sequence_number for e in written] == [replace.sequence_number]
 
 
 def test_compaction_commits_nothing_when_its_files_went_meanwhile(
@@ -533,15 +533,7 @@ def test_after_commits_the_catalog_compacts_in_a_process_of_its_own(
     for i in range(7):
         table.append(batch(2 * i))
 
-    def compacted() -> bool:
-        current = table.refresh().current_snapshot()
-        return (
-            current is not None
-            and current.summary is not None
-            and current.summary.operation.value == "replace"
-        )
-
-    eventually(compacted, "a replace snapshot", timeout=60)
+    eventually(lambda: compacted(table), "a replace snapshot", timeout=60)
     assert numbers(table) == list(range(14)) and len(data_files(table)) < 7
 
     def counted() -> bool:  # once the job's process has answered

@@ -28,7 +28,7 @@ from pyiceberg.exceptions import CommitFailedException
 from tests.lineage_receiver import Receiver
 from tests.postgres import PostgresServer, new_database
 from tests.server import ID_SCHEMA, IsbreServer, on_threads, sse_records, start_threads
-from tests.sink_helpers import rows, span, write_once
+from tests.sink_helpers import compacted, rows, span, write_once
 from tests.waiting import eventually
 
 _names = itertools.count()
@@ -285,15 +285,7 @@ def test_one_replica_compacts_in_a_job_process_on_the_shared_store(pair: list[Is
         (a if i % 2 else b).load_table(f"{namespace}.t").append(ids([i]))
     table = a.load_table(f"{namespace}.t")
 
-    def compacted() -> bool:
-        current = table.refresh().current_snapshot()
-        return (
-            current is not None
-            and current.summary is not None
-            and current.summary.operation.value == "replace"
-        )
-
-    eventually(compacted, "a replace snapshot", timeout=60)
+    eventually(lambda: compacted(table), "a replace snapshot", timeout=60)
     assert sorted(table.scan().to_arrow()["id"].to_pylist()) == list(range(4))
     assert len(table.inspect.files()) == 1
 
