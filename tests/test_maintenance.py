@@ -8,6 +8,7 @@ import json
 import os
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,8 +21,9 @@ import pytest
 from isbre.catalog import CatalogService, Identifier, TableChange
 from isbre.catalog.embedded import LmdbCatalog
 from isbre.catalog.file_uris import local_path
+from isbre.catalog.job_process import JobProcessError, JobProcesses
 from isbre.catalog.maintenance import STREAMING_DEFAULTS, JobReport, plan_expiry
-from isbre.catalog.warehouses import open_warehouses
+from isbre.catalog.warehouses import Warehouse, default_store, open_warehouses
 from isbre.rest.settings import Settings, warehouses
 from pyiceberg.catalog import Catalog
 from pyiceberg.catalog.rest import RestCatalog
@@ -685,59 +687,132 @@ def test_kill_9_while_maintenance_runs_leaves_no_table_pointing_at_a_deleted_fil
         restarted.stop()
 
 
-# Each step of a compaction, as the files it leaves show it; the job's process is killed at once.
-STEPS = {
-    "started": lambda before, now: True,
-    "data file written": lambda before, now: any(p.suffix == ".parquet" for p in now - before),
-    "manifest list written": lambda before, now: any(p.name.startswith("snap-") for p in now - before),
-    "metadata file written": lambda before, now: any(p.name.endswith(".metadata.json") for p in now - before),
+Files = set[str]  # "data/<name>" and "metadata/<name>" of a table
+
+
+def _files(root: Path) -> Files:
+    return {f"{place}/{name}" for place in ("data", "metadata") for name in os.listdir(root / place)}
+
+
+def _written(before: Files, now: Files, matches: Callable[[str], bool]) -> bool:
+    return any(matches(path) for path in now - before)
+
+
+def _deleted(before: Files, now: Files) -> bool:
+    return bool(before - now)
+
+
+def _manifest(path: str) -> bool:
+    return path.endswith(".avro") and not path.startswith("metadata/snap-")
+
+
+def _metadata_file(path: str) -> bool:
+    return path.endswith(".metadata.json")
+
+
+# Each step of each job, as the files it leaves show it (what it has written, that it has begun
+# to delete); the job's process is killed as soon as its step shows.
+STEPS: dict[str, dict[str, Callable[[Files, Files], bool]]] = {
+    "compact-data-files": {
+        "started": lambda before, now: True,
+        "data file written": lambda before, now: _written(before, now, lambda p: p.endswith(".parquet")),
+        "manifest list written": lambda before, now: _written(before, now, lambda p: "/snap-" in p),
+        "metadata file written": lambda before, now: _written(before, now, _metadata_file),
+    },
+    "rewrite-manifests": {
+        "started": lambda before, now: True,
+        "manifest written": lambda before, now: _written(before, now, _manifest),
+        "manifest list written": lambda before, now: _written(before, now, lambda p: "/snap-" in p),
+        "metadata file written": lambda before, now: _written(before, now, _metadata_file),
+    },
+    "expire-snapshots": {
+        "started": lambda before, now: True,
+        "metadata file written": lambda before, now: _written(before, now, _metadata_file),
+        "deleting": _deleted,
+    },
+    "remove-metadata-files": {"started": lambda before, now: True, "deleting": _deleted},
+    "remove-orphan-files": {"started": lambda before, now: True, "deleting": _deleted},
+}
+# Every job has work to do on the table the test builds.
+EVERY_JOB_DUE = {
+    **COMPACTING,
+    "write.metadata.delete-after-commit.enabled": "true",
+    "write.metadata.previous-versions-max": "2",
+    "isbre.maintenance.orphan-files.min-age-ms": "3600000",
+}
+KILLED_APPENDS = 12
+# Files the removals delete besides the table's own, so that their deleting lasts long enough to
+# be seen: old metadata files of a long history, and files no snapshot names, a day old.
+PILED_UP = 300
+
+
+def _metadata_files(table: Table) -> set[str]:
+    root = local_path(table.location())
+    assert root is not None
+    return {name for name in os.listdir(root / "metadata") if _metadata_file(name)}
+
+
+# What each job leaves once it has run to its end, whatever an earlier run of it was killed at.
+FINISHED: dict[str, Callable[[Table, set[Path]], bool]] = {
+    "compact-data-files": lambda table, _: len(data_files(table)) == 1,
+    "rewrite-manifests": lambda table, _: len(table.current_snapshot().manifests(table.io)) == 1,  # type: ignore[union-attr]
+    "expire-snapshots": lambda table, _: len(table.metadata.snapshots) == 3,
+    "remove-metadata-files": lambda table, _: (
+        len(_metadata_files(table)) == 1 + len(table.metadata.metadata_log)
+    ),
+    "remove-orphan-files": lambda _, orphans: not any(path.exists() for path in orphans),
 }
 
 
-@pytest.mark.parametrize("step", list(STEPS))
-def test_kill_9_of_a_compaction_s_process_at_each_step_leaves_the_table_whole(
-    tmp_path: Path, step: str
+@pytest.mark.parametrize(("job", "step"), [(job, step) for job, steps in STEPS.items() for step in steps])
+def test_kill_9_of_a_job_s_process_at_each_step_leaves_the_table_whole(
+    catalog: Catalog, job: str, step: str
 ) -> None:
-    """The job's process killed once it has reached `step`: every file the table reaches is there,
-    its rows are the same, and the next compaction finishes the work. (A step the job passed
-    before the kill reached it is killed later; what must hold, holds at every point.)"""
-    server = IsbreServer(tmp_path / "warehouse").start()
-    try:
-        catalog = RestCatalog("crash", uri=server.url)
-        catalog.create_namespace("db")
-        table = catalog.create_table("db.t", schema=batch(0).schema, properties=COMPACTING)
-        for i in range(8):
-            table.append(batch(2 * i))
-        root = local_path(table.location())
-        assert root is not None and server.process is not None
-        before = set(root.rglob("*"))
-        parent = psutil.Process(server.process.pid)
-        reached = STEPS[step]
+    """The process running `job` killed once it has reached `step`: every file the table reaches
+    is there, every snapshot it keeps reads the same rows, and the job run again finishes the work.
+    A server runs compaction and manifest rewriting in a process of its own; expiry and the
+    removals run in the server itself, and their process here stands for it (a server kill -9
+    among appends is the test above). A step the job passed before the kill reached it is killed
+    later: what must hold, holds at every point."""
+    table = appended(catalog, KILLED_APPENDS, EVERY_JOB_DUE)
+    root = local_path(table.location())
+    assert root is not None
+    orphans = {root / "data" / f"lost-{i}.parquet" for i in range(PILED_UP)}
+    day_ago = time.time() - 86_400
+    for orphan in orphans:
+        orphan.write_bytes(b"not referenced")
+        os.utime(orphan, (day_ago, day_ago))
+    for _ in range(PILED_UP):
+        (root / "metadata" / f"00000-{uuid.uuid4()}.metadata.json").write_bytes(b"{}")
+    expected = list(range(2 * KILLED_APPENDS))
+    kept = {s.snapshot_id: numbers(table, s.snapshot_id) for s in table.metadata.snapshots}
+    service = service_of(catalog)
+    warehouse = Warehouse(service.name, service.warehouse)
+    processes = JobProcesses(str(default_store(warehouse)), [warehouse])
+    before, reached, ran = _files(root), STEPS[job][step], threading.Event()
 
-        def kill_the_job() -> bool:
-            for child in parent.children(recursive=True):
-                with contextlib.suppress(psutil.NoSuchProcess):
-                    if "isbre.catalog.job_process" in child.cmdline() and reached(
-                        before, set(root.rglob("*"))
-                    ):
-                        child.kill()
-                        return True
-            return False
+    def job_process() -> psutil.Process | bool:
+        found = (c for c in psutil.Process().children() if "isbre.catalog.job_process" in c.cmdline())
+        return next(found, None) or ran.is_set()
 
-        killer = threading.Thread(
-            target=eventually, args=(kill_the_job, f"a job process at {step}", 60, 0.002)
-        )
-        killer.start()
-        url = f"{server.url}/v1/isbre/namespaces/db/tables/t/maintenance"
-        answer = httpx.post(url, json={"jobs": ["compact-data-files"]}, timeout=60)
-        killer.join()
-        if answer.status_code != 200:  # killed before it answered
-            assert answer.status_code == 500 and "compact-data-files" in answer.json()["error"]["message"]
-        table = table.refresh()
-        assert table.metadata_location is not None and len(table.metadata.snapshots) in (8, 9)
-        assert all(map(exists, read_files(table)))
-        assert numbers(table) == list(range(16))
-        httpx.post(url, json={"jobs": ["compact-data-files"]}, timeout=60).raise_for_status()
-        assert len(data_files(table.refresh())) == 1 and numbers(table) == list(range(16))
-    finally:
-        server.stop()
+    def kill_at_the_step() -> None:
+        child = eventually(job_process, f"{job}'s process", 60, 0.001)
+        eventually(lambda: ran.is_set() or reached(before, _files(root)), f"{job} at {step}", 60, 0.0005)
+        if isinstance(child, psutil.Process):
+            with contextlib.suppress(psutil.NoSuchProcess):
+                child.kill()
+
+    killer = threading.Thread(target=kill_at_the_step)
+    killer.start()
+    with contextlib.suppress(JobProcessError):  # killed before it answered
+        processes.run(service.name, T, job, int(time.time() * 1000))
+    ran.set()
+    killer.join()
+    table = table.refresh()
+    assert all(map(exists, read_files(table)))
+    assert numbers(table) == expected
+    assert all(numbers(table, s.snapshot_id) == kept[s.snapshot_id] for s in table.metadata.snapshots)
+    (report,) = service.maintain(T, [job])
+    assert not report.problems, report
+    table = table.refresh()
+    assert FINISHED[job](table, orphans) and numbers(table) == expected
