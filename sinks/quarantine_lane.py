@@ -55,8 +55,6 @@ class QuarantineLane:
         self.buffer_rows = buffer_rows
         self.drain_s = drain_s
         self.shed: Counter[str] = Counter()  # rows by reason, since the lane started
-        self.landed: Counter[str] = Counter()
-        self.drain_timeouts = 0
         self._unreported: Counter[str] = Counter()  # shed rows not yet taken by `take_shed`
         self._queue: list[_Diverted] = []
         self._queued_rows = 0
@@ -101,7 +99,6 @@ class QuarantineLane:
             self._draining = False
             if landed:
                 return
-            self.drain_timeouts += 1
             waiting, self._queue, self._queued_rows = self._queue, [], 0
             self._unfinished -= len(waiting)
             for item in waiting:
@@ -155,19 +152,17 @@ class QuarantineLane:
                 if self._closed:
                     return
                 burst, self._queue, self._queued_rows = self._queue, [], 0
-            reasons: Counter[str] = Counter()
-            for item in burst:
-                reasons.update(item.reasons)
             try:
                 for item in burst:
                     self.writer.add(item.batch, item.span, item.source, item.offsets)
                 self.writer.commit()
             except Exception as e:
                 self.writer.abort()
+                reasons: Counter[str] = Counter()
+                for item in burst:
+                    reasons.update(item.reasons)
                 with self._condition:
                     self._shed(reasons, f"its commit failed: {type(e).__name__}: {e}", burst[0].span)
-            else:
-                self.landed.update(reasons)
             finally:
                 with self._condition:
                     self._unfinished -= len(burst)
