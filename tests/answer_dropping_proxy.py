@@ -6,7 +6,7 @@ import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-import httpx
+from tests.http_client import http
 
 # Headers that describe one connection or one encoding of the body, not the message.
 HOP_BY_HOP = ("host", "content-length", "transfer-encoding", "connection", "content-encoding")
@@ -26,7 +26,7 @@ class AnswerDroppingProxy:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else None
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP}
-                answer = httpx.request(self.command, upstream + self.path, content=body, headers=headers)
+                answer = http.request(self.command, upstream + self.path, content=body, headers=headers)
                 if drop(self.command, self.path):
                     proxy.dropped += 1
                     self.close_connection = True  # the commit happened; the client never hears of it

@@ -21,6 +21,7 @@ import httpx
 from isbre.catalog.object_storage import S3Options
 
 from tests import reaper
+from tests.http_client import http
 from tests.server import free_port
 
 ACCOUNT = "123456789012"
@@ -64,7 +65,7 @@ class MotoS3:
         deadline = time.monotonic() + 30
         while process.poll() is None and time.monotonic() < deadline:
             try:
-                httpx.get(f"{moto.endpoint}/moto-api/", timeout=1)
+                http.get(f"{moto.endpoint}/moto-api/", timeout=1)
                 return moto
             except httpx.TransportError:
                 time.sleep(0.1)
@@ -100,7 +101,7 @@ class MotoS3:
         for bucket in buckets:
             s3.create_bucket(Bucket=bucket)
         # From here on moto authenticates and authorizes every request.
-        httpx.post(f"{self.endpoint}/moto-api/reset-auth", content=b"0").raise_for_status()
+        http.post(f"{self.endpoint}/moto-api/reset-auth", content=b"0").raise_for_status()
 
     def client(self, service: str, **credentials: Any) -> Any:
         import boto3

@@ -20,6 +20,7 @@ from isbre.rest.serve import single_process_server
 from isbre.rest.settings import Settings, load_settings
 
 from tests import reaper
+from tests.http_client import http
 
 T = TypeVar("T")
 _LOGGERS = ("isbre", "uvicorn.error")  # what an in-process server's log holds
@@ -116,7 +117,7 @@ class IsbreServer:
             if (how := ended()) is not None:
                 raise RuntimeError(f"isbre {how}:\n{self.log()}")
             try:
-                if httpx.get(f"{self.url}{self.ready_path}", timeout=1).status_code == 200:
+                if http.get(f"{self.url}{self.ready_path}", timeout=1).status_code == 200:
                     return self
             except httpx.TransportError:
                 pass
@@ -127,7 +128,7 @@ class IsbreServer:
     def high_water(self, token: str | None = None) -> int:
         """The highest commit_seq in the server's commit log."""
         headers = {"Authorization": f"Bearer {token}"} if token else None
-        return httpx.get(f"{self.url}/v1/events/cursor", headers=headers).json()["commit_seq"]
+        return http.get(f"{self.url}/v1/events/cursor", headers=headers).json()["commit_seq"]
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
@@ -233,7 +234,7 @@ def sse_records(
 ) -> list[dict]:
     """Raw SSE: read records until one with commit_seq >= until arrives."""
     records = []
-    with httpx.stream(
+    with http.stream(
         "GET", f"{server.url}/v1/events", params=params, headers=headers, timeout=30
     ) as response:
         assert response.status_code == 200, response.read()

@@ -17,6 +17,7 @@ from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.exceptions import ForbiddenError, OAuthError, UnauthorizedError
 
 from tests import duck
+from tests.http_client import http
 from tests.server import IsbreServer, free_port, secured_server, sse_records
 
 ID_SCHEMA_ARROW = pa.schema([pa.field("id", pa.int64(), nullable=False)])
@@ -48,7 +49,7 @@ def catalog(server: IsbreServer, credential: str) -> RestCatalog:
 
 def token(server: IsbreServer, client_id: str, secret: str) -> httpx.Response:
     form = {"grant_type": "client_credentials", "client_id": client_id, "client_secret": secret}
-    return httpx.post(f"{server.url}/v1/oauth/tokens", data=form)
+    return http.post(f"{server.url}/v1/oauth/tokens", data=form)
 
 
 def test_pyiceberg_with_credential_works_end_to_end(secured: IsbreServer) -> None:
@@ -82,15 +83,15 @@ def test_wrong_or_missing_credentials_are_401(secured: IsbreServer) -> None:
     assert refused.json()["error"] == "invalid_client"
     with pytest.raises((OAuthError, UnauthorizedError)):
         catalog(secured, "etl:wrong")
-    anonymous = httpx.get(f"{secured.url}/v1/isbre/namespaces")
+    anonymous = http.get(f"{secured.url}/v1/isbre/namespaces")
     assert anonymous.status_code == 401
     assert anonymous.headers["www-authenticate"].startswith("Bearer")
     assert anonymous.json()["error"]["type"] == "NotAuthorizedException"
-    forged = httpx.get(
+    forged = http.get(
         f"{secured.url}/v1/isbre/namespaces", headers={"Authorization": "Bearer eyJzdWIiOiJhZG1pbiJ9.x"}
     )
     assert forged.status_code == 401
-    assert httpx.get(f"{secured.url}/live").status_code == 200  # probes stay open
+    assert http.get(f"{secured.url}/live").status_code == 200  # probes stay open
 
 
 def test_roles_decide_what_a_principal_may_do(secured: IsbreServer) -> None:
@@ -114,20 +115,19 @@ def test_namespace_scopes_hold_for_requests_and_events(secured: IsbreServer) -> 
     reader_token = token(secured, "bi", "bi-secret").json()["access_token"]
     headers = {"Authorization": f"Bearer {reader_token}"}
     assert (
-        httpx.get(f"{secured.url}/v1/isbre/namespaces/hr/tables/salaries", headers=headers).status_code == 403
+        http.get(f"{secured.url}/v1/isbre/namespaces/hr/tables/salaries", headers=headers).status_code == 403
     )
     assert (
-        httpx.get(f"{secured.url}/v1/isbre/namespaces/sales/tables/orders", headers=headers).status_code
-        == 200
+        http.get(f"{secured.url}/v1/isbre/namespaces/sales/tables/orders", headers=headers).status_code == 200
     )
 
-    high = httpx.get(f"{secured.url}/v1/events/cursor", headers=headers).json()["commit_seq"]
+    high = http.get(f"{secured.url}/v1/events/cursor", headers=headers).json()["commit_seq"]
     admin_token = token(secured, "admin", "admin-secret").json()["access_token"]
     everything = sse_namespaces(secured, admin_token, until=high)
     seen = sse_namespaces(secured, reader_token, until=high, last_visible=True)
     assert "hr" in everything and "sales" in everything
     assert seen == {"sales"}, f"the analyst saw {seen}"
-    pulled = httpx.post(f"{secured.url}/v1/isbre/events", json={"page-size": 1000}, headers=headers).json()
+    pulled = http.post(f"{secured.url}/v1/isbre/events", json={"page-size": 1000}, headers=headers).json()
     top_levels = {
         (e["operation"].get("namespace") or e["operation"]["identifier"]["namespace"])[0]
         for e in pulled["events"]
@@ -139,7 +139,7 @@ def sse_namespaces(server: IsbreServer, bearer: str, until: int, last_visible: b
     """Namespaces of the records an SSE subscriber gets from the start of the log up to `until`."""
     seen: set[str] = set()
     params = {"after": 0}
-    with httpx.stream(
+    with http.stream(
         "GET",
         f"{server.url}/v1/events",
         params=params,
@@ -161,9 +161,9 @@ def sse_namespaces(server: IsbreServer, bearer: str, until: int, last_visible: b
 
 def test_static_tokens_work(secured: IsbreServer) -> None:
     headers = {"Authorization": "Bearer static-dashboard-token"}
-    assert httpx.get(f"{secured.url}/v1/isbre/namespaces", headers=headers).status_code == 200
+    assert http.get(f"{secured.url}/v1/isbre/namespaces", headers=headers).status_code == 200
     assert (
-        httpx.post(
+        http.post(
             f"{secured.url}/v1/isbre/namespaces", json={"namespace": ["x"]}, headers=headers
         ).status_code
         == 403
@@ -190,14 +190,14 @@ def test_refuses_a_public_bind_without_auth(tmp_path: Path) -> None:
 
 def test_client_credentials_in_http_basic(secured: IsbreServer) -> None:
     """RFC 6749 2.3.1: a server must accept client credentials in the Authorization header."""
-    response = httpx.post(
+    response = http.post(
         f"{secured.url}/v1/oauth/tokens",
         data={"grant_type": "client_credentials"},
         auth=("etl", "etl-secret"),
     )
     assert response.status_code == 200, response.text
     assert response.json()["token_type"] == "bearer"
-    wrong = httpx.post(
+    wrong = http.post(
         f"{secured.url}/v1/oauth/tokens", data={"grant_type": "client_credentials"}, auth=("etl", "x")
     )
     assert wrong.status_code == 401
@@ -229,7 +229,7 @@ def test_a_reader_may_report_scan_metrics(secured: IsbreServer) -> None:
         "projected-field-names": ["n"],
         "metrics": {},
     }
-    response = httpx.post(
+    response = http.post(
         f"{secured.url}/v1/isbre/namespaces/sales/tables/orders/metrics",
         json=report,
         headers={"Authorization": f"Bearer {reader_token}"},
@@ -240,10 +240,10 @@ def test_a_reader_may_report_scan_metrics(secured: IsbreServer) -> None:
 def test_a_scoped_reader_cannot_list_other_namespaces_children(secured: IsbreServer) -> None:
     reader_token = token(secured, "bi", "bi-secret").json()["access_token"]
     headers = {"Authorization": f"Bearer {reader_token}"}
-    refused = httpx.get(f"{secured.url}/v1/isbre/namespaces", params={"parent": "hr"}, headers=headers)
+    refused = http.get(f"{secured.url}/v1/isbre/namespaces", params={"parent": "hr"}, headers=headers)
     assert refused.status_code == 403
     assert (
-        httpx.get(
+        http.get(
             f"{secured.url}/v1/isbre/namespaces", params={"parent": "sales"}, headers=headers
         ).status_code
         == 200
@@ -254,7 +254,7 @@ def test_the_body_limit_holds_before_authorization_reads_the_body(tmp_path: Path
     server = secured_server(tmp_path / "warehouse", PRINCIPALS, ISBRE_MAX_BODY_MB="0.01")
     try:
         admin_token = token(server, "admin", "admin-secret").json()["access_token"]
-        response = httpx.post(
+        response = http.post(
             f"{server.url}/v1/isbre/namespaces",
             content=b'{"namespace": ["x"], "properties": {"p": "' + b"y" * 50_000 + b'"}}',
             headers={"Authorization": f"Bearer {admin_token}", "Content-Type": "application/json"},
@@ -269,12 +269,12 @@ def test_health_tells_the_unauthenticated_only_statuses(secured: IsbreServer) ->
     admin = token(secured, "admin", "admin-secret").json()["access_token"]
     reader = token(secured, "bi", "bi-secret").json()["access_token"]
     for headers in ({}, {"Authorization": f"Bearer {reader}"}, {"Authorization": "Bearer forged"}):
-        body = httpx.get(f"{secured.url}/health", headers=headers).json()
+        body = http.get(f"{secured.url}/health", headers=headers).json()
         assert set(body) == {"status", "components"}
         assert all(set(part) == {"status"} for part in body["components"].values()), body
         text = json.dumps(body)
         assert str(secured.warehouse) not in text and "isbre.lmdb" not in text
-    full = httpx.get(f"{secured.url}/health", headers={"Authorization": f"Bearer {admin}"}).json()
+    full = http.get(f"{secured.url}/health", headers={"Authorization": f"Bearer {admin}"}).json()
     assert "process" in full and "path" in json.dumps(full["components"]["store"])
 
 
@@ -284,7 +284,7 @@ def test_public_metrics_name_sink_tables_by_uuid_only(secured: IsbreServer) -> N
     admin.create_namespace_if_not_exists("secret_ns")
     table = admin.create_table("secret_ns.payroll", schema=pa.schema([pa.field("n", pa.int64())]))
     table.append(pa.table({"n": pa.array([1, 2, 3], pa.int64())}), {ROWS_PROPERTY: '{"accepted":3}'})
-    text = httpx.get(f"{secured.url}/metrics").raise_for_status().text
+    text = http.get(f"{secured.url}/metrics").raise_for_status().text
     assert "payroll" not in text and "secret_ns" not in text
     uuid = str(table.metadata.table_uuid)
     assert f'isbre_sink_rows_total{{table_uuid="{uuid}",disposition="accepted"}} 3' in text.splitlines()

@@ -18,6 +18,7 @@ from isbre.rest.app import create_app, served_routes
 from isbre.rest.auth import sha256_hex
 from isbre.rest.settings import AuthSettings, Settings
 
+from tests.http_client import http
 from tests.server import ID_SCHEMA, IsbreServer, secured_server
 
 RANK = {"public": -1, "reader": 0, "writer": 1, "admin": 2}
@@ -327,13 +328,13 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IsbreServer]:
 def send(server: IsbreServer, who: Who, call: Call) -> httpx.Response:
     headers = {"Authorization": f"Bearer {who.token}"}
     if call.path == "/v1/oauth/tokens":
-        return httpx.post(f"{server.url}{call.path}", data=call.body, timeout=10)
+        return http.post(f"{server.url}{call.path}", data=call.body, timeout=10)
     if call.path.endswith("/events") and call.method == "GET":
-        with httpx.stream(
+        with http.stream(
             "GET", f"{server.url}{call.path}", params=call.query, headers=headers, timeout=10
         ) as r:
             return r  # the status is all this needs; closing ends the stream
-    return httpx.request(
+    return http.request(
         call.method,
         f"{server.url}{call.path}",
         json=call.body,

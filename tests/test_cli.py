@@ -13,11 +13,11 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 from isbre.events.client import subscribe
 from isbre.rest.auth import sha256_hex
 
+from tests.http_client import http
 from tests.server import COMMIT_TIMEOUT, InProcessServer, IsbreServer, free_port, secured_server
 from tests.waiting import eventually
 
@@ -189,7 +189,7 @@ def test_events_tail_waits_for_a_server_that_is_not_there_yet(tmp_path: Path, af
 
         def commit_then_printed() -> bool:
             """A commit after the tail has connected is printed; one before it may not be."""
-            httpx.post(
+            http.post(
                 url, json={"namespace": [f"late{time.monotonic_ns()}"]}, timeout=COMMIT_TIMEOUT
             ).raise_for_status()
             return _readable(stdout, 0.3)
@@ -208,15 +208,15 @@ def _readable(stream: object, wait: float) -> bool:
 
 
 def create_namespace(server: IsbreServer, name: str) -> None:
-    httpx.post(
+    http.post(
         f"{server.url}/v1/isbre/namespaces", json={"namespace": [name]}, headers=ROOT, timeout=COMMIT_TIMEOUT
     ).raise_for_status()
 
 
 def test_requests_refused_by_authentication_are_counted_under_their_route(secured: IsbreServer) -> None:
-    assert httpx.get(f"{secured.url}/v1/isbre/namespaces/sales/tables").status_code == 401
-    assert httpx.get(f"{secured.url}/v1/namespaces/sales/tables").status_code == 401  # the unprefixed alias
-    metrics = httpx.get(f"{secured.url}/metrics").text
+    assert http.get(f"{secured.url}/v1/isbre/namespaces/sales/tables").status_code == 401
+    assert http.get(f"{secured.url}/v1/namespaces/sales/tables").status_code == 401  # the unprefixed alias
+    metrics = http.get(f"{secured.url}/metrics").text
     wanted = 'route="/v1/{prefix}/namespaces/{namespace}/tables",status="401"} 2'
     assert wanted in metrics, [line for line in metrics.splitlines() if "401" in line]
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import threading
 
-import httpx
 import pyarrow as pa
 import pytest
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.exceptions import CommitFailedException
 
+from tests.http_client import http
 from tests.server import ID_SCHEMA, IsbreServer, on_threads
 
 SCHEMA = pa.schema([pa.field("writer", pa.int64()), pa.field("seq", pa.int64())])
@@ -115,10 +115,10 @@ def test_racing_creates_of_one_table_give_one_table_and_409s(server: IsbreServer
     answers: list[int] = []
 
     def create() -> None:
-        answers.append(httpx.post(url, json={"name": "t", "schema": ID_SCHEMA}, timeout=30).status_code)
+        answers.append(http.post(url, json={"name": "t", "schema": ID_SCHEMA}, timeout=30).status_code)
 
     on_threads(lambda _: create(), range(8))
     assert sorted(answers) == [200] + [409] * 7
-    winner = httpx.get(f"{url}/t").json()["metadata-location"]
+    winner = http.get(f"{url}/t").json()["metadata-location"]
     # The losers removed the metadata files they wrote.
     assert [p.as_uri() for p in server.warehouse.joinpath(namespace).rglob("*.metadata.json")] == [winner]

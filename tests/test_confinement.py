@@ -8,7 +8,6 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pyarrow as pa
 import pytest
 from isbre.catalog import CatalogService, Identifier
@@ -22,6 +21,7 @@ from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
 from pyiceberg.types import LongType, NestedField
 
 from tests.crafted import crafted_snapshot
+from tests.http_client import http
 from tests.server import ID_SCHEMA, IsbreServer, secured_server
 
 P = "/v1/isbre"
@@ -67,9 +67,9 @@ def test_statistics_must_name_an_existing_snapshot_and_a_file_of_the_table(
         set_statistics(snapshot, f"{location}/../elsewhere.puffin"),
         set_statistics(snapshot, "file:///etc/passwd"),
     ):
-        refused = httpx.post(url, json={"updates": [update]})
+        refused = http.post(url, json={"updates": [update]})
         assert refused.status_code == 400, refused.text
-    allowed = httpx.post(
+    allowed = http.post(
         url, json={"updates": [set_statistics(snapshot, str(location / "metadata" / "s.puffin"))]}
     )
     assert allowed.status_code == 200, allowed.text
@@ -96,9 +96,9 @@ def test_a_purge_deletes_nothing_outside_the_table(
     crafted_file = own / "metadata" / "00000-crafted.metadata.json"
     crafted_file.write_text(json.dumps(crafted))
     register = {"name": "crafted", "metadata-location": crafted_file.as_uri()}
-    assert httpx.post(f"{server.url}{P}/namespaces/{namespace}/register", json=register).status_code == 200
+    assert http.post(f"{server.url}{P}/namespaces/{namespace}/register", json=register).status_code == 200
 
-    dropped = httpx.delete(f"{server.url}{P}/namespaces/{namespace}/tables/crafted?purgeRequested=true")
+    dropped = http.delete(f"{server.url}{P}/namespaces/{namespace}/tables/crafted?purgeRequested=true")
     assert dropped.status_code in (204, 500), dropped.text
     assert files_under(server.warehouse).keys() >= before.keys(), "a file outside the crafted table went"
     assert not crafted_file.exists()
@@ -112,17 +112,17 @@ def test_a_failed_purge_says_so_and_leaves_a_record(
     manifest_list = rest_catalog.load_table(f"{namespace}.broken").current_snapshot().manifest_list
     os.remove(local_path(manifest_list))  # type: ignore[arg-type]
     before = server.high_water()
-    answer = httpx.delete(f"{server.url}{P}/namespaces/{namespace}/tables/broken?purgeRequested=true")
+    answer = http.delete(f"{server.url}{P}/namespaces/{namespace}/tables/broken?purgeRequested=true")
     assert answer.status_code == 500, answer.text
     error = answer.json()["error"]
     assert error["type"] == "PurgeIncompleteException"
     assert "dropped" in error["message"] and "commit_seq" in error["message"]
     assert not rest_catalog.table_exists(f"{namespace}.broken")
-    records = httpx.post(
+    records = http.post(
         f"{server.url}{P}/events", json={"continuation-token": None, "page-size": 10}
     )  # the pull endpoint shows only spec kinds; the SSE log has the purge record
     assert records.status_code == 200
-    with httpx.stream("GET", f"{server.url}{P}/events", params={"after": before}, timeout=10) as stream:
+    with http.stream("GET", f"{server.url}{P}/events", params={"after": before}, timeout=10) as stream:
         kinds = []
         for line in stream.iter_lines():
             if line.startswith("event: "):
@@ -145,22 +145,22 @@ def test_a_table_may_not_sit_in_or_around_another_or_the_store(
         server.warehouse / "isbre.lmdb",
         server.warehouse / "isbre.lmdb" / "sub",
     ):
-        refused = httpx.post(tables, json={"name": "second", "schema": ID_SCHEMA, "location": place.as_uri()})
+        refused = http.post(tables, json={"name": "second", "schema": ID_SCHEMA, "location": place.as_uri()})
         assert refused.status_code == 400, (place, refused.text)
-    ok = httpx.post(tables, json={"name": "second", "schema": ID_SCHEMA})
+    ok = http.post(tables, json={"name": "second", "schema": ID_SCHEMA})
     assert ok.status_code == 200
-    moved = httpx.post(
+    moved = http.post(
         f"{tables}/second", json={"updates": [{"action": "set-location", "location": str(location)}]}
     )
     assert moved.status_code == 400, moved.text
-    twin = httpx.post(
+    twin = http.post(
         f"{server.url}{P}/namespaces/{namespace}/register",
         json={"name": "twin", "metadata-location": metadata_location},
     )
     assert twin.status_code == 400, twin.text
     # Once the first table is gone, its place is free again.
-    assert httpx.delete(f"{tables}/first").status_code == 204
-    again = httpx.post(
+    assert http.delete(f"{tables}/first").status_code == 204
+    again = http.post(
         f"{server.url}{P}/namespaces/{namespace}/register",
         json={"name": "twin", "metadata-location": metadata_location},
     )
@@ -169,7 +169,7 @@ def test_a_table_may_not_sit_in_or_around_another_or_the_store(
 
 def test_file_uris_with_a_host_are_refused(server: IsbreServer, namespace: str) -> None:
     place = f"file://evil.example{server.warehouse}/{namespace}/h"
-    refused = httpx.post(
+    refused = http.post(
         f"{server.url}{P}/namespaces/{namespace}/tables",
         json={"name": "h", "schema": ID_SCHEMA, "location": place},
     )
@@ -205,23 +205,23 @@ def test_a_scoped_principal_registers_and_places_only_inside_its_scope(scoped: I
     other_metadata, _ = table_with_data(root, "other", "secret")
     headers = {"Authorization": "Bearer etl"}
     base = f"{scoped.url}{P}/namespaces/sales"
-    stolen = httpx.post(
+    stolen = http.post(
         f"{base}/register", json={"name": "stolen", "metadata-location": other_metadata}, headers=headers
     )
     assert stolen.status_code == 403, stolen.text
-    placed = httpx.post(
+    placed = http.post(
         f"{base}/tables",
         json={"name": "p", "schema": ID_SCHEMA, "location": (scoped.warehouse / "other" / "p").as_uri()},
         headers=headers,
     )
     assert placed.status_code == 403, placed.text
-    inside = httpx.post(
+    inside = http.post(
         f"{base}/tables",
         json={"name": "p", "schema": ID_SCHEMA, "location": (scoped.warehouse / "sales" / "p").as_uri()},
         headers=headers,
     )
     assert inside.status_code == 200, inside.text
-    moved = httpx.post(
+    moved = http.post(
         f"{base}/tables/p",
         json={
             "updates": [{"action": "set-location", "location": (scoped.warehouse / "other" / "q").as_uri()}]
@@ -229,7 +229,7 @@ def test_a_scoped_principal_registers_and_places_only_inside_its_scope(scoped: I
         headers=headers,
     )
     assert moved.status_code == 403, moved.text
-    relocated = httpx.post(
+    relocated = http.post(
         f"{scoped.url}{P}/namespaces",
         json={
             "namespace": ["sales", "eu"],
@@ -265,12 +265,12 @@ def test_a_purge_through_encoded_separators_dot_dot_and_links_deletes_nothing_ou
         f"{sales}/%2E%2E/x",
         f"{sales}/x;y",
     ):
-        refused = httpx.post(
+        refused = http.post(
             f"{base}/tables", json={"name": "bad", "schema": ID_SCHEMA, "location": location}, headers=admin
         )
         assert refused.status_code == 400, (location, refused.text)
     for location in (f"{other_location}?", f"{other_location}#x"):
-        refused = httpx.post(
+        refused = http.post(
             f"{base}/tables", json={"name": "bad", "schema": ID_SCHEMA, "location": location}, headers=admin
         )
         assert refused.status_code in (400, 403), (location, refused.text)
@@ -298,15 +298,15 @@ def test_a_purge_through_encoded_separators_dot_dot_and_links_deletes_nothing_ou
         updates = crafted_snapshot(
             table.metadata, manifest_list, [], write_list_at=str(own / "metadata" / "l.avro")
         )
-        refused = httpx.post(url, json={"updates": updates}, headers=admin)
+        refused = http.post(url, json={"updates": updates}, headers=admin)
         assert refused.status_code == 400, refused.text
     updates = crafted_snapshot(
         table.metadata,
         f"{own}/metadata/snap-crafted.avro",
         [(f"{own}/metadata/crafted-m0.avro", [*reaching, str(own / "data" / "real.parquet")])],
     )
-    assert httpx.post(url, json={"updates": updates}, headers=admin).status_code == 200
-    dropped = httpx.delete(f"{url}?purgeRequested=true", headers=admin)
+    assert http.post(url, json={"updates": updates}, headers=admin).status_code == 200
+    dropped = http.delete(f"{url}?purgeRequested=true", headers=admin)
     assert dropped.status_code == 204, dropped.text
     for target in targets:
         assert target.exists(), f"{target} was deleted"

@@ -37,6 +37,7 @@ from pyiceberg.view.metadata import SQLViewRepresentation, ViewRepresentation, V
 from tests.browser import NARROW, WIDE, Watched, chromium, chromium_path, watched
 from tests.conftest import server_settings
 from tests.crafted import snapshot_updates
+from tests.http_client import http
 from tests.lineage_receiver import Receiver
 from tests.server import InProcessServer, IsbreServer, secured_server
 
@@ -98,7 +99,7 @@ def add_snapshots(server: IsbreServer, identifier: str, ids: list[int]) -> None:
         sequence += 1
         updates = snapshot_updates(metadata, snapshot_id, parent, sequence, manifest_list)
         requirements = [{"type": "assert-ref-snapshot-id", "ref": "main", "snapshot-id": parent}]
-        answer = httpx.post(url, json={"requirements": requirements, "updates": updates})
+        answer = http.post(url, json={"requirements": requirements, "updates": updates})
         assert answer.status_code == 200, answer.text
         parent = snapshot_id
 
@@ -208,22 +209,22 @@ def live(page: Page) -> None:
 
 
 def test_console_is_served_with_a_strict_policy(server: IsbreServer) -> None:
-    page = httpx.get(f"{server.url}/ui/")
+    page = http.get(f"{server.url}/ui/")
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
     policy = page.headers["content-security-policy"]
     assert "script-src 'self'" in policy and "default-src 'none'" in policy and "unsafe" not in policy
     assert page.headers["x-content-type-options"] == "nosniff"
-    assert httpx.get(f"{server.url}/ui/app.js").headers["content-type"].startswith("text/javascript")
+    assert http.get(f"{server.url}/ui/app.js").headers["content-type"].startswith("text/javascript")
     # Only the files the console ships: no path reaches another file.
     for name in ("../rest/app.py", "..%2Fpyproject.toml", "routes.py", "missing.js"):
-        assert httpx.get(f"{server.url}/ui/{name}").status_code == 404
-    assert httpx.get(f"{server.url}/ui", follow_redirects=False).headers["location"] == "/ui/"
+        assert http.get(f"{server.url}/ui/{name}").status_code == 404
+    assert http.get(f"{server.url}/ui", follow_redirects=False).headers["location"] == "/ui/"
 
 
 def test_console_can_be_switched_off(tmp_path: Path) -> None:
     server = InProcessServer(tmp_path / "warehouse", env={"ISBRE_CONSOLE": "false"}).start()
     try:
-        assert httpx.get(f"{server.url}/ui/").status_code == 404
+        assert http.get(f"{server.url}/ui/").status_code == 404
     finally:
         server.stop()
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-import httpx
 import pyarrow as pa
 import pytest
 from isbre.catalog.coverage import SPANS_PROPERTY, Coverage, gaps, merge
@@ -12,6 +11,7 @@ from isbre.sinks.catalogs import CoverageSource
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.exceptions import BadRequestError
 
+from tests.http_client import http
 from tests.server import IsbreServer
 from tests.test_events import sse_records
 
@@ -28,7 +28,7 @@ def _spans(*entries: tuple[int, int, int]) -> dict[str, str]:
 
 def _coverage(server: IsbreServer, namespace: str, table: str, **params: object) -> dict:
     url = f"{server.url}/v1/isbre/namespaces/{namespace}/tables/{table}/coverage"
-    response = httpx.get(url, params=params)
+    response = http.get(url, params=params)
     response.raise_for_status()
     return response.json()
 
@@ -99,6 +99,6 @@ def test_drop_forgets_coverage_and_register_rebuilds_it(
     assert Coverage.from_json(_coverage(server, namespace, "again")["coverage"]).to_json() == [
         {"source-id": "s", "topic": "t", "partition": 0, "ranges": [[0, 6]], "gaps": []}
     ]
-    response = httpx.get(f"{server.url}/v1/isbre/namespaces/{namespace}/tables/t/coverage")
+    response = http.get(f"{server.url}/v1/isbre/namespaces/{namespace}/tables/t/coverage")
     assert response.status_code == 404
     assert response.json()["error"]["type"] == "NoSuchTableException"

@@ -5,11 +5,11 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-import httpx
 import pytest
 from isbre.catalog.file_uris import local_path
 from isbre.catalog.lmdb_store import LmdbStore
 
+from tests.http_client import http
 from tests.load import commit_until_stopped
 from tests.server import IsbreServer
 from tests.waiting import eventually
@@ -26,10 +26,10 @@ WRITERS = 8
 def test_kill_9_loses_no_acknowledged_commit(tmp_path: Path, run: int) -> None:
     server = IsbreServer(tmp_path / "warehouse").start()
     base = f"{server.url}/v1/isbre"
-    httpx.post(f"{base}/namespaces", json={"namespace": ["crash"]}).raise_for_status()
+    http.post(f"{base}/namespaces", json={"namespace": ["crash"]}).raise_for_status()
     tables = [f"t{w}" for w in range(WRITERS // 2)]
     for table in tables:
-        httpx.post(
+        http.post(
             f"{base}/namespaces/crash/tables", json={"name": table, "schema": SCHEMA}
         ).raise_for_status()
 
@@ -69,7 +69,7 @@ def test_kill_9_loses_no_acknowledged_commit(tmp_path: Path, run: int) -> None:
     restarted = IsbreServer(server.warehouse).start()
     try:
         for table in tables:
-            response = httpx.get(f"{base.replace(server.url, restarted.url)}/namespaces/crash/tables/{table}")
+            response = http.get(f"{base.replace(server.url, restarted.url)}/namespaces/crash/tables/{table}")
             assert response.status_code == 200, response.text
             properties = response.json()["metadata"]["properties"]
             missing = [key for keys in acknowledged for key in keys if key.startswith(f"{table}-")]

@@ -11,7 +11,6 @@ import sys
 import textwrap
 import time
 
-import httpx
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
@@ -23,6 +22,7 @@ from isbre.sinks.lane import PipelinedSink
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.exceptions import BadRequestError
 
+from tests.http_client import http
 from tests.server import IsbreServer
 from tests.sink_helpers import offsets_in, rows, span
 
@@ -127,11 +127,11 @@ def test_a_null_in_a_required_column_is_refused_naming_it(rest_catalog: RestCata
 def sink_rows(server: IsbreServer, ident: str) -> dict[str, int]:
     namespace, name = ident.rsplit(".", 1)
     url = f"{server.url}/v1/isbre/namespaces/{namespace}/tables/{name}/coverage"
-    return httpx.get(url).raise_for_status().json()["rows"]
+    return http.get(url).raise_for_status().json()["rows"]
 
 
 def metrics_lines(server: IsbreServer, name: str) -> list[str]:
-    text = httpx.get(f"{server.url}/metrics").raise_for_status().text
+    text = http.get(f"{server.url}/metrics").raise_for_status().text
     return [line for line in text.splitlines() if line.startswith(f"isbre_sink_rows_total{{{name}")]
 
 

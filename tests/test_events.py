@@ -20,6 +20,7 @@ import httpx
 import pytest
 from isbre.events.client import CommitEvent, EventStreamError, subscribe
 
+from tests.http_client import http
 from tests.postgres import new_database
 from tests.server import ID_SCHEMA as SCHEMA
 from tests.server import InProcessServer, IsbreServer, sse_records
@@ -27,7 +28,7 @@ from tests.waiting import eventually
 
 
 def create_table(server: IsbreServer, namespace: str, name: str) -> None:
-    httpx.post(
+    http.post(
         f"{server.url}/v1/isbre/namespaces/{namespace}/tables", json={"name": name, "schema": SCHEMA}
     ).raise_for_status()
 
@@ -100,7 +101,7 @@ def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
 
 
 def events_health(server: IsbreServer) -> dict:
-    return httpx.get(f"{server.url}/health").json()["components"]["events"]
+    return http.get(f"{server.url}/health").json()["components"]["events"]
 
 
 @pytest.fixture
@@ -138,7 +139,7 @@ def test_reconnect_with_last_event_id_misses_nothing(server: IsbreServer, tables
 
 
 def test_filters_select_exactly_the_matching_events(server: IsbreServer, namespace: str) -> None:
-    httpx.post(
+    http.post(
         f"{server.url}/v1/isbre/namespaces", json={"namespace": [namespace, "inner"]}
     ).raise_for_status()
     create_table(server, namespace, "a")
@@ -151,7 +152,7 @@ def test_filters_select_exactly_the_matching_events(server: IsbreServer, namespa
         "source": {"namespace": [namespace], "name": "a"},
         "destination": {"namespace": [namespace], "name": "a2"},
     }
-    httpx.post(f"{server.url}/v1/isbre/tables/rename", json=rename).raise_for_status()
+    http.post(f"{server.url}/v1/isbre/tables/rename", json=rename).raise_for_status()
     top = server.high_water()
     everything = [r for r in sse_records(server, until=top, after=0) if r["namespace"][:1] == [namespace]]
 
@@ -224,7 +225,7 @@ def test_transaction_events_arrive_together(server: IsbreServer, tables: str) ->
         }
         for i in range(3)
     ]
-    httpx.post(
+    http.post(
         f"{server.url}/v1/isbre/transactions/commit", json={"table-changes": changes}
     ).raise_for_status()
     records = sse_records(server, until=start + 3, after=start)
@@ -254,7 +255,7 @@ def test_pull_endpoint_pages_through_what_sse_streams(server: IsbreServer, table
 def test_pull_filters_by_operation_and_object(server: IsbreServer, tables: str) -> None:
     with httpx.Client() as client:
         commit(client, server, tables, "t1", "x")
-    page = httpx.post(
+    page = http.post(
         f"{server.url}/v1/isbre/events",
         json={
             "operation-types": ["update-table"],
@@ -267,17 +268,17 @@ def test_pull_filters_by_operation_and_object(server: IsbreServer, tables: str) 
     assert event["operation"]["operation-type"] == "update-table"
     assert event["request-event-count"] == 1
     assert set(event) >= {"event-id", "request-id", "timestamp-ms", "operation"}
-    bad = httpx.post(f"{server.url}/v1/isbre/events", json={"continuation-token": "garbage"})
+    bad = http.post(f"{server.url}/v1/isbre/events", json={"continuation-token": "garbage"})
     assert bad.status_code == 400
 
 
 def test_open_streams_are_counted(server: IsbreServer) -> None:
     def streams() -> float:
-        lines = httpx.get(f"{server.url}/metrics").text.splitlines()
+        lines = http.get(f"{server.url}/metrics").text.splitlines()
         return float(next(line for line in lines if line.startswith("isbre_event_streams ")).split()[1])
 
     before = streams()
-    with httpx.stream("GET", f"{server.url}/v1/events", timeout=10) as response:
+    with http.stream("GET", f"{server.url}/v1/events", timeout=10) as response:
         lines = response.iter_lines()  # kept: a dropped iterator closes the response
         next(lines)  # the retry hint: the stream is open
         assert streams() == before + 1
@@ -285,7 +286,7 @@ def test_open_streams_are_counted(server: IsbreServer) -> None:
 
 
 def test_cursor_ahead_of_the_log_is_400(server: IsbreServer) -> None:
-    response = httpx.get(f"{server.url}/v1/events", params={"after": server.high_water() + 1000})
+    response = http.get(f"{server.url}/v1/events", params={"after": server.high_water() + 1000})
     assert response.status_code == 400
     assert response.json()["error"]["type"] == "BadRequestException"
 
@@ -306,17 +307,17 @@ def short_memory(tmp_path: Path) -> Iterator[IsbreServer]:
 def test_expired_cursor_is_410(short_memory: IsbreServer) -> None:
     base = f"{short_memory.url}/v1/isbre"
     for i in range(20):
-        httpx.post(f"{base}/namespaces", json={"namespace": [f"n{i}"]}).raise_for_status()
+        http.post(f"{base}/namespaces", json={"namespace": [f"n{i}"]}).raise_for_status()
     cursor = f"{short_memory.url}/v1/events/cursor"
-    eventually(lambda: httpx.get(cursor).json()["oldest_commit_seq"] == 16, "the log trimmed to 5", 10)
-    response = httpx.get(f"{short_memory.url}/v1/events", params={"after": 0})
+    eventually(lambda: http.get(cursor).json()["oldest_commit_seq"] == 16, "the log trimmed to 5", 10)
+    response = http.get(f"{short_memory.url}/v1/events", params={"after": 0})
     assert response.status_code == 410
     assert response.json()["error"]["type"] == "CursorExpiredException"
-    token = httpx.post(f"{base}/events", json={"page-size": 1}).json()["continuation-token"]
-    assert httpx.post(f"{base}/events", json={"continuation-token": token}).status_code == 200
+    token = http.post(f"{base}/events", json={"page-size": 1}).json()["continuation-token"]
+    assert http.post(f"{base}/events", json={"continuation-token": token}).status_code == 200
     from isbre.rest.event_pages import encode_token
 
-    assert httpx.post(f"{base}/events", json={"continuation-token": encode_token(0)}).status_code == 410
+    assert http.post(f"{base}/events", json={"continuation-token": encode_token(0)}).status_code == 410
     with pytest.raises(EventStreamError, match="older than the retained"):
         next(iter(subscribe(short_memory.url, after=0)))
 
@@ -335,7 +336,7 @@ def paused_while_committing(
     """Open a stream from 0, read nothing while `commits` namespaces are created (and then
     `after_commits()` runs), then read: the ids received and the error the stream ended with."""
     base = f"{server.url}/v1/isbre"
-    with httpx.stream("GET", f"{server.url}/v1/events", params={"after": 0}, timeout=60) as response:
+    with http.stream("GET", f"{server.url}/v1/events", params={"after": 0}, timeout=60) as response:
         lines = response.iter_lines()
         with httpx.Client(timeout=60) as client:
             for i in range(commits):
@@ -369,7 +370,7 @@ def test_a_subscriber_slower_than_retention_is_told_why_its_stream_ends(short_me
 
     def trimmed() -> None:
         cursor = f"{short_memory.url}/v1/events/cursor"
-        eventually(lambda: httpx.get(cursor).json()["oldest_commit_seq"] >= 290, "the log trimmed")
+        eventually(lambda: http.get(cursor).json()["oldest_commit_seq"] >= 290, "the log trimmed")
 
     seqs, error = paused_while_committing(short_memory, 300, trimmed)
     assert seqs == list(range(1, len(seqs) + 1)), "a gap without an error"
@@ -383,13 +384,13 @@ def test_client_survives_a_server_restart(tmp_path: Path) -> None:
     collector = Collector(server.url, after=0, cursor_file=cursor_file, max_delay=0.5)
     base = f"{server.url}/v1/isbre"
     for i in range(5):
-        httpx.post(f"{base}/namespaces", json={"namespace": [f"before{i}"]}).raise_for_status()
+        http.post(f"{base}/namespaces", json={"namespace": [f"before{i}"]}).raise_for_status()
     collector.wait_for(5)
     server.stop()
     restarted = IsbreServer(server.warehouse, port=server.port).start()
     try:
         for i in range(5):
-            httpx.post(f"{base}/namespaces", json={"namespace": [f"after{i}"]}).raise_for_status()
+            http.post(f"{base}/namespaces", json={"namespace": [f"after{i}"]}).raise_for_status()
         events = collector.wait_for(10)
         assert [e.commit_seq for e in events] == list(range(1, 11))
         assert [e.record["namespace"][0] for e in events[5:]] == [f"after{i}" for i in range(5)]
@@ -397,7 +398,7 @@ def test_client_survives_a_server_restart(tmp_path: Path) -> None:
         eventually(lambda: int(cursor_file.read_text()) == 10, "the cursor file at the last event", 5)
         # A consumer started later resumes after the cursor its predecessor left on disk.
         resumed = Collector(restarted.url, cursor_file=cursor_file)
-        httpx.post(f"{base}/namespaces", json={"namespace": ["late"]}).raise_for_status()
+        http.post(f"{base}/namespaces", json={"namespace": ["late"]}).raise_for_status()
         assert [e.commit_seq for e in resumed.wait_for(11)] == [11]
     finally:
         restarted.stop()
@@ -457,7 +458,7 @@ def test_pull_from_a_point_in_time(server: IsbreServer, tables: str) -> None:
         since_ms = int(time.time() * 1000)
         time.sleep(0.05)
         commit(client, server, tables, "t0", "after")
-    page = httpx.post(
+    page = http.post(
         f"{server.url}/v1/isbre/events", json={"since-timestamp-ms": since_ms, "page-size": 50}
     ).json()
     assert len(page["events"]) == 1
@@ -477,7 +478,7 @@ def test_a_stream_on_a_kept_alive_connection(server: IsbreServer, request: pytes
     with httpx.Client(timeout=30) as client:
         config = client.get(f"{server.url}/v1/config")
         start = server.high_water()
-        httpx.post(f"{server.url}/v1/isbre/namespaces", json={"namespace": [f"kept{start}"]})
+        http.post(f"{server.url}/v1/isbre/namespaces", json={"namespace": [f"kept{start}"]})
         with client.stream("GET", f"{server.url}/v1/events", params={"after": start}) as response:
             port = response.extensions["network_stream"].get_extra_info("client_addr")[1]
             assert port == config.extensions["network_stream"].get_extra_info("client_addr")[1]
@@ -494,7 +495,7 @@ def test_an_http_1_0_stream(server: IsbreServer) -> None:
     start = server.high_water()
     with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
         sock.sendall(f"GET /v1/events?after={start} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n".encode())
-        httpx.post(f"{server.url}/v1/isbre/namespaces", json={"namespace": [f"old{start}"]})
+        http.post(f"{server.url}/v1/isbre/namespaces", json={"namespace": [f"old{start}"]})
         received = b""
         while f"id: {start + 1}\n".encode() not in received:
             chunk = sock.recv(1 << 16)
@@ -511,20 +512,20 @@ def test_a_killed_fanout_process_is_replaced_and_subscribers_miss_nothing(tmp_pa
     try:
         collector = Collector(server.url, after=0, max_delay=0.5)
         for i in range(5):
-            httpx.post(f"{base}/namespaces", json={"namespace": [f"before{i}"]}).raise_for_status()
+            http.post(f"{base}/namespaces", json={"namespace": [f"before{i}"]}).raise_for_status()
         collector.wait_for(5)
         killed = events_health(server)["process"]
         # The replacement inherits a low soft limit on open files, and raises it: one per subscriber.
         _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         resource.prlimit(server.process.pid, resource.RLIMIT_NOFILE, (256, hard))
-        with httpx.stream("GET", f"{server.url}/v1/events", timeout=30) as response:
+        with http.stream("GET", f"{server.url}/v1/events", timeout=30) as response:
             lines = response.iter_lines()
             next(lines)  # open, and (the kill shows) served by that process: the kill cuts it
             os.kill(killed, signal.SIGKILL)
             with pytest.raises(httpx.RemoteProtocolError):
                 list(lines)
         for i in range(5):  # commits go on while the streams have no process
-            httpx.post(f"{base}/namespaces", json={"namespace": [f"during{i}"]}).raise_for_status()
+            http.post(f"{base}/namespaces", json={"namespace": [f"during{i}"]}).raise_for_status()
         assert [e.commit_seq for e in collector.wait_for(10)] == list(range(1, 11))
 
         def replaced_and_ok() -> dict:
@@ -532,7 +533,7 @@ def test_a_killed_fanout_process_is_replaced_and_subscribers_miss_nothing(tmp_pa
             return health if health["process"] not in (None, killed) and health["status"] == "ok" else {}
 
         health = eventually(replaced_and_ok, "the fan-out process replaced", timeout=15)
-        httpx.post(f"{base}/namespaces", json={"namespace": ["after"]}).raise_for_status()
+        http.post(f"{base}/namespaces", json={"namespace": ["after"]}).raise_for_status()
         assert [e.commit_seq for e in collector.wait_for(11)] == list(range(1, 12))
 
         def open_files_limits() -> list[str]:

@@ -13,6 +13,7 @@ import pytest
 from isbre.catalog.file_uris import local_path
 from pyiceberg.catalog.rest import RestCatalog
 
+from tests.http_client import http
 from tests.server import ID_SCHEMA, IsbreServer
 
 P = "/v1/isbre"
@@ -42,7 +43,7 @@ def tables(server: IsbreServer, namespace: str) -> str:
 
 def create_v3(server: IsbreServer, namespace: str, name: str, **extra: object) -> httpx.Response:
     body = {"name": name, "schema": V3_SCHEMA, "properties": {"format-version": "3"}, **extra}
-    return httpx.post(tables(server, namespace), json=body)
+    return http.post(tables(server, namespace), json=body)
 
 
 def snapshot(
@@ -82,7 +83,7 @@ def add(server: IsbreServer, namespace: str, name: str, location: str, *snapshot
                 "snapshot-id": each["snapshot-id"],
             },
         ]
-    return httpx.post(f"{tables(server, namespace)}/{name}", json={"updates": updates})
+    return http.post(f"{tables(server, namespace)}/{name}", json={"updates": updates})
 
 
 def test_a_v3_table_is_created_committed_to_and_read_back(
@@ -127,7 +128,7 @@ def test_a_v2_table_is_upgraded_to_v3_and_keeps_its_data(
     table.append(pa.table({"id": pa.array([1, 2, 3], pa.int64())}))
     # As Spark sends it (PyIceberg 0.12's client will not upgrade past 2 itself).
     upgrade = {"updates": [{"action": "upgrade-format-version", "format-version": 3}]}
-    answer = httpx.post(f"{tables(server, namespace)}/t", json=upgrade)
+    answer = http.post(f"{tables(server, namespace)}/t", json=upgrade)
     assert answer.status_code == 200, answer.text
     table = rest_catalog.load_table(f"{namespace}.t")
     assert table.metadata.format_version == 3 and table.metadata.next_row_id == 0
@@ -153,7 +154,7 @@ def test_a_staged_v3_create_then_its_commit(
 def test_a_v3_table_is_registered(server: IsbreServer, rest_catalog: RestCatalog, namespace: str) -> None:
     metadata_location = create_v3(server, namespace, "original").json()["metadata-location"]
     rest_catalog.drop_table(f"{namespace}.original")
-    registered = httpx.post(
+    registered = http.post(
         f"{server.url}{P}/namespaces/{namespace}/register",
         json={"name": "again", "metadata-location": metadata_location},
     )
@@ -165,15 +166,15 @@ def test_encryption_keys_are_kept(server: IsbreServer, namespace: str) -> None:
     create_v3(server, namespace, "t").raise_for_status()
     key = {"key-id": "k1", "encrypted-key-metadata": "c2VjcmV0", "properties": {"kms": "local"}}
     url = f"{tables(server, namespace)}/t"
-    added = httpx.post(url, json={"updates": [{"action": "add-encryption-key", "encryption-key": key}]})
+    added = http.post(url, json={"updates": [{"action": "add-encryption-key", "encryption-key": key}]})
     assert added.status_code == 200, added.text
-    assert httpx.get(url).json()["metadata"]["encryption-keys"] == [key]
-    changed = httpx.post(url, json={"updates": [{"action": "set-properties", "updates": {"a": "b"}}]})
+    assert http.get(url).json()["metadata"]["encryption-keys"] == [key]
+    changed = http.post(url, json={"updates": [{"action": "set-properties", "updates": {"a": "b"}}]})
     assert changed.json()["metadata"]["encryption-keys"] == [key]  # a later commit keeps them
-    removed = httpx.post(url, json={"updates": [{"action": "remove-encryption-key", "key-id": "k1"}]})
+    removed = http.post(url, json={"updates": [{"action": "remove-encryption-key", "key-id": "k1"}]})
     assert "encryption-keys" not in removed.json()["metadata"]
-    httpx.post(tables(server, namespace), json={"name": "v2", "schema": ID_SCHEMA}).raise_for_status()
-    refused = httpx.post(
+    http.post(tables(server, namespace), json={"name": "v2", "schema": ID_SCHEMA}).raise_for_status()
+    refused = http.post(
         f"{tables(server, namespace)}/v2",
         json={"updates": [{"action": "add-encryption-key", "encryption-key": key}]},
     )
@@ -203,14 +204,14 @@ def test_encryption_keys_are_kept(server: IsbreServer, namespace: str) -> None:
 def test_what_isbre_cannot_honour_is_a_400_that_names_it(
     server: IsbreServer, namespace: str, body: dict, named: str
 ) -> None:
-    answer = httpx.post(tables(server, namespace), json=body)
+    answer = http.post(tables(server, namespace), json=body)
     assert answer.status_code == 400, answer.text
     assert named in answer.json()["error"]["message"]
 
 
 def test_an_upgrade_beyond_v3_is_a_400(server: IsbreServer, namespace: str) -> None:
-    httpx.post(tables(server, namespace), json={"name": "t", "schema": ID_SCHEMA}).raise_for_status()
-    answer = httpx.post(
+    http.post(tables(server, namespace), json={"name": "t", "schema": ID_SCHEMA}).raise_for_status()
+    answer = http.post(
         f"{tables(server, namespace)}/t",
         json={"updates": [{"action": "upgrade-format-version", "format-version": 4}]},
     )

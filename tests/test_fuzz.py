@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.http_client import http
 from tests.openapi import SPEC
 from tests.server import IsbreServer
 
@@ -42,7 +43,7 @@ def schemathesis(server: IsbreServer, workdir: Path, checks: str, exclude: str) 
 
 @pytest.fixture(scope="module")
 def fuzzed(server: IsbreServer) -> IsbreServer:
-    httpx.post(f"{server.url}/v1/isbre/namespaces", json={"namespace": ["accounting"]}).raise_for_status()
+    http.post(f"{server.url}/v1/isbre/namespaces", json={"namespace": ["accounting"]}).raise_for_status()
     return server
 
 
@@ -87,7 +88,7 @@ DEPTHS = st.sampled_from([10, 1_000, 10_000, 200_000])
 
 def post_json(url: str, body: object) -> httpx.Response:
     # Escaped to ASCII, so that lone surrogates travel as JSON allows (\ud800).
-    return httpx.post(url, content=json.dumps(body), headers={"Content-Type": "application/json"})
+    return http.post(url, content=json.dumps(body), headers={"Content-Type": "application/json"})
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -98,14 +99,14 @@ def test_hostile_names_are_never_a_server_error(fuzzed: IsbreServer, name: str, 
     answers = [
         post_json(f"{base}/namespaces", {"namespace": ["accounting", level]}),
         post_json(f"{base}/namespaces/accounting/tables", table),
-        httpx.get(
+        http.get(
             f"{base}/namespaces/accounting/tables/{quote(name.encode('utf-8', 'surrogatepass'), safe='')}"
         ),
-        httpx.post(
+        http.post(
             f"{base}/namespaces/accounting/views/{quote(name.encode('utf-8', 'surrogatepass'), safe='')}",
             json={"updates": []},
         ),
-        httpx.get(f"{base}/namespaces/{quote(level.encode('utf-8', 'surrogatepass'), safe='')}"),
+        http.get(f"{base}/namespaces/{quote(level.encode('utf-8', 'surrogatepass'), safe='')}"),
     ]
     assert [a.status_code for a in answers if a.status_code >= 500] == [], [a.text for a in answers]
 
@@ -116,12 +117,12 @@ def test_odd_tokens_and_nesting_are_never_a_server_error(fuzzed: IsbreServer, to
     base = f"{fuzzed.url}/v1/isbre"
     nested = ("[" * depth + "]" * depth).encode()
     answers = [
-        httpx.get(f"{base}/namespaces", params={"pageToken": token}),
-        httpx.get(f"{base}/namespaces/accounting/tables", params={"pageToken": token, "pageSize": 1}),
-        httpx.post(f"{base}/events", json={"continuation-token": token}),
-        httpx.post(
+        http.get(f"{base}/namespaces", params={"pageToken": token}),
+        http.get(f"{base}/namespaces/accounting/tables", params={"pageToken": token, "pageSize": 1}),
+        http.post(f"{base}/events", json={"continuation-token": token}),
+        http.post(
             f"{base}/transactions/commit", content=nested, headers={"Content-Type": "application/json"}
         ),
-        httpx.post(f"{base}/namespaces", content=nested, headers={"Content-Type": "application/json"}),
+        http.post(f"{base}/namespaces", content=nested, headers={"Content-Type": "application/json"}),
     ]
     assert [a.status_code for a in answers if a.status_code >= 500] == [], [a.text for a in answers]

@@ -16,6 +16,7 @@ import pytest
 from isbre.rest.auth import sha256_hex
 from isbre.rest.settings import AuthSettings
 
+from tests.http_client import http
 from tests.lineage_receiver import Receiver
 from tests.server import ID_SCHEMA, IsbreServer, secured_server
 from tests.waiting import eventually
@@ -36,22 +37,22 @@ def test_a_body_that_is_not_json_is_415_and_changes_nothing(server: IsbreServer)
         None,
     ):
         headers = {"Content-Type": content_type} if content_type else {}
-        answer = httpx.post(url, content=body, headers=headers)
+        answer = http.post(url, content=body, headers=headers)
         assert answer.status_code == 415, (content_type, answer.text)
         assert answer.json()["error"]["type"] == "UnsupportedMediaTypeException"
-    assert httpx.head(f"{url}/from_a_web_page").status_code == 404
-    ok = httpx.post(url, content=body, headers={"Content-Type": "application/json; charset=utf-8"})
+    assert http.head(f"{url}/from_a_web_page").status_code == 404
+    ok = http.post(url, content=body, headers={"Content-Type": "application/json; charset=utf-8"})
     assert ok.status_code == 200
 
 
 def test_a_foreign_host_header_is_refused_without_auth(server: IsbreServer, namespace: str) -> None:
     url = f"{server.url}{P}/namespaces/{namespace}"
-    refused = httpx.delete(url, headers={"Host": "rebind.evil.example"})
+    refused = http.delete(url, headers={"Host": "rebind.evil.example"})
     assert refused.status_code == 400, refused.text
     assert refused.json()["error"]["type"] == "BadRequestException"
-    assert httpx.head(url).status_code == 204
+    assert http.head(url).status_code == 204
     for host in (f"localhost:{server.port}", f"127.0.0.1:{server.port}", "localhost"):
-        assert httpx.get(url, headers={"Host": host}).status_code == 200
+        assert http.get(url, headers={"Host": host}).status_code == 200
 
 
 def raw_request(server: IsbreServer, request: bytes) -> bytes:
@@ -75,7 +76,7 @@ def test_two_host_headers_are_refused(server: IsbreServer, namespace: str) -> No
         answer = raw_request(server, head + b"Connection: close\r\n\r\n")
         assert answer.startswith(b"HTTP/1.1 400"), answer[:200]
         assert b"one Host header" in answer
-    assert httpx.head(f"{server.url}{P}/namespaces/{namespace}").status_code == 204
+    assert http.head(f"{server.url}{P}/namespaces/{namespace}").status_code == 204
 
 
 # -- client input is never a 500
@@ -88,24 +89,24 @@ def test_two_host_headers_are_refused(server: IsbreServer, namespace: str) -> No
 )
 def test_long_and_multibyte_names_are_400_not_500(server: IsbreServer, namespace: str, name: str) -> None:
     tables = f"{server.url}{P}/namespaces/{namespace}/tables"
-    answer = httpx.post(tables, json={"name": name, "schema": ID_SCHEMA})
+    answer = http.post(tables, json={"name": name, "schema": ID_SCHEMA})
     assert answer.status_code == 400, answer.text
     assert "bytes" in answer.json()["error"]["message"]
-    assert httpx.get(tables).json()["identifiers"] == []
+    assert http.get(tables).json()["identifiers"] == []
 
 
 def test_multibyte_names_within_the_limit_work(server: IsbreServer, namespace: str) -> None:
     tables = f"{server.url}{P}/namespaces/{namespace}/tables"
     name = "表" * 40  # 120 bytes
-    assert httpx.post(tables, json={"name": name, "schema": ID_SCHEMA}).status_code == 200
-    assert httpx.get(f"{tables}/{name}").status_code == 200
+    assert http.post(tables, json={"name": name, "schema": ID_SCHEMA}).status_code == 200
+    assert http.get(f"{tables}/{name}").status_code == 200
 
 
 def test_namespaces_too_long_for_a_store_key_are_400(server: IsbreServer) -> None:
     levels = ["n" * 200] * 3  # 602 bytes with separators: over LMDB's 511-byte keys
-    answer = httpx.post(f"{server.url}{P}/namespaces", json={"namespace": levels})
+    answer = http.post(f"{server.url}{P}/namespaces", json={"namespace": levels})
     assert answer.status_code == 400, answer.text
-    assert httpx.get(f"{server.url}{P}/namespaces/{'%1F'.join(levels)}").status_code == 400
+    assert http.get(f"{server.url}{P}/namespaces/{'%1F'.join(levels)}").status_code == 400
 
 
 @pytest.mark.parametrize(
@@ -124,9 +125,9 @@ def test_namespaces_too_long_for_a_store_key_are_400(server: IsbreServer) -> Non
     ids=["nothing", "uuid-only", "format-only"],
 )
 def test_an_incomplete_create_by_updates_is_400(server: IsbreServer, namespace: str, changes: dict) -> None:
-    answer = httpx.post(f"{server.url}{P}/namespaces/{namespace}/tables/half", json=changes)
+    answer = http.post(f"{server.url}{P}/namespaces/{namespace}/tables/half", json=changes)
     assert answer.status_code == 400, answer.text
-    assert httpx.head(f"{server.url}{P}/namespaces/{namespace}/tables/half").status_code == 404
+    assert http.head(f"{server.url}{P}/namespaces/{namespace}/tables/half").status_code == 404
 
 
 def b64(value: object) -> str:
@@ -139,7 +140,7 @@ def b64(value: object) -> str:
 )
 def test_crafted_page_tokens_are_400(server: IsbreServer, namespace: str, token: str) -> None:
     for path in ("namespaces", f"namespaces/{namespace}/tables", f"namespaces/{namespace}/views"):
-        answer = httpx.get(f"{server.url}{P}/{path}", params={"pageToken": token})
+        answer = http.get(f"{server.url}{P}/{path}", params={"pageToken": token})
         assert answer.status_code in (200, 400), (path, token, answer.text)
         if answer.status_code == 200:
             assert answer.json()  # a token that happens to be a valid position
@@ -148,7 +149,7 @@ def test_crafted_page_tokens_are_400(server: IsbreServer, namespace: str, token:
 def test_deeply_nested_json_is_400(server: IsbreServer, namespace: str) -> None:
     nested = "[" * 100_000 + "]" * 100_000
     for path in ("namespaces", f"namespaces/{namespace}/tables/t", "transactions/commit", "events"):
-        answer = httpx.post(
+        answer = http.post(
             f"{server.url}{P}/{path}", content=nested, headers={"Content-Type": "application/json"}
         )
         assert answer.status_code == 400, (path, answer.text[:300])
@@ -177,8 +178,8 @@ def test_the_lineage_api_key_never_appears_in_a_command_line(tmp_path: Path) -> 
     env = {"ISBRE_LINEAGE_URL": receiver.url, "ISBRE_LINEAGE_API_KEY": "very-secret-key"}
     server = IsbreServer(tmp_path / "warehouse", env=env).start()
     try:
-        httpx.post(f"{server.url}{P}/namespaces", json={"namespace": ["db"]}).raise_for_status()
-        httpx.post(
+        http.post(f"{server.url}{P}/namespaces", json={"namespace": ["db"]}).raise_for_status()
+        http.post(
             f"{server.url}{P}/namespaces/db/tables", json={"name": "t", "schema": ID_SCHEMA}
         ).raise_for_status()
         eventually(lambda: len(receiver.snapshot()) >= 2, "two lineage events delivered")
@@ -222,7 +223,7 @@ def short_tokens(
 
 def token(server: IsbreServer, secret: str) -> httpx.Response:
     form = {"grant_type": "client_credentials", "client_id": "bi", "client_secret": secret}
-    return httpx.post(f"{server.url}/v1/oauth/tokens", data=form)
+    return http.post(f"{server.url}/v1/oauth/tokens", data=form)
 
 
 def test_an_event_stream_ends_when_its_token_expires(short_tokens: IsbreServer) -> None:
@@ -230,7 +231,7 @@ def test_an_event_stream_ends_when_its_token_expires(short_tokens: IsbreServer) 
     headers = {"Authorization": f"Bearer {access}"}
     started = time.monotonic()
     lines = []
-    with httpx.stream("GET", f"{short_tokens.url}{P}/events", headers=headers, timeout=30) as stream:
+    with http.stream("GET", f"{short_tokens.url}{P}/events", headers=headers, timeout=30) as stream:
         for line in stream.iter_lines():
             lines.append(line)
     elapsed = time.monotonic() - started

@@ -19,6 +19,7 @@ from isbre.catalog.service_core import Stale
 from isbre.catalog.stores import open_store
 from isbre.catalog.writer import Batch
 
+from tests.http_client import http
 from tests.server import COMMIT_TIMEOUT, IsbreServer
 from tests.server import ID_SCHEMA as SCHEMA
 
@@ -33,12 +34,12 @@ def key() -> str:
 
 
 def test_config_advertises_the_lifetime(server: IsbreServer) -> None:
-    assert httpx.get(f"{server.url}/v1/config").json()["idempotency-key-lifetime"] == "PT30M"
+    assert http.get(f"{server.url}/v1/config").json()["idempotency-key-lifetime"] == "PT30M"
 
 
 def test_a_retried_commit_commits_once_and_answers_the_same(server: IsbreServer, namespace: str) -> None:
     base = f"{server.url}/v1/isbre/namespaces/{namespace}/tables"
-    httpx.post(base, json={"name": "t", "schema": SCHEMA}).raise_for_status()
+    http.post(base, json={"name": "t", "schema": SCHEMA}).raise_for_status()
     commit = {
         "updates": [
             {
@@ -55,10 +56,10 @@ def test_a_retried_commit_commits_once_and_answers_the_same(server: IsbreServer,
     }
     headers = {"Idempotency-Key": key()}
     before = server.high_water()
-    first = httpx.post(f"{base}/t", json=commit, headers=headers)
+    first = http.post(f"{base}/t", json=commit, headers=headers)
     assert first.status_code == 200, first.text
     # The client never saw that answer (say the connection dropped) and sends the same request again.
-    again = httpx.post(f"{base}/t", json=commit, headers=headers)
+    again = http.post(f"{base}/t", json=commit, headers=headers)
     assert again.status_code == 200
     assert again.content == first.content
     assert server.high_water() == before + 1, "the retry committed a second time"
@@ -66,41 +67,41 @@ def test_a_retried_commit_commits_once_and_answers_the_same(server: IsbreServer,
     # (re-adding the very same schema would not: the reference builder reuses its id, a no-op).
     other = json.loads(json.dumps(commit))
     other["updates"][0]["schema"]["fields"][-1]["name"] = "another"
-    assert httpx.post(f"{base}/t", json=other).status_code == 200
+    assert http.post(f"{base}/t", json=other).status_code == 200
     assert server.high_water() == before + 2
 
 
 def test_a_key_reused_for_another_request_is_422(server: IsbreServer, namespace: str) -> None:
     headers = {"Idempotency-Key": key()}
     url = f"{server.url}/v1/isbre/namespaces"
-    assert httpx.post(url, json={"namespace": [namespace, "a"]}, headers=headers).status_code == 200
-    other = httpx.post(url, json={"namespace": [namespace, "b"]}, headers=headers)
+    assert http.post(url, json={"namespace": [namespace, "a"]}, headers=headers).status_code == 200
+    other = http.post(url, json={"namespace": [namespace, "b"]}, headers=headers)
     assert other.status_code == 422
     assert other.json()["error"]["type"] == "UnprocessableEntityException"
-    assert httpx.head(f"{url}/{namespace}%1Fb").status_code == 404
+    assert http.head(f"{url}/{namespace}%1Fb").status_code == 404
 
 
 def test_only_requests_that_changed_something_keep_their_key(server: IsbreServer, namespace: str) -> None:
     url = f"{server.url}/v1/isbre/namespaces"
     created, refused = {"Idempotency-Key": key()}, {"Idempotency-Key": key()}
     body = {"namespace": [namespace, "once"]}
-    assert httpx.post(url, json=body, headers=created, timeout=COMMIT_TIMEOUT).status_code == 200
-    assert httpx.post(url, json=body, headers=refused, timeout=COMMIT_TIMEOUT).status_code == 409
-    httpx.delete(f"{url}/{namespace}%1Fonce", timeout=COMMIT_TIMEOUT).raise_for_status()
+    assert http.post(url, json=body, headers=created, timeout=COMMIT_TIMEOUT).status_code == 200
+    assert http.post(url, json=body, headers=refused, timeout=COMMIT_TIMEOUT).status_code == 409
+    http.delete(f"{url}/{namespace}%1Fonce", timeout=COMMIT_TIMEOUT).raise_for_status()
     # The refusal changed nothing and was not kept: its key runs the request now that it can succeed.
-    assert httpx.post(url, json=body, headers=refused).status_code == 200
-    httpx.delete(f"{url}/{namespace}%1Fonce").raise_for_status()
+    assert http.post(url, json=body, headers=refused).status_code == 200
+    http.delete(f"{url}/{namespace}%1Fonce").raise_for_status()
     # The key of the request that created the namespace replays its answer and creates nothing.
-    assert httpx.post(url, json=body, headers=created).status_code == 200
-    assert httpx.head(f"{url}/{namespace}%1Fonce").status_code == 404, "a replay must not create again"
+    assert http.post(url, json=body, headers=created).status_code == 200
+    assert http.head(f"{url}/{namespace}%1Fonce").status_code == 404, "a replay must not create again"
 
 
 def test_the_fingerprint_covers_the_query(server: IsbreServer, namespace: str) -> None:
     tables = f"{server.url}/v1/isbre/namespaces/{namespace}/tables"
-    httpx.post(tables, json={"name": "q", "schema": SCHEMA}).raise_for_status()
+    http.post(tables, json={"name": "q", "schema": SCHEMA}).raise_for_status()
     headers = {"Idempotency-Key": key()}
-    assert httpx.delete(f"{tables}/q", headers=headers).status_code == 204
-    purge = httpx.delete(f"{tables}/q", params={"purgeRequested": "true"}, headers=headers)
+    assert http.delete(f"{tables}/q", headers=headers).status_code == 204
+    purge = http.delete(f"{tables}/q", params={"purgeRequested": "true"}, headers=headers)
     assert purge.status_code == 422, purge.text
 
 
@@ -108,11 +109,11 @@ def test_a_stored_outcome_is_compact(server: IsbreServer, namespace: str) -> Non
     tables = f"{server.url}/v1/isbre/namespaces/{namespace}/tables"
     properties = {f"p{i}": "v" * 500 for i in range(40)}  # a 20 KB answer
     headers = {"Idempotency-Key": key()}
-    answer = httpx.post(
+    answer = http.post(
         tables, json={"name": "big", "schema": SCHEMA, "properties": properties}, headers=headers
     )
     assert answer.status_code == 200 and len(answer.content) > 20_000
-    replay = httpx.post(
+    replay = http.post(
         tables, json={"name": "big", "schema": SCHEMA, "properties": properties}, headers=headers
     )
     assert replay.content == answer.content
@@ -127,14 +128,14 @@ def test_a_stored_outcome_is_compact(server: IsbreServer, namespace: str) -> Non
 
 def test_concurrent_requests_with_one_key_commit_once(server: IsbreServer, namespace: str) -> None:
     base = f"{server.url}/v1/isbre/namespaces/{namespace}/tables"
-    httpx.post(base, json={"name": "c", "schema": SCHEMA}).raise_for_status()
+    http.post(base, json={"name": "c", "schema": SCHEMA}).raise_for_status()
     headers = {"Idempotency-Key": key()}
     commit = {"updates": [{"action": "set-properties", "updates": {"once": "1"}}]}
     before = server.high_water()
     answers: list[httpx.Response] = []
 
     def send() -> None:
-        answers.append(httpx.post(f"{base}/c", json=commit, headers=headers, timeout=30))
+        answers.append(http.post(f"{base}/c", json=commit, headers=headers, timeout=30))
 
     threads = [threading.Thread(target=send) for _ in range(10)]
     for thread in threads:
@@ -147,11 +148,11 @@ def test_concurrent_requests_with_one_key_commit_once(server: IsbreServer, names
 
 
 def test_an_invalid_key_is_400(server: IsbreServer) -> None:
-    response = httpx.post(
+    response = http.post(
         f"{server.url}/v1/isbre/namespaces", json={"namespace": ["x"]}, headers={"Idempotency-Key": "nope"}
     )
     assert response.status_code == 400
-    assert httpx.head(f"{server.url}/v1/isbre/namespaces/x").status_code == 404
+    assert http.head(f"{server.url}/v1/isbre/namespaces/x").status_code == 404
 
 
 def test_expired_keys_are_trimmed(tmp_path: Path) -> None:

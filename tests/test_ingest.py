@@ -8,12 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import httpx
 import pyarrow as pa
 import pyarrow.parquet as pq
 from isbre.rest.auth import sha256_hex
 from pyiceberg.catalog.rest import RestCatalog
 
+from tests.http_client import http
 from tests.server import IsbreServer, secured_server
 from tests.sink_helpers import ingest
 
@@ -180,5 +180,5 @@ def test_ingest_quarantines_the_lines_that_do_not_parse(
     ]
     assert "line 3, column 'amount'" in diverted[0]["_twg_error"]
     assert diverted[0]["record"] == "2,oops,b" and '"eleven"' in diverted[1]["record"]
-    coverage = httpx.get(f"{server.url}/v1/isbre/namespaces/lenient/tables/orders/coverage").json()
+    coverage = http.get(f"{server.url}/v1/isbre/namespaces/lenient/tables/orders/coverage").json()
     assert coverage["rows"] == {"accepted": 5, "quarantined.contract": 2, "quarantined.decode": 1}  # once

@@ -9,13 +9,13 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 from isbre.catalog import CatalogService
 from isbre.catalog.records import CommitRecord
 from isbre.events.broadcast import Broadcaster
 from isbre.rest.auth import sha256_hex
 
+from tests.http_client import http
 from tests.server import ID_SCHEMA, IsbreServer, secured_server
 
 P = "/v1/isbre"
@@ -117,7 +117,7 @@ def test_oversized_headers_are_431(guarded: IsbreServer) -> None:
     assert status_of(answer) == 431
     long_url = b"GET /v1/config?" + b"a" * (100 << 10) + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
     assert status_of(raw_request(guarded, long_url)) == 431
-    assert httpx.get(f"{guarded.url}/v1/config", headers=ROOT).status_code == 200
+    assert http.get(f"{guarded.url}/v1/config", headers=ROOT).status_code == 200
 
 
 def test_idle_connections_neither_starve_requests_nor_stay(guarded: IsbreServer) -> None:
@@ -129,7 +129,7 @@ def test_idle_connections_neither_starve_requests_nor_stay(guarded: IsbreServer)
             idle.append(socket.create_connection(("127.0.0.1", guarded.port)))
         idle[0].sendall(b"GET /v1/con")  # and one that never finishes its request line
         started = time.monotonic()
-        answer = httpx.get(f"{guarded.url}/v1/config", headers=ROOT, timeout=5)
+        answer = http.get(f"{guarded.url}/v1/config", headers=ROOT, timeout=5)
         assert answer.status_code == 200
         assert time.monotonic() - started < 1.0
         # The header timeout (2 s here) closes connections that never sent a whole request.
@@ -152,27 +152,25 @@ def test_the_server_raises_its_open_files_limit(guarded: IsbreServer) -> None:
 
 
 def test_property_values_and_metadata_have_ceilings(guarded: IsbreServer) -> None:
-    httpx.post(f"{guarded.url}{P}/namespaces", json={"namespace": ["big"]}, headers=ROOT).raise_for_status()
+    http.post(f"{guarded.url}{P}/namespaces", json={"namespace": ["big"]}, headers=ROOT).raise_for_status()
     tables = f"{guarded.url}{P}/namespaces/big/tables"
     huge = {"p": "x" * (17 << 10)}
-    refused = httpx.post(tables, json={"name": "t", "schema": ID_SCHEMA, "properties": huge}, headers=ROOT)
+    refused = http.post(tables, json={"name": "t", "schema": ID_SCHEMA, "properties": huge}, headers=ROOT)
     assert refused.status_code == 400 and "max_property_value_kb" in refused.text, refused.text
-    namespace = httpx.post(
-        f"{guarded.url}{P}/namespaces/big/properties", json={"updates": huge}, headers=ROOT
-    )
+    namespace = http.post(f"{guarded.url}{P}/namespaces/big/properties", json={"updates": huge}, headers=ROOT)
     assert namespace.status_code == 400 and "max_property_value_kb" in namespace.text
-    httpx.post(tables, json={"name": "t", "schema": ID_SCHEMA}, headers=ROOT).raise_for_status()
-    grown = httpx.post(
+    http.post(tables, json={"name": "t", "schema": ID_SCHEMA}, headers=ROOT).raise_for_status()
+    grown = http.post(
         f"{tables}/t", json={"updates": [{"action": "set-properties", "updates": huge}]}, headers=ROOT
     )
     assert grown.status_code == 400, grown.text
     # Many values under the per-value limit still make metadata over its ceiling (0.25 MB here).
     many = {f"p{i}": "x" * (15 << 10) for i in range(20)}
-    too_big = httpx.post(
+    too_big = http.post(
         f"{tables}/t", json={"updates": [{"action": "set-properties", "updates": many}]}, headers=ROOT
     )
     assert too_big.status_code == 413 and "max_metadata_mb" in too_big.text, too_big.text
-    assert httpx.get(f"{tables}/t", headers=ROOT).json()["metadata"]["properties"].get("p0") is None
+    assert http.get(f"{tables}/t", headers=ROOT).json()["metadata"]["properties"].get("p0") is None
 
 
 def test_the_event_ring_is_bounded_in_bytes(tmp_path: Path) -> None:
@@ -196,7 +194,7 @@ def test_the_event_ring_is_bounded_in_bytes(tmp_path: Path) -> None:
 def test_deeply_nested_json_is_400_with_authentication_on(guarded: IsbreServer) -> None:
     nested = "[" * 100_000 + "]" * 100_000
     for path in ("namespaces", "transactions/commit", "events"):
-        answer = httpx.post(
+        answer = http.post(
             f"{guarded.url}{P}/{path}", content=nested, headers=ROOT | {"Content-Type": "application/json"}
         )
         assert answer.status_code == 400, (path, answer.text[:300])

@@ -16,6 +16,7 @@ import pytest
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.types import StringType
 
+from tests.http_client import http
 from tests.lineage_receiver import Receiver, validate
 from tests.postgres import new_database
 from tests.server import IsbreServer, free_port
@@ -52,9 +53,9 @@ def wait_for(receiver: Receiver, count: int, timeout: float = 60.0) -> list[dict
 
 def table_records(server: IsbreServer) -> list[dict]:
     """Every table record in the log, from the isbre events stream (the source of truth for run ids)."""
-    high = httpx.get(f"{server.url}/v1/events/cursor").json()["commit_seq"]
+    high = http.get(f"{server.url}/v1/events/cursor").json()["commit_seq"]
     records = []
-    with httpx.stream("GET", f"{server.url}/v1/events", params={"after": 0}, timeout=30) as response:
+    with http.stream("GET", f"{server.url}/v1/events", params={"after": 0}, timeout=30) as response:
         for line in response.iter_lines():
             if line.startswith("data: "):
                 records.append(json.loads(line[6:]))
@@ -93,7 +94,7 @@ def test_a_scripted_session_produces_exactly_the_expected_runs(
             "updates": [{"action": "set-properties", "updates": {"a": "1"}}],
         },
     ]
-    httpx.post(
+    http.post(
         f"{lineage_server.url}/v1/isbre/transactions/commit", json={"table-changes": changes}
     ).raise_for_status()
     # A commit declaring its inputs, column lineage, job and parent run.
@@ -120,7 +121,7 @@ def test_a_scripted_session_produces_exactly_the_expected_runs(
     wait_for(receiver, 2 * runs)
     # Once the outbox has delivered up to the log's end it sends nothing more: what arrived is all.
     status = f"{lineage_server.url}/v1/lineage/status"
-    eventually(lambda: httpx.get(status).json()["backlog"] == 0, "the outbox delivered everything")
+    eventually(lambda: http.get(status).json()["backlog"] == 0, "the outbox delivered everything")
     events = receiver.snapshot()
     assert len(events) == 2 * runs, "more events than runs: something was sent twice"
     for event in events:
@@ -186,7 +187,7 @@ def test_a_scripted_session_produces_exactly_the_expected_runs(
     assert drop["outputs"][0]["facets"]["lifecycleStateChange"]["lifecycleStateChange"] == "DROP"
     # The worker publishes its counters a few times a second: they may lag the deliveries.
     url = f"{lineage_server.url}/v1/lineage/status"
-    status = eventually(lambda: (s := httpx.get(url).json())["events_sent"] >= 2 * runs and s, "counted")
+    status = eventually(lambda: (s := http.get(url).json())["events_sent"] >= 2 * runs and s, "counted")
     assert status["enabled"] and status["backlog"] == 0 and status["events_sent"] == 2 * runs
     assert time.time() - 60 < status["last_delivery_at"] <= time.time()
 
@@ -209,20 +210,20 @@ SCHEMA = {
 
 def test_an_outage_delays_events_and_loses_none(lineage_server: IsbreServer, receiver: Receiver) -> None:
     base = f"{lineage_server.url}/v1/isbre"
-    httpx.post(f"{base}/namespaces", json={"namespace": ["db"]}).raise_for_status()
-    httpx.post(f"{base}/namespaces/db/tables", json={"name": "t", "schema": SCHEMA}).raise_for_status()
+    http.post(f"{base}/namespaces", json={"namespace": ["db"]}).raise_for_status()
+    http.post(f"{base}/namespaces/db/tables", json={"name": "t", "schema": SCHEMA}).raise_for_status()
     wait_for(receiver, 2)
     port = int(receiver.url.rsplit(":", 1)[1])
     receiver.stop()
 
     commit_properties(lineage_server, "t", 30)  # every commit succeeds with the receiver down
-    health = httpx.get(f"{lineage_server.url}/health").json()
+    health = http.get(f"{lineage_server.url}/health").json()
     assert health["components"]["lineage"]["backlog"] > 0
     eventually(
-        lambda: httpx.get(f"{lineage_server.url}/v1/lineage/status").json()["failures"] > 0,
+        lambda: http.get(f"{lineage_server.url}/v1/lineage/status").json()["failures"] > 0,
         "a failed delivery counted",
     )
-    assert httpx.get(f"{lineage_server.url}/health").json()["status"] == "degraded"
+    assert http.get(f"{lineage_server.url}/health").json()["status"] == "degraded"
 
     revived = Receiver(port).start()
     try:
@@ -242,8 +243,8 @@ def test_a_crash_mid_backlog_loses_nothing(tmp_path: Path) -> None:
     env = {"ISBRE_LINEAGE_URL": receiver.url}
     server = IsbreServer(tmp_path / "warehouse", env=env).start()
     base = f"{server.url}/v1/isbre"
-    httpx.post(f"{base}/namespaces", json={"namespace": ["db"]}).raise_for_status()
-    httpx.post(f"{base}/namespaces/db/tables", json={"name": "t", "schema": SCHEMA}).raise_for_status()
+    http.post(f"{base}/namespaces", json={"namespace": ["db"]}).raise_for_status()
+    http.post(f"{base}/namespaces/db/tables", json={"name": "t", "schema": SCHEMA}).raise_for_status()
     wait_for(receiver, 2)
     receiver.stop()
     commit_properties(server, "t", 20)
@@ -267,8 +268,8 @@ def test_a_crash_mid_backlog_loses_nothing(tmp_path: Path) -> None:
 
 
 def test_lineage_is_off_without_a_transport(server: IsbreServer) -> None:
-    assert httpx.get(f"{server.url}/v1/lineage/status").json() == {"enabled": False}
-    assert httpx.get(f"{server.url}/health").json()["status"] == "ok"
+    assert http.get(f"{server.url}/v1/lineage/status").json() == {"enabled": False}
+    assert http.get(f"{server.url}/health").json()["status"] == "ok"
 
 
 def test_openlineage_environment_and_bearer_token(tmp_path: Path, receiver: Receiver) -> None:
@@ -277,8 +278,8 @@ def test_openlineage_environment_and_bearer_token(tmp_path: Path, receiver: Rece
     server = IsbreServer(tmp_path / "warehouse", env=env).start()
     try:
         base = f"{server.url}/v1/isbre"
-        httpx.post(f"{base}/namespaces", json={"namespace": ["db"]}).raise_for_status()
-        httpx.post(f"{base}/namespaces/db/tables", json={"name": "t", "schema": SCHEMA}).raise_for_status()
+        http.post(f"{base}/namespaces", json={"namespace": ["db"]}).raise_for_status()
+        http.post(f"{base}/namespaces/db/tables", json={"name": "t", "schema": SCHEMA}).raise_for_status()
         wait_for(receiver, 2)
         assert receiver.authorizations == {"Bearer s3cret"}
     finally:
@@ -289,9 +290,9 @@ def test_status_and_replay_commands(tmp_path: Path, receiver: Receiver) -> None:
     warehouse = tmp_path / "warehouse"
     server = IsbreServer(warehouse, env={"ISBRE_LINEAGE_URL": receiver.url}).start()
     base = f"{server.url}/v1/isbre"
-    httpx.post(f"{base}/namespaces", json={"namespace": ["db"]}).raise_for_status()
+    http.post(f"{base}/namespaces", json={"namespace": ["db"]}).raise_for_status()
     for name in ("a", "b", "c"):
-        httpx.post(f"{base}/namespaces/db/tables", json={"name": name, "schema": SCHEMA}).raise_for_status()
+        http.post(f"{base}/namespaces/db/tables", json={"name": name, "schema": SCHEMA}).raise_for_status()
     wait_for(receiver, 6)
 
     def status() -> dict:
@@ -341,8 +342,8 @@ def test_lineage_runs_beside_table_defaults(tmp_path: Path, receiver: Receiver) 
     server = IsbreServer(tmp_path / "warehouse", env=env).start()
     try:
         base = f"{server.url}/v1/isbre"
-        httpx.post(f"{base}/namespaces", json={"namespace": ["db"]}).raise_for_status()
-        httpx.post(f"{base}/namespaces/db/tables", json={"name": "t", "schema": SCHEMA}).raise_for_status()
+        http.post(f"{base}/namespaces", json={"namespace": ["db"]}).raise_for_status()
+        http.post(f"{base}/namespaces/db/tables", json={"name": "t", "schema": SCHEMA}).raise_for_status()
         wait_for(receiver, 2)
     finally:
         server.stop()

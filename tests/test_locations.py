@@ -7,6 +7,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.http_client import http
 from tests.server import InProcessServer, IsbreServer
 
 SCHEMA = {
@@ -33,31 +34,31 @@ def test_a_table_location_outside_the_warehouse_is_refused(
     base = f"{server.url}/v1/isbre/namespaces/{namespace}"
     for location in (outside.as_uri(), str(outside), f"{server.warehouse.as_uri()}/../escape"):
         assert_refused(
-            httpx.post(f"{base}/tables", json={"name": "t", "schema": SCHEMA, "location": location}), outside
+            http.post(f"{base}/tables", json={"name": "t", "schema": SCHEMA, "location": location}), outside
         )
-    assert httpx.get(f"{base}/tables").json()["identifiers"] == []
+    assert http.get(f"{base}/tables").json()["identifiers"] == []
     inside = f"{server.warehouse.resolve().as_uri()}/custom/place"
     assert (
-        httpx.post(f"{base}/tables", json={"name": "t", "schema": SCHEMA, "location": inside}).status_code
+        http.post(f"{base}/tables", json={"name": "t", "schema": SCHEMA, "location": inside}).status_code
         == 200
     )
 
 
 def test_moving_a_table_outside_is_refused(server: IsbreServer, namespace: str, outside: Path) -> None:
     base = f"{server.url}/v1/isbre/namespaces/{namespace}"
-    httpx.post(f"{base}/tables", json={"name": "m", "schema": SCHEMA}).raise_for_status()
-    before = httpx.get(f"{base}/tables/m").json()
+    http.post(f"{base}/tables", json={"name": "m", "schema": SCHEMA}).raise_for_status()
+    before = http.get(f"{base}/tables/m").json()
     commit = {"updates": [{"action": "set-location", "location": outside.as_uri()}]}
-    assert_refused(httpx.post(f"{base}/tables/m", json=commit), outside)
-    assert httpx.get(f"{base}/tables/m").json() == before
+    assert_refused(http.post(f"{base}/tables/m", json=commit), outside)
+    assert http.get(f"{base}/tables/m").json() == before
 
 
 def test_a_namespace_location_outside_is_refused(server: IsbreServer, namespace: str, outside: Path) -> None:
     create = {"namespace": [namespace, "elsewhere"], "properties": {"location": outside.as_uri()}}
-    assert_refused(httpx.post(f"{server.url}/v1/isbre/namespaces", json=create), outside)
+    assert_refused(http.post(f"{server.url}/v1/isbre/namespaces", json=create), outside)
     update = {"updates": {"location": outside.as_uri()}}
     assert_refused(
-        httpx.post(f"{server.url}/v1/isbre/namespaces/{namespace}/properties", json=update), outside
+        http.post(f"{server.url}/v1/isbre/namespaces/{namespace}/properties", json=update), outside
     )
 
 
@@ -72,9 +73,9 @@ def test_views_and_registration_stay_inside(server: IsbreServer, namespace: str,
         "default-namespace": [namespace],
     }
     view = {"name": "v", "schema": SCHEMA, "view-version": version, "location": outside.as_uri()}
-    assert_refused(httpx.post(f"{base}/views", json=view), outside)
+    assert_refused(http.post(f"{base}/views", json=view), outside)
     (outside / "00000-x.metadata.json").write_text("{}")
-    response = httpx.post(
+    response = http.post(
         f"{base}/register",
         json={"name": "r", "metadata-location": (outside / "00000-x.metadata.json").as_uri()},
     )
@@ -87,9 +88,9 @@ def test_allowed_locations_opens_more_places(tmp_path: Path, outside: Path) -> N
     ).start()
     try:
         base = f"{server.url}/v1/isbre"
-        httpx.post(f"{base}/namespaces", json={"namespace": ["db"]}).raise_for_status()
+        http.post(f"{base}/namespaces", json={"namespace": ["db"]}).raise_for_status()
         table = {"name": "t", "schema": SCHEMA, "location": f"{outside.as_uri()}/t"}
-        assert httpx.post(f"{base}/namespaces/db/tables", json=table).status_code == 200
+        assert http.post(f"{base}/namespaces/db/tables", json=table).status_code == 200
         assert any(outside.rglob("*.metadata.json"))
     finally:
         server.stop()

@@ -30,6 +30,7 @@ from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.table import Table
 from pyiceberg.table.update import SetPropertiesUpdate
 
+from tests.http_client import http
 from tests.server import InProcessServer, IsbreServer
 from tests.sink_helpers import compacted, offsets_in, rows, span, write_once
 from tests.waiting import eventually
@@ -449,7 +450,7 @@ def table_url(server: IsbreServer, name: str) -> str:
 
 def commit_properties(server: IsbreServer, name: str, updates: dict[str, str]) -> httpx.Response:
     body = {"requirements": [], "updates": [{"action": "set-properties", "updates": updates}]}
-    return httpx.post(table_url(server, name), json=body)
+    return http.post(table_url(server, name), json=body)
 
 
 @pytest.fixture(scope="module")
@@ -475,7 +476,7 @@ def test_invalid_policies_are_refused_naming_the_property(maintained: IsbreServe
         answer = commit_properties(maintained, "policies", {key: value})
         assert answer.status_code == 400, answer.text
         assert key in answer.json()["error"]["message"]
-    created = httpx.post(
+    created = http.post(
         f"{maintained.url}/v1/isbre/namespaces/m/tables",
         json={
             "name": "bad",
@@ -484,14 +485,14 @@ def test_invalid_policies_are_refused_naming_the_property(maintained: IsbreServe
         },
     )
     assert created.status_code == 400 and "isbre.maintenance.enabled" in created.text
-    assert httpx.head(table_url(maintained, "bad")).status_code == 404
+    assert http.head(table_url(maintained, "bad")).status_code == 404
 
 
 def test_the_endpoint_runs_jobs_now_and_refuses_unknown_ones(maintained: IsbreServer, rest: Catalog) -> None:
     table = rest.create_table("m.now", schema=batch(0).schema, properties=POLICY)
     for i in range(5):
         table.append(batch(i))
-    answer = httpx.post(
+    answer = http.post(
         f"{table_url(maintained, 'now')}/maintenance",
         json={"jobs": ["expire-snapshots", "remove-orphan-files"]},
     )
@@ -506,11 +507,11 @@ def test_the_endpoint_runs_jobs_now_and_refuses_unknown_ones(maintained: IsbreSe
         "removed-refs": [],
         "deleted-files": 0,
     }
-    unknown = httpx.post(f"{table_url(maintained, 'now')}/maintenance", json={"jobs": ["defragment"]})
+    unknown = http.post(f"{table_url(maintained, 'now')}/maintenance", json={"jobs": ["defragment"]})
     assert unknown.status_code == 400 and "defragment" in unknown.json()["error"]["message"]
-    empty = httpx.post(f"{table_url(maintained, 'now')}/maintenance", json={"jobs": []})
+    empty = http.post(f"{table_url(maintained, 'now')}/maintenance", json={"jobs": []})
     assert empty.status_code == 400
-    metrics = httpx.get(f"{maintained.url}/metrics").text
+    metrics = http.get(f"{maintained.url}/metrics").text
     assert 'isbre_maintenance_jobs_total{job="expire-snapshots",outcome="ok"} 1' in metrics
 
 
@@ -522,7 +523,7 @@ def test_after_commits_the_catalog_expires_what_the_policy_makes_due(
     for i in range(6):
         table.append(batch(i))
     eventually(lambda: len(table.refresh().metadata.snapshots) == 2, "expired down to 2 snapshots")
-    health = httpx.get(f"{maintained.url}/health").json()["components"]["maintenance"]
+    health = http.get(f"{maintained.url}/health").json()["components"]["maintenance"]
     assert health["status"] == "ok" and health["maintaining"]
     assert sorted(table.scan().to_arrow()["n"].to_pylist()) == sorted(n for i in range(6) for n in (i, i + 1))
 
@@ -539,17 +540,17 @@ def test_after_commits_the_catalog_compacts_in_a_process_of_its_own(
     assert numbers(table) == list(range(14)) and len(data_files(table)) < 7
 
     def counted() -> bool:  # once the job's process has answered
-        metrics = httpx.get(f"{maintained.url}/metrics").text
+        metrics = http.get(f"{maintained.url}/metrics").text
         return 'isbre_maintenance_jobs_total{job="compact-data-files",outcome="ok"}' in metrics
 
     eventually(counted, "the compaction counted in /metrics")
-    assert "isbre_maintenance_files_rewritten_total 0" not in httpx.get(f"{maintained.url}/metrics").text
-    status = httpx.get(f"{table_url(maintained, 'compacted')}/maintenance").json()
+    assert "isbre_maintenance_files_rewritten_total 0" not in http.get(f"{maintained.url}/metrics").text
+    status = http.get(f"{table_url(maintained, 'compacted')}/maintenance").json()
     assert "compact-data-files" not in status["due"] and status["last-maintenance-at"] is not None
     # Asked for, it runs in a job process too, and answers what it did.
     for i in range(5):
         table.append(batch(100 + 2 * i))
-    answer = httpx.post(
+    answer = http.post(
         f"{table_url(maintained, 'compacted')}/maintenance", json={"jobs": ["compact-data-files"]}, timeout=60
     )
     assert answer.status_code == 200, answer.text
@@ -577,14 +578,14 @@ def test_a_table_s_maintenance_status_says_what_is_due(maintained: IsbreServer, 
     table = rest.create_table("m.status", schema=batch(0).schema, properties=POLICY)
     for i in range(4):
         table.append(batch(i))
-    status = httpx.get(f"{table_url(maintained, 'status')}/maintenance").json()
+    status = http.get(f"{table_url(maintained, 'status')}/maintenance").json()
     assert status["snapshots"] == 4 and status["due"] == ["expire-snapshots"] and not status["maintained"]
     assert status["data-files"] == 4 and status["average-data-file-bytes"] > 0
     assert status["metadata-file-bytes"] > 0 and status["last-maintenance-at"] is None
-    httpx.post(f"{table_url(maintained, 'status')}/maintenance", json={"jobs": ["expire-snapshots"]})
-    status = httpx.get(f"{table_url(maintained, 'status')}/maintenance").json()
+    http.post(f"{table_url(maintained, 'status')}/maintenance", json={"jobs": ["expire-snapshots"]})
+    status = http.get(f"{table_url(maintained, 'status')}/maintenance").json()
     assert status["snapshots"] == 3 and status["due"] == [] and status["last-maintenance-at"] is not None
-    assert httpx.get(f"{table_url(maintained, 'nosuch')}/maintenance").status_code == 404
+    assert http.get(f"{table_url(maintained, 'nosuch')}/maintenance").status_code == 404
 
 
 def test_a_path_spelled_into_another_table_is_never_deleted(catalog: Catalog) -> None:

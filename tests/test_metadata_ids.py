@@ -15,6 +15,7 @@ import pytest
 from isbre.catalog.file_uris import local_path
 from pyiceberg.catalog.rest import RestCatalog
 
+from tests.http_client import http
 from tests.server import ID_SCHEMA, IsbreServer
 
 P = "/v1/isbre"
@@ -29,7 +30,7 @@ OTHER_ORDER = {
 
 
 def create(server: IsbreServer, namespace: str, name: str) -> dict:
-    answer = httpx.post(
+    answer = http.post(
         f"{server.url}{P}/namespaces/{namespace}/tables", json={"name": name, "schema": ID_SCHEMA}
     )
     assert answer.status_code == 200, answer.text
@@ -40,12 +41,12 @@ def commit(
     server: IsbreServer, namespace: str, name: str, updates: list, requirements: list | None = None
 ) -> httpx.Response:
     body = {"requirements": requirements or [], "updates": updates}
-    return httpx.post(f"{server.url}{P}/namespaces/{namespace}/tables/{name}", json=body)
+    return http.post(f"{server.url}{P}/namespaces/{namespace}/tables/{name}", json=body)
 
 
 def loadable(server: IsbreServer, rest_catalog: RestCatalog, namespace: str, name: str) -> dict:
     """The table's metadata as served and as stored, with every id unique, as Java engines need."""
-    served = httpx.get(f"{server.url}{P}/namespaces/{namespace}/tables/{name}").json()
+    served = http.get(f"{server.url}{P}/namespaces/{namespace}/tables/{name}").json()
     metadata = served["metadata"]
     stored = json.loads(Path(local_path(served["metadata-location"]) or "").read_text())
     for each in (metadata, stored):
@@ -165,7 +166,7 @@ def test_partition_spec_ids_and_field_ids(
 
 
 def test_metadata_with_duplicate_ids_is_refused_on_register(server: IsbreServer, namespace: str) -> None:
-    metadata_location = httpx.post(
+    metadata_location = http.post(
         f"{server.url}{P}/namespaces/{namespace}/tables", json={"name": "source", "schema": ID_SCHEMA}
     ).json()["metadata-location"]
     path = Path(local_path(metadata_location) or "")
@@ -176,7 +177,7 @@ def test_metadata_with_duplicate_ids_is_refused_on_register(server: IsbreServer,
     copy.parent.mkdir(parents=True)
     crafted["location"] = copy.parent.parent.as_uri()
     copy.write_text(json.dumps(crafted))
-    refused = httpx.post(
+    refused = http.post(
         f"{server.url}{P}/namespaces/{namespace}/register",
         json={"name": "copy", "metadata-location": copy.as_uri()},
     )

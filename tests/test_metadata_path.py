@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import httpx
 import pyarrow as pa
 from isbre.catalog.file_uris import local_path
 from pyiceberg.catalog.rest import RestCatalog
 
+from tests.http_client import http
 from tests.server import ID_SCHEMA, IsbreServer
 from tests.test_views import SCHEMA, version
 
@@ -57,28 +57,28 @@ def test_the_metadata_path_is_confined(
 ) -> None:
     other = rest_catalog.create_table(f"{namespace}.other", schema=pa.schema([pa.field("id", pa.int64())]))
     base = f"{server.url}{P}/namespaces/{namespace}/tables"
-    httpx.post(base, json={"name": "u", "schema": ID_SCHEMA}).raise_for_status()
+    http.post(base, json={"name": "u", "schema": ID_SCHEMA}).raise_for_status()
     for path in (
         (tmp_path / "outside").as_uri(),  # outside the warehouse
         f"{other.metadata.location}/metadata",  # inside another table
         (server.warehouse / "isbre.lmdb").as_uri(),  # the store
         f"{server.warehouse.as_uri()}/{namespace}/a/../b",
     ):
-        created = httpx.post(
+        created = http.post(
             base, json={"name": "t", "schema": ID_SCHEMA, "properties": {"write.metadata.path": path}}
         )
         assert created.status_code == 400, (path, created.text)
-        moved = httpx.post(
+        moved = http.post(
             f"{base}/u",
             json={"updates": [{"action": "set-properties", "updates": {"write.metadata.path": path}}]},
         )
         assert moved.status_code == 400, (path, moved.text)
     # A table may not be created inside another's metadata path either.
     kept = server.warehouse / namespace / "shared-metadata"
-    httpx.post(
+    http.post(
         base, json={"name": "v", "schema": ID_SCHEMA, "properties": {"write.metadata.path": kept.as_uri()}}
     ).raise_for_status()
-    inside = httpx.post(base, json={"name": "w", "schema": ID_SCHEMA, "location": (kept / "w").as_uri()})
+    inside = http.post(base, json={"name": "w", "schema": ID_SCHEMA, "location": (kept / "w").as_uri()})
     assert inside.status_code == 400, inside.text
     assert not (tmp_path / "outside").exists()
 
@@ -93,5 +93,5 @@ def test_a_views_metadata_goes_to_its_metadata_path(
         version("SELECT 1", namespace),
         properties={"write.metadata.path": elsewhere.as_uri()},
     )
-    loaded = httpx.get(f"{server.url}{P}/namespaces/{namespace}/views/v").json()
+    loaded = http.get(f"{server.url}{P}/namespaces/{namespace}/views/v").json()
     assert in_directory(loaded["metadata-location"], elsewhere)

@@ -6,6 +6,7 @@ import re
 
 import httpx
 
+from tests.http_client import http
 from tests.server import ID_SCHEMA, IsbreServer
 
 SAMPLE = re.compile(
@@ -29,7 +30,7 @@ def exposition_is_well_formed(text: str) -> dict[str, str]:
 
 
 def report(server: IsbreServer, namespace: str, report_type: str) -> httpx.Response:
-    return httpx.post(
+    return http.post(
         f"{server.url}/v1/isbre/namespaces/{namespace}/tables/t/metrics",
         json={"report-type": report_type, "table-name": "t"},
         timeout=60,
@@ -37,13 +38,11 @@ def report(server: IsbreServer, namespace: str, report_type: str) -> httpx.Respo
 
 
 def test_a_report_type_cannot_forge_a_metrics_line(server: IsbreServer, namespace: str) -> None:
-    httpx.post(
-        f"{server.url}/v1/isbre/namespaces/{namespace}/tables", json={"name": "t", "schema": ID_SCHEMA}
-    )
+    http.post(f"{server.url}/v1/isbre/namespaces/{namespace}/tables", json={"name": "t", "schema": ID_SCHEMA})
     for forged in ('scan"} 1\nisbre_commit_seq 999999\n#', "x\nisbre_commit_seq 999999", "a\\"):
         assert report(server, namespace, forged).status_code == 204
     assert report(server, namespace, "scan-report").status_code == 204
-    text = httpx.get(f"{server.url}/metrics").text
+    text = http.get(f"{server.url}/metrics").text
     plain = exposition_is_well_formed(text)
     assert plain["isbre_commit_seq"] == str(server.high_water())
     assert 'isbre_metrics_reports_total{type="scan-report"}' in text
@@ -52,10 +51,10 @@ def test_a_report_type_cannot_forge_a_metrics_line(server: IsbreServer, namespac
 
 
 def test_reports_of_many_huge_types_do_not_grow_the_metrics(server: IsbreServer, namespace: str) -> None:
-    before = len(httpx.get(f"{server.url}/metrics").content)
+    before = len(http.get(f"{server.url}/metrics").content)
     for n in range(20):
         assert report(server, namespace, f"{n}" + "x" * (10 << 20)).status_code == 204
-    after = httpx.get(f"{server.url}/metrics")
+    after = http.get(f"{server.url}/metrics")
     exposition_is_well_formed(after.text)
     assert len(after.content) < before + 2048
 
@@ -65,7 +64,7 @@ def test_a_request_method_cannot_forge_or_grow_the_metrics(server: IsbreServer) 
     with httpx.Client() as client:
         for method in unusual:
             client.request(method, f"{server.url}/v1/config")
-    text = httpx.get(f"{server.url}/metrics").text
+    text = http.get(f"{server.url}/metrics").text
     exposition_is_well_formed(text)
     assert [line for line in text.splitlines() if any(method in line for method in unusual)] == []
     assert 'method="other"' in text

@@ -7,7 +7,6 @@ import os
 from pathlib import Path
 from urllib.parse import quote
 
-import httpx
 import pyarrow as pa
 import pytest
 from isbre.catalog.file_uris import local_path
@@ -15,6 +14,7 @@ from isbre.catalog.identifiers import path_segment
 from pyiceberg.catalog.rest import RestCatalog
 
 from tests.duck import connect
+from tests.http_client import http
 from tests.server import ID_SCHEMA, IsbreServer
 
 NAMES = ["tab/le", "back\\slash", "..up", "with space", "a%2Fb", "表/x", "x" * 200]
@@ -58,15 +58,15 @@ def test_names_the_spec_allows_are_kept_and_encoded_on_disk(
     server: IsbreServer, namespace: str, name: str
 ) -> None:
     base = f"{server.url}/v1/isbre/namespaces/{namespace}/tables"
-    created = httpx.post(base, json={"name": name, "schema": ID_SCHEMA})
+    created = http.post(base, json={"name": name, "schema": ID_SCHEMA})
     assert created.status_code == 200, created.text
     location = created.json()["metadata"]["location"]
     directory = location.rsplit("/", 1)[1]
     assert "\\" not in directory and not directory.startswith(".") and "%" not in directory
     assert directory.startswith(path_segment(name)) and len(directory.encode()) < 255
-    listed = httpx.get(base).json()["identifiers"]
+    listed = http.get(base).json()["identifiers"]
     assert {"namespace": [namespace], "name": name} in listed
-    one = httpx.get(f"{base}/{quote(name, safe='')}")
+    one = http.get(f"{base}/{quote(name, safe='')}")
     assert one.status_code == 200, one.text
 
 
@@ -81,5 +81,5 @@ def test_path_segments_are_distinct_and_safe() -> None:
 
 
 def test_a_control_character_in_the_path_is_refused(server: IsbreServer, namespace: str) -> None:
-    answer = httpx.get(f"{server.url}/v1/isbre/namespaces/{namespace}/tables/a%1Eb")
+    answer = http.get(f"{server.url}/v1/isbre/namespaces/{namespace}/tables/a%1Eb")
     assert answer.status_code == 400, answer.text

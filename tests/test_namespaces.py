@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import httpx
 import pytest
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.exceptions import (
@@ -14,6 +13,7 @@ from pyiceberg.exceptions import (
 from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField
 
+from tests.http_client import http
 from tests.server import IsbreServer
 
 # The REST suite runs against one server process and against two workers on one store.
@@ -67,7 +67,7 @@ def test_update_properties_reports_missing(rest_catalog: RestCatalog, namespace:
 
 
 def test_overlapping_update_is_422(server: IsbreServer, namespace: str) -> None:
-    response = httpx.post(
+    response = http.post(
         f"{server.url}/v1/isbre/namespaces/{namespace}/properties",
         json={"removals": ["x"], "updates": {"x": "1"}},
     )
@@ -77,7 +77,7 @@ def test_overlapping_update_is_422(server: IsbreServer, namespace: str) -> None:
 
 def test_pagination_walks_every_namespace_once(server: IsbreServer, namespace: str) -> None:
     for i in range(23):
-        httpx.post(
+        http.post(
             f"{server.url}/v1/isbre/namespaces", json={"namespace": [namespace, f"n{i:02d}"]}
         ).raise_for_status()
     seen: list[list[str]] = []
@@ -87,7 +87,7 @@ def test_pagination_walks_every_namespace_once(server: IsbreServer, namespace: s
         params = {"parent": namespace, "pageSize": 5}
         if token:
             params["pageToken"] = token
-        body = httpx.get(f"{server.url}/v1/isbre/namespaces", params=params).json()
+        body = http.get(f"{server.url}/v1/isbre/namespaces", params=params).json()
         seen += body["namespaces"]
         token = body.get("next-page-token")
         pages += 1
@@ -99,9 +99,9 @@ def test_pagination_of_tables(rest_catalog: RestCatalog, server: IsbreServer, na
     for i in range(7):
         rest_catalog.create_table(f"{namespace}.t{i}", schema=SCHEMA)
     url = f"{server.url}/v1/isbre/namespaces/{namespace}/tables"
-    first = httpx.get(url, params={"pageSize": 4}).json()
+    first = http.get(url, params={"pageSize": 4}).json()
     assert [i["name"] for i in first["identifiers"]] == ["t0", "t1", "t2", "t3"]
-    second = httpx.get(url, params={"pageSize": 4, "pageToken": first["next-page-token"]}).json()
+    second = http.get(url, params={"pageSize": 4, "pageToken": first["next-page-token"]}).json()
     assert [i["name"] for i in second["identifiers"]] == ["t4", "t5", "t6"]
     assert "next-page-token" not in second
     assert len(rest_catalog.list_tables(namespace)) == 7
@@ -119,8 +119,8 @@ def test_pagination_of_tables(rest_catalog: RestCatalog, server: IsbreServer, na
     ],
 )
 def test_bad_namespace_is_400_and_leaves_nothing(server: IsbreServer, body: dict) -> None:
-    before = httpx.get(f"{server.url}/v1/isbre/namespaces").json()["namespaces"]
-    response = httpx.post(f"{server.url}/v1/isbre/namespaces", json=body)
+    before = http.get(f"{server.url}/v1/isbre/namespaces").json()["namespaces"]
+    response = http.post(f"{server.url}/v1/isbre/namespaces", json=body)
     assert response.status_code == 400, response.text
     assert response.json()["error"]["type"] == "BadRequestException"
-    assert httpx.get(f"{server.url}/v1/isbre/namespaces").json()["namespaces"] == before
+    assert http.get(f"{server.url}/v1/isbre/namespaces").json()["namespaces"] == before

@@ -8,11 +8,11 @@ import threading
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 from pyiceberg.catalog import load_catalog
 
 from tests import lineage_receiver, openapi
+from tests.http_client import http
 from tests.server import IsbreServer
 
 REPOSITORY = Path(__file__).resolve().parents[1]
@@ -41,9 +41,9 @@ def test_a_metrics_report_for_a_staged_table_is_accepted_and_counted(
         "metrics": {},
     }
     url = f"{server.url}/v1/isbre/namespaces/{namespace}/tables/staged/metrics"
-    assert httpx.post(url, json=report).status_code == 204
+    assert http.post(url, json=report).status_code == 204
     counted = [
-        line for line in httpx.get(f"{server.url}/metrics").text.splitlines() if "commit-report" in line
+        line for line in http.get(f"{server.url}/metrics").text.splitlines() if "commit-report" in line
     ]
     assert counted == ['isbre_metrics_reports_total{type="commit-report"} 1']
 
@@ -60,7 +60,7 @@ def test_a_stream_sees_commits_of_another_process_promptly(tmp_path: Path, event
     opened = threading.Event()
 
     def listen() -> None:
-        with httpx.stream("GET", f"{server.url}/v1/events", params={"after": start}, timeout=30) as stream:
+        with http.stream("GET", f"{server.url}/v1/events", params={"after": start}, timeout=30) as stream:
             for line in stream.iter_lines():
                 opened.set()  # the retry hint came: the stream is served
                 if line.startswith("id: "):

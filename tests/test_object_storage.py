@@ -26,6 +26,7 @@ from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.utils.concurrent import ExecutorFactory
 
 from tests import duck
+from tests.http_client import http
 from tests.s3 import REGION, MotoS3
 from tests.server import ID_SCHEMA, IsbreServer, on_threads
 from tests.sink_helpers import crash_and_replay, rows, span
@@ -116,7 +117,7 @@ def test_pyiceberg_round_trip_through_remote_signing(
     monkeypatch.setattr(ExecutorFactory, "_instance", None)
     lake = catalog(on_s3, WRITER, "remote-signing")
     lake.create_namespace("signed")
-    created = httpx.post(
+    created = http.post(
         f"{on_s3.url}/v1/isbre/namespaces/signed/tables",
         json={"name": "probe", "schema": ID_SCHEMA},
         headers={"Authorization": f"Bearer {WRITER}", "X-Iceberg-Access-Delegation": "remote-signing"},
@@ -152,7 +153,7 @@ def test_duckdb_reads_and_writes_through_vended_credentials(
 
 
 def vended(server: IsbreServer, token: str, table: str, namespace: str = "confined") -> dict[str, str]:
-    response = httpx.get(
+    response = http.get(
         f"{server.url}/v1/isbre/namespaces/{namespace}/tables/{table}/credentials",
         headers={"Authorization": f"Bearer {token}"},
     )
@@ -216,7 +217,7 @@ def test_a_vended_credential_reaches_its_own_table_only_and_a_readers_cannot_wri
 
 
 def sign(server: IsbreServer, token: str, table: str, method: str, uri: str) -> httpx.Response:
-    return httpx.post(
+    return http.post(
         f"{server.url}/v1/isbre/namespaces/signing/tables/{table}/sign",
         json={"method": method, "region": REGION, "uri": uri, "headers": {}},
         headers={"Authorization": f"Bearer {token}"},
@@ -234,9 +235,9 @@ def test_the_signer_signs_inside_the_table_only_and_no_writes_for_readers(
     signed = answer.json()
     # What the signer signed, the store accepts (moto checks the signature).
     headers = {name: ", ".join(values) for name, values in signed["headers"].items()}
-    assert httpx.get(signed["uri"], headers=headers).status_code == 200
+    assert http.get(signed["uri"], headers=headers).status_code == 200
     tampered = dict(headers, Authorization=headers["Authorization"][:-4] + "0000")
-    assert httpx.get(signed["uri"], headers=tampered).status_code == 403
+    assert http.get(signed["uri"], headers=tampered).status_code == 403
 
     refusals = [
         (READER, "GET", f"{moto.endpoint}/{b_root}/metadata/x.json"),  # another table
@@ -267,7 +268,7 @@ def signed_send(
     headers = dict(headers or {})
     if body is not None:
         headers["Content-MD5"] = base64.b64encode(hashlib.md5(body).digest()).decode()
-    answer = httpx.post(
+    answer = http.post(
         f"{server.url}/v1/isbre/namespaces/signing2/tables/{table}/sign",
         json={
             "method": method,
@@ -282,7 +283,7 @@ def signed_send(
         return answer, None
     signed = answer.json()
     sent = {name: ", ".join(values) for name, values in signed["headers"].items()}
-    return answer, httpx.request(method, signed["uri"], headers=sent, content=body)
+    return answer, http.request(method, signed["uri"], headers=sent, content=body)
 
 
 def deletion(*keys: str) -> bytes:
@@ -348,7 +349,7 @@ def test_what_the_signer_signs_a_real_s3_does_and_nothing_outside_the_table(
         on_s3, WRITER, "a", "POST", f"{endpoint}/lake?delete", body=deletion(f"{a_key}/data/copy.parquet")
     )
     signed = answer.json()
-    forged = httpx.post(
+    forged = http.post(
         signed["uri"],
         headers={name: ", ".join(values) for name, values in signed["headers"].items()},
         content=deletion(b_file),
@@ -383,9 +384,9 @@ def test_every_s3_table_s_config_says_where_its_bucket_is(on_s3: IsbreServer, mo
     endpoint, not AWS's default one."""
     auth = {"Authorization": f"Bearer {WRITER}"}
     base = f"{on_s3.url}/v1/isbre/namespaces"
-    httpx.post(base, json={"namespace": ["plain"]}, headers=auth).raise_for_status()
-    created = httpx.post(f"{base}/plain/tables", json={"name": "t", "schema": ID_SCHEMA}, headers=auth).json()
-    loaded = httpx.get(f"{base}/plain/tables/t", headers=auth).json()
+    http.post(base, json={"namespace": ["plain"]}, headers=auth).raise_for_status()
+    created = http.post(f"{base}/plain/tables", json={"name": "t", "schema": ID_SCHEMA}, headers=auth).json()
+    loaded = http.get(f"{base}/plain/tables/t", headers=auth).json()
     for config in (created["config"], loaded["config"]):
         assert config == {"s3.endpoint": moto.endpoint, "s3.path-style-access": "true", "s3.region": REGION}
     assert "storage-credentials" not in loaded
@@ -393,7 +394,7 @@ def test_every_s3_table_s_config_says_where_its_bucket_is(on_s3: IsbreServer, mo
 
 def test_a_local_and_an_s3_warehouse_side_by_side(on_s3: IsbreServer) -> None:
     auth = {"Authorization": f"Bearer {WRITER}"}
-    config = httpx.get(f"{on_s3.url}/v1/config", params={"warehouse": "local"}, headers=auth).json()
+    config = http.get(f"{on_s3.url}/v1/config", params={"warehouse": "local"}, headers=auth).json()
     assert config["overrides"]["prefix"] == "local"
     local = RestCatalog("local", uri=on_s3.url, token=WRITER, warehouse="local")
     lake = catalog(on_s3, WRITER)
@@ -404,12 +405,12 @@ def test_a_local_and_an_s3_warehouse_side_by_side(on_s3: IsbreServer) -> None:
     assert lake.load_table("both.t").metadata.location.startswith("s3://lake/wh/both/")
     local.drop_table("both.t")
     assert lake.load_table("both.t").scan().to_arrow()["id"].to_pylist() == [7]
-    unknown = httpx.get(f"{on_s3.url}/v1/config", params={"warehouse": "nowhere"}, headers=auth)
+    unknown = http.get(f"{on_s3.url}/v1/config", params={"warehouse": "nowhere"}, headers=auth)
     assert unknown.status_code == 400
     # Each warehouse's events are its own; the log's records say which warehouse.
     seen = {}
     for prefix in ("isbre", "local"):
-        page = httpx.post(f"{on_s3.url}/v1/{prefix}/events", json={"page-size": 1000}, headers=auth).json()
+        page = http.post(f"{on_s3.url}/v1/{prefix}/events", json={"page-size": 1000}, headers=auth).json()
         seen[prefix] = {
             e["operation"]["operation-type"]
             for e in page["events"]
@@ -419,7 +420,7 @@ def test_a_local_and_an_s3_warehouse_side_by_side(on_s3: IsbreServer) -> None:
         "isbre": {"create-table", "update-table"},
         "local": {"create-table", "update-table", "drop-table"},
     }
-    with httpx.stream(
+    with http.stream(
         "GET", f"{on_s3.url}/v1/local/events", params={"after": 0, "namespace": "both"}, headers=auth
     ) as stream:
         data = (json.loads(line[5:]) for line in stream.iter_lines() if line.startswith("data:"))
@@ -431,18 +432,18 @@ def test_metadata_is_never_overwritten_and_a_failed_commit_leaves_nothing(
     on_s3: IsbreServer, moto: MotoS3
 ) -> None:
     auth = {"Authorization": f"Bearer {WRITER}"}
-    httpx.post(f"{on_s3.url}/v1/isbre/namespaces", json={"namespace": ["racing"]}, headers=auth)
+    http.post(f"{on_s3.url}/v1/isbre/namespaces", json={"namespace": ["racing"]}, headers=auth)
     answers: list[int] = []
 
     def create() -> None:
         body = {"name": "t", "schema": ID_SCHEMA}
         url = f"{on_s3.url}/v1/isbre/namespaces/racing/tables"
-        answers.append(httpx.post(url, json=body, headers=auth, timeout=30).status_code)
+        answers.append(http.post(url, json=body, headers=auth, timeout=30).status_code)
 
     # Each create writes its own metadata file before the pointer commits; one wins.
     on_threads(lambda _: create(), range(8))
     assert sorted(answers) == [200] + [409] * 7
-    winner = httpx.get(f"{on_s3.url}/v1/isbre/namespaces/racing/tables/t", headers=auth).json()
+    winner = http.get(f"{on_s3.url}/v1/isbre/namespaces/racing/tables/t", headers=auth).json()
     # The losers removed what they wrote: the winner's file is the only object left.
     assert moto.keys("lake", "wh/racing/") == [winner["metadata-location"].removeprefix("s3://lake/")]
     with pytest.raises(FileExistsError):
@@ -491,7 +492,7 @@ def test_kill_9_under_concurrent_commits_loses_nothing_acknowledged(moto: MotoS3
     try:
         s3 = moto.client("s3")
         for name in tables:
-            response = httpx.get(f"{restarted.url}/v1/isbre/namespaces/crash/tables/{name}").json()
+            response = http.get(f"{restarted.url}/v1/isbre/namespaces/crash/tables/{name}").json()
             location = response["metadata-location"]
             s3.head_object(Bucket="lake", Key=location.removeprefix("s3://lake/"))  # the pointer's object
             properties = response["metadata"]["properties"]
@@ -551,9 +552,9 @@ def test_vending_can_be_switched_off_per_warehouse(moto: MotoS3, tmp_path: Path)
     }
     server = IsbreServer("s3://lake/off", env=env, store=tmp_path / "isbre.lmdb").start()
     try:
-        httpx.post(f"{server.url}/v1/isbre/namespaces", json={"namespace": ["n"]}).raise_for_status()
+        http.post(f"{server.url}/v1/isbre/namespaces", json={"namespace": ["n"]}).raise_for_status()
         for mode in ("vended-credentials", "remote-signing"):
-            created = httpx.post(
+            created = http.post(
                 f"{server.url}/v1/isbre/namespaces/n/tables",
                 json={"name": mode.replace("-", "_"), "schema": ID_SCHEMA},
                 headers={"X-Iceberg-Access-Delegation": mode},
@@ -567,7 +568,7 @@ def test_vending_can_be_switched_off_per_warehouse(moto: MotoS3, tmp_path: Path)
 
 def test_s3_locations_are_confined_to_the_warehouse(on_s3: IsbreServer) -> None:
     auth = {"Authorization": f"Bearer {WRITER}"}
-    httpx.post(f"{on_s3.url}/v1/isbre/namespaces", json={"namespace": ["places"]}, headers=auth)
+    http.post(f"{on_s3.url}/v1/isbre/namespaces", json={"namespace": ["places"]}, headers=auth)
     for location in (
         "s3://other-bucket/wh/places/t",  # another bucket
         "s3://lake/elsewhere/t",  # the bucket, outside the warehouse's prefix
@@ -576,13 +577,13 @@ def test_s3_locations_are_confined_to_the_warehouse(on_s3: IsbreServer) -> None:
         "s3n://lake/wh/places/t",
         "s3://lake/wh2/t",  # a sibling prefix that merely starts like the warehouse's
     ):
-        response = httpx.post(
+        response = http.post(
             f"{on_s3.url}/v1/isbre/namespaces/places/tables",
             json={"name": "t", "schema": ID_SCHEMA, "location": location},
             headers=auth,
         )
         assert response.status_code == 400, (location, response.text)
-    inside = httpx.post(
+    inside = http.post(
         f"{on_s3.url}/v1/isbre/namespaces/places/tables",
         json={"name": "t", "schema": ID_SCHEMA, "location": "s3://lake/wh/custom/t"},
         headers=auth,

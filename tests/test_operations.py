@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.http_client import http
 from tests.load import commit_until_stopped
 from tests.server import InProcessServer, IsbreServer, free_port
 from tests.waiting import eventually
@@ -26,9 +27,9 @@ SCHEMA = {
 
 
 def test_probes(server: IsbreServer) -> None:
-    assert httpx.get(f"{server.url}/live").json() == {"status": "ok"}
-    assert httpx.get(f"{server.url}/ready").json() == {"status": "ok"}
-    health = httpx.get(f"{server.url}/health").json()
+    assert http.get(f"{server.url}/live").json() == {"status": "ok"}
+    assert http.get(f"{server.url}/ready").json() == {"status": "ok"}
+    health = http.get(f"{server.url}/health").json()
     assert health["status"] == "ok"
     assert health["components"]["writer"] == {"status": "ok", "queue_depth": 0}
 
@@ -37,12 +38,12 @@ def test_an_oversized_body_is_413_and_changes_nothing(tmp_path: Path) -> None:
     server = InProcessServer(tmp_path / "warehouse", env={"ISBRE_MAX_BODY_MB": "0.01"}).start()
     try:
         big = {"namespace": ["big"], "properties": {"x": "y" * 20_000}}
-        response = httpx.post(f"{server.url}/v1/isbre/namespaces", json=big)
+        response = http.post(f"{server.url}/v1/isbre/namespaces", json=big)
         assert response.status_code == 413
         assert response.json()["error"]["type"] == "RequestEntityTooLargeException"
-        assert httpx.get(f"{server.url}/v1/isbre/namespaces").json()["namespaces"] == []
+        assert http.get(f"{server.url}/v1/isbre/namespaces").json()["namespaces"] == []
         assert (
-            httpx.post(f"{server.url}/v1/isbre/namespaces", json={"namespace": ["small"]}).status_code == 200
+            http.post(f"{server.url}/v1/isbre/namespaces", json={"namespace": ["small"]}).status_code == 200
         )
     finally:
         server.stop()
@@ -54,7 +55,7 @@ def test_a_request_answered_later_than_the_threshold_is_logged(tmp_path: Path, t
     naming its method, path, status and wait; with 0 none is."""
     server = InProcessServer(tmp_path / "warehouse", env={"ISBRE_SLOW_REQUEST_SECONDS": threshold}).start()
     try:
-        assert httpx.get(f"{server.url}/v1/isbre/namespaces/nope").status_code == 404
+        assert http.get(f"{server.url}/v1/isbre/namespaces/nope").status_code == 404
     finally:
         server.stop()
     slow = [line for line in server.log().splitlines() if "slow request:" in line]
@@ -92,10 +93,10 @@ def test_an_overloaded_writer_answers_503_and_recovers(tmp_path: Path) -> None:
         assert set(outcomes) <= {200, 503}
         assert outcomes[503] > 0, "24 concurrent writers never filled a one-slot queue"
         assert retry_after == {"1"}
-        created = httpx.get(f"{server.url}/v1/isbre/namespaces").json()["namespaces"]
+        created = http.get(f"{server.url}/v1/isbre/namespaces").json()["namespaces"]
         assert len(created) == outcomes[200], "a refused request must leave nothing behind"
         assert (
-            httpx.post(f"{server.url}/v1/isbre/namespaces", json={"namespace": ["after"]}).status_code == 200
+            http.post(f"{server.url}/v1/isbre/namespaces", json={"namespace": ["after"]}).status_code == 200
         )
     finally:
         server.stop()
@@ -105,8 +106,8 @@ def test_an_overloaded_writer_answers_503_and_recovers(tmp_path: Path) -> None:
 def test_sigterm_answers_accepted_commits(tmp_path: Path, run: int) -> None:
     server = IsbreServer(tmp_path / "warehouse").start()
     base = f"{server.url}/v1/isbre"
-    httpx.post(f"{base}/namespaces", json={"namespace": ["db"]}).raise_for_status()
-    httpx.post(f"{base}/namespaces/db/tables", json={"name": "t", "schema": SCHEMA}).raise_for_status()
+    http.post(f"{base}/namespaces", json={"namespace": ["db"]}).raise_for_status()
+    http.post(f"{base}/namespaces/db/tables", json={"name": "t", "schema": SCHEMA}).raise_for_status()
     acknowledged: list[str] = []
     statuses: Counter[int] = Counter()
     stop = threading.Event()
@@ -133,7 +134,7 @@ def test_sigterm_answers_accepted_commits(tmp_path: Path, run: int) -> None:
     assert stopping_took < 15
     restarted = IsbreServer(server.warehouse).start()
     try:
-        properties = httpx.get(f"{restarted.url}/v1/isbre/namespaces/db/tables/t").json()["metadata"][
+        properties = http.get(f"{restarted.url}/v1/isbre/namespaces/db/tables/t").json()["metadata"][
             "properties"
         ]
         assert [key for key in acknowledged if key not in properties] == []
@@ -149,7 +150,7 @@ def test_sigterm_closes_event_streams_cleanly(tmp_path: Path) -> None:
 
     def listen() -> None:
         try:
-            with httpx.stream("GET", f"{server.url}/v1/events", timeout=30) as response:
+            with http.stream("GET", f"{server.url}/v1/events", timeout=30) as response:
                 for _ in response.iter_lines():
                     opened.set()  # the retry hint: the stream is being served
             ended.append("clean")
@@ -191,7 +192,7 @@ def test_sigterm_to_the_whole_process_group_shuts_down_cleanly(tmp_path: Path) -
 
         def live() -> bool:
             try:
-                return httpx.get(f"http://127.0.0.1:{port}/live", timeout=1).status_code == 200
+                return http.get(f"http://127.0.0.1:{port}/live", timeout=1).status_code == 200
             except httpx.TransportError:
                 return False
 

@@ -10,6 +10,7 @@ import pyarrow as pa
 import pytest
 from pyiceberg.catalog.rest import RestCatalog
 
+from tests.http_client import http
 from tests.server import IsbreServer, start_threads
 from tests.waiting import eventually
 
@@ -25,23 +26,23 @@ SCHEMA = {
 
 
 def create(server: IsbreServer, namespace: str, name: str, **extra: object) -> httpx.Response:
-    return httpx.post(
+    return http.post(
         f"{server.url}/v1/isbre/namespaces/{namespace}/tables", json={"name": name, "schema": SCHEMA, **extra}
     )
 
 
 def test_config_advertises_prefix_and_endpoints(server: IsbreServer) -> None:
-    body = httpx.get(f"{server.url}/v1/config").json()
+    body = http.get(f"{server.url}/v1/config").json()
     assert body["overrides"]["prefix"] == "isbre"
     assert "POST /v1/{prefix}/transactions/commit" in body["endpoints"]
     assert "GET /v1/{prefix}/namespaces/{namespace}/views/{view}" in body["endpoints"]
-    assert httpx.get(f"{server.url}/v1/config", params={"warehouse": "isbre"}).status_code == 200
-    unknown = httpx.get(f"{server.url}/v1/config", params={"warehouse": "elsewhere"})
+    assert http.get(f"{server.url}/v1/config", params={"warehouse": "isbre"}).status_code == 200
+    unknown = http.get(f"{server.url}/v1/config", params={"warehouse": "elsewhere"})
     assert unknown.status_code == 400
 
 
 def test_unknown_prefix_is_404(server: IsbreServer) -> None:
-    response = httpx.get(f"{server.url}/v1/other/namespaces")
+    response = http.get(f"{server.url}/v1/other/namespaces")
     assert response.status_code == 404
     assert response.json()["error"] == {
         "message": "Unknown catalog prefix 'other'; this server serves 'isbre'",
@@ -52,24 +53,24 @@ def test_unknown_prefix_is_404(server: IsbreServer) -> None:
 
 def test_unprefixed_paths_are_aliases(server: IsbreServer) -> None:
     for name in ("namespaces", "isbre"):
-        created = httpx.post(f"{server.url}/v1/namespaces", json={"namespace": [name]})
+        created = http.post(f"{server.url}/v1/namespaces", json={"namespace": [name]})
         assert created.status_code == 200, created.text
-        assert httpx.get(f"{server.url}/v1/namespaces/{name}").json()["namespace"] == [name]
-        assert httpx.get(f"{server.url}/v1/isbre/namespaces/{name}").json()["namespace"] == [name]
+        assert http.get(f"{server.url}/v1/namespaces/{name}").json()["namespace"] == [name]
+        assert http.get(f"{server.url}/v1/isbre/namespaces/{name}").json()["namespace"] == [name]
         assert create(server, name, "t").status_code == 200
-        assert httpx.get(f"{server.url}/v1/namespaces/{name}/tables/t").status_code == 200
+        assert http.get(f"{server.url}/v1/namespaces/{name}/tables/t").status_code == 200
 
 
 def test_load_table_etag_and_not_modified(server: IsbreServer, namespace: str) -> None:
     assert create(server, namespace, "cached").status_code == 200
     url = f"{server.url}/v1/isbre/namespaces/{namespace}/tables/cached"
-    first = httpx.get(url)
+    first = http.get(url)
     etag = first.headers["etag"]
-    assert httpx.get(url, headers={"If-None-Match": etag}).status_code == 304
+    assert http.get(url, headers={"If-None-Match": etag}).status_code == 304
 
     commit = {"updates": [{"action": "set-properties", "updates": {"k": "v"}}]}
-    assert httpx.post(url, json=commit).status_code == 200
-    after = httpx.get(url, headers={"If-None-Match": etag})
+    assert http.post(url, json=commit).status_code == 200
+    after = http.get(url, headers={"If-None-Match": etag})
     assert after.status_code == 200
     assert after.headers["etag"] != etag
     assert after.json()["metadata"]["properties"]["k"] == "v"
@@ -82,10 +83,10 @@ def test_snapshots_refs_returns_only_referenced(
     for i in range(3):
         table.append(pa.table({"x": pa.array([i], pa.int64())}))
     url = f"{server.url}/v1/isbre/namespaces/{namespace}/tables/snaps"
-    assert len(httpx.get(url, params={"snapshots": "all"}).json()["metadata"]["snapshots"]) == 3
-    refs = httpx.get(url, params={"snapshots": "refs"}).json()["metadata"]["snapshots"]
+    assert len(http.get(url, params={"snapshots": "all"}).json()["metadata"]["snapshots"]) == 3
+    refs = http.get(url, params={"snapshots": "refs"}).json()["metadata"]["snapshots"]
     assert [s["snapshot-id"] for s in refs] == [table.current_snapshot().snapshot_id]
-    assert httpx.get(url, params={"snapshots": "some"}).status_code == 400
+    assert http.get(url, params={"snapshots": "some"}).status_code == 400
 
 
 def test_stale_requirement_is_409_commit_failed(server: IsbreServer, namespace: str) -> None:
@@ -95,10 +96,10 @@ def test_stale_requirement_is_409_commit_failed(server: IsbreServer, namespace: 
         "requirements": [{"type": "assert-current-schema-id", "current-schema-id": 7}],
         "updates": [{"action": "set-properties", "updates": {"k": "v"}}],
     }
-    response = httpx.post(url, json=commit)
+    response = http.post(url, json=commit)
     assert response.status_code == 409
     assert response.json()["error"]["type"] == "CommitFailedException"
-    assert "k" not in httpx.get(url).json()["metadata"]["properties"]
+    assert "k" not in http.get(url).json()["metadata"]["properties"]
 
 
 @pytest.mark.parametrize(
@@ -120,15 +121,15 @@ def test_stale_requirement_is_409_commit_failed(server: IsbreServer, namespace: 
 def test_bad_commit_is_400_and_changes_nothing(server: IsbreServer, namespace: str, commit: object) -> None:
     create(server, namespace, "strict").raise_for_status()
     url = f"{server.url}/v1/isbre/namespaces/{namespace}/tables/strict"
-    before = httpx.get(url).json()
-    response = httpx.post(url, json=commit)
+    before = http.get(url).json()
+    response = http.post(url, json=commit)
     assert response.status_code == 400, response.text
     assert response.json()["error"]["type"] == "BadRequestException"
-    assert httpx.get(url).json() == before
+    assert http.get(url).json() == before
 
 
 def test_malformed_json_is_400(server: IsbreServer, namespace: str) -> None:
-    response = httpx.post(
+    response = http.post(
         f"{server.url}/v1/isbre/namespaces/{namespace}/tables",
         content=b"{not json",
         headers={"content-type": "application/json"},
@@ -141,7 +142,7 @@ def test_malformed_json_is_400(server: IsbreServer, namespace: str) -> None:
 def test_bad_table_name_is_400_and_leaves_nothing(server: IsbreServer, namespace: str, name: str) -> None:
     response = create(server, namespace, name)
     assert response.status_code == 400, response.text
-    listing = httpx.get(f"{server.url}/v1/isbre/namespaces/{namespace}/tables").json()
+    listing = http.get(f"{server.url}/v1/isbre/namespaces/{namespace}/tables").json()
     assert listing["identifiers"] == []
     assert not list(server.warehouse.joinpath(namespace).glob("*"))
 
@@ -149,17 +150,17 @@ def test_bad_table_name_is_400_and_leaves_nothing(server: IsbreServer, namespace
 def test_missing_objects_are_404_with_their_type(server: IsbreServer, namespace: str) -> None:
     base = f"{server.url}/v1/isbre/namespaces"
     cases = [
-        (httpx.get(f"{base}/nope"), "NoSuchNamespaceException"),
-        (httpx.get(f"{base}/{namespace}/tables/nope"), "NoSuchTableException"),
-        (httpx.get(f"{base}/nope/tables"), "NoSuchNamespaceException"),
-        (httpx.delete(f"{base}/{namespace}/tables/nope"), "NoSuchTableException"),
-        (httpx.get(f"{base}/{namespace}/views/nope"), "NoSuchViewException"),
+        (http.get(f"{base}/nope"), "NoSuchNamespaceException"),
+        (http.get(f"{base}/{namespace}/tables/nope"), "NoSuchTableException"),
+        (http.get(f"{base}/nope/tables"), "NoSuchNamespaceException"),
+        (http.delete(f"{base}/{namespace}/tables/nope"), "NoSuchTableException"),
+        (http.get(f"{base}/{namespace}/views/nope"), "NoSuchViewException"),
         (create(server, "nope", "t"), "NoSuchNamespaceException"),
     ]
     for response, error_type in cases:
         assert response.status_code == 404, response.text
         assert response.json()["error"]["type"] == error_type
-    assert httpx.head(f"{base}/{namespace}/tables/nope").status_code == 404
+    assert http.head(f"{base}/{namespace}/tables/nope").status_code == 404
 
 
 def settled(measure: Callable[[], float]) -> float:
@@ -181,23 +182,21 @@ def test_metrics_reports_are_accepted(server: IsbreServer, namespace: str) -> No
         "metrics": {},
     }
     url = f"{server.url}/v1/isbre/namespaces/{namespace}/tables/measured/metrics"
-    assert httpx.post(url, json=report).status_code == 204
-    assert httpx.post(url, json=report).status_code == 204
+    assert http.post(url, json=report).status_code == 204
+    assert http.post(url, json=report).status_code == 204
 
     def counted() -> list[str]:
-        return [
-            line for line in httpx.get(f"{server.url}/metrics").text.splitlines() if "scan-report" in line
-        ]
+        return [line for line in http.get(f"{server.url}/metrics").text.splitlines() if "scan-report" in line]
 
     # With several workers, a scrape sums the others' counts as they published them a moment ago.
     wanted = ['isbre_metrics_reports_total{type="scan-report"} 2']
     eventually(lambda: counted() == wanted, "both reports counted", timeout=3)
-    assert httpx.post(url, json={"report-type": "scan-report"}).status_code == 400
+    assert http.post(url, json={"report-type": "scan-report"}).status_code == 400
 
 
 def test_metrics_exposes_writer_counters(server: IsbreServer, namespace: str) -> None:
     def sample(name: str) -> float:
-        text = httpx.get(f"{server.url}/metrics").text
+        text = http.get(f"{server.url}/metrics").text
         (line,) = [line for line in text.splitlines() if line.startswith(name + " ")]
         return float(line.split()[1])
 
@@ -216,20 +215,20 @@ def test_metrics_exposes_writer_counters(server: IsbreServer, namespace: str) ->
 
 @pytest.mark.parametrize("location", ["file:///nonexistent/00000-x.metadata.json", "/etc/hostname"])
 def test_register_unreadable_metadata_is_400(server: IsbreServer, namespace: str, location: str) -> None:
-    response = httpx.post(
+    response = http.post(
         f"{server.url}/v1/isbre/namespaces/{namespace}/register",
         json={"name": "r", "metadata-location": location},
     )
     assert response.status_code == 400, response.text
     assert response.json()["error"]["type"] == "BadRequestException"
-    assert httpx.head(f"{server.url}/v1/isbre/namespaces/{namespace}/tables/r").status_code == 404
+    assert http.head(f"{server.url}/v1/isbre/namespaces/{namespace}/tables/r").status_code == 404
 
 
 def test_unknown_route_and_method_use_the_error_model(server: IsbreServer) -> None:
-    missing = httpx.get(f"{server.url}/v1/isbre/no/such/route")
+    missing = http.get(f"{server.url}/v1/isbre/no/such/route")
     assert missing.status_code == 404
     assert missing.json()["error"]["type"] == "NotFoundException"
-    wrong = httpx.put(f"{server.url}/v1/isbre/namespaces")
+    wrong = http.put(f"{server.url}/v1/isbre/namespaces")
     assert wrong.status_code == 405
     assert wrong.json()["error"]["code"] == 405
 
@@ -251,7 +250,7 @@ def test_a_body_that_pyiceberg_cannot_parse_is_400(server: IsbreServer, namespac
         },
     }
     schema = {"type": "struct", "schema-id": 0, "fields": [field]}
-    response = httpx.post(
+    response = http.post(
         f"{server.url}/v1/isbre/namespaces/{namespace}/tables", json={"name": "bad_default", "schema": schema}
     )
     assert response.status_code == 400, response.text
@@ -259,8 +258,8 @@ def test_a_body_that_pyiceberg_cannot_parse_is_400(server: IsbreServer, namespac
 
 
 def test_metrics_count_requests_latency_and_queue(server: IsbreServer, namespace: str) -> None:
-    httpx.get(f"{server.url}/v1/isbre/namespaces/{namespace}/tables/absent")
-    text = httpx.get(f"{server.url}/metrics").text
+    http.get(f"{server.url}/v1/isbre/namespaces/{namespace}/tables/absent")
+    text = http.get(f"{server.url}/metrics").text
     lines = text.splitlines()
     assert any(
         line.startswith(
@@ -288,7 +287,7 @@ def test_metrics_histogram_of_group_commit_batch_sizes(server: IsbreServer, name
     tables = [f"batched_{n}" for n in range(8)]
     for table in tables:
         body = {"name": table, "schema": {"type": "struct", "fields": []}}
-        httpx.post(f"{server.url}/v1/isbre/namespaces/{namespace}/tables", json=body).raise_for_status()
+        http.post(f"{server.url}/v1/isbre/namespaces/{namespace}/tables", json=body).raise_for_status()
 
     def commit(table: str) -> None:
         with httpx.Client() as client:
@@ -299,7 +298,7 @@ def test_metrics_histogram_of_group_commit_batch_sizes(server: IsbreServer, name
 
     for thread in start_threads(commit, tables):
         thread.join()
-    lines = httpx.get(f"{server.url}/metrics").text.splitlines()
+    lines = http.get(f"{server.url}/metrics").text.splitlines()
 
     def sample(prefix: str) -> float:
         (value,) = [float(line.split()[-1]) for line in lines if line.startswith(prefix + " ")]

@@ -25,6 +25,7 @@ from isbre.events.client import subscribe
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.exceptions import CommitFailedException
 
+from tests.http_client import http
 from tests.lineage_receiver import Receiver
 from tests.postgres import PostgresServer, new_database
 from tests.server import ID_SCHEMA, IsbreServer, on_threads, sse_records, start_threads
@@ -68,7 +69,7 @@ def namespaces_of(server: IsbreServer) -> set[str]:
     found: set[str] = set()
     body: dict[str, str] = {}
     while True:
-        page = httpx.get(f"{server.url}/v1/isbre/namespaces", params=body, timeout=30).json()
+        page = http.get(f"{server.url}/v1/isbre/namespaces", params=body, timeout=30).json()
         found |= {ns[0] for ns in page["namespaces"]}
         if not page.get("next-page-token"):
             return found
@@ -99,7 +100,7 @@ def test_concurrent_commits_to_one_table_through_both_replicas(
     # A commit through B based on what A has since replaced: 409, as on one server.
     stale = [{"type": "assert-ref-snapshot-id", "ref": "main", "snapshot-id": None}]
     catalogs[0].load_table(ident).append(ids([-1]))
-    answer = httpx.post(
+    answer = http.post(
         f"{pair[1].url}/v1/isbre/namespaces/{namespace}/tables/t",
         json={"requirements": stale, "updates": [{"action": "set-properties", "updates": {"k": "v"}}]},
     )
@@ -130,7 +131,7 @@ def test_a_replica_commits_on_what_the_other_replica_made_since(pair: list[Isbre
     the table since, the commit is judged on the table as it is now, not as remembered."""
     namespace, _ = create_namespace(pair[0])
     body = {"name": "t", "schema": ID_SCHEMA}
-    httpx.post(f"{pair[0].url}/v1/isbre/namespaces/{namespace}/tables", json=body).raise_for_status()
+    http.post(f"{pair[0].url}/v1/isbre/namespaces/{namespace}/tables", json=body).raise_for_status()
     through_a, through_b = (f"{s.url}/v1/isbre/namespaces/{namespace}/tables/t" for s in pair)
 
     def commit(url: str, schema_id: int | None, value: str) -> httpx.Response:
@@ -140,7 +141,7 @@ def test_a_replica_commits_on_what_the_other_replica_made_since(pair: list[Isbre
             else [{"type": "assert-current-schema-id", "current-schema-id": schema_id}]
         )
         updates = [{"action": "set-properties", "updates": {"through": value}}]
-        return httpx.post(url, json={"requirements": asserted, "updates": updates}, timeout=30)
+        return http.post(url, json={"requirements": asserted, "updates": updates}, timeout=30)
 
     assert commit(through_a, 0, "a").status_code == 200  # A now remembers schema 0
     wider = {
@@ -152,7 +153,7 @@ def test_a_replica_commits_on_what_the_other_replica_made_since(pair: list[Isbre
         {"action": "add-schema", "schema": wider, "last-column-id": 2},
         {"action": "set-current-schema", "schema-id": -1},
     ]
-    httpx.post(through_b, json={"updates": updates}, timeout=30).raise_for_status()
+    http.post(through_b, json={"updates": updates}, timeout=30).raise_for_status()
 
     answer = commit(through_a, 1, "a again")  # holds only on what B made
     assert answer.status_code == 200, answer.text
@@ -161,7 +162,7 @@ def test_a_replica_commits_on_what_the_other_replica_made_since(pair: list[Isbre
     answer = commit(through_a, 0, "stale")  # holds only on what A saw before
     assert answer.status_code == 409 and answer.json()["error"]["type"] == "CommitFailedException"
 
-    httpx.delete(through_b, timeout=30).raise_for_status()
+    http.delete(through_b, timeout=30).raise_for_status()
     answer = commit(through_a, None, "gone")
     assert answer.status_code == 404 and answer.json()["error"]["type"] == "NoSuchTableException"
 
@@ -214,7 +215,7 @@ def test_idempotency_holds_across_replicas(pair: list[IsbreServer]) -> None:
 
         def send(i: int, body: dict = body, key: str = key, answers: list = answers) -> None:
             url = f"{pair[i % 2].url}/v1/isbre/namespaces"
-            answers.append(httpx.post(url, json=body, headers={"Idempotency-Key": key}, timeout=30))
+            answers.append(http.post(url, json=body, headers={"Idempotency-Key": key}, timeout=30))
 
         before = pair[0].high_water()
         on_threads(send, range(8))
@@ -223,7 +224,7 @@ def test_idempotency_holds_across_replicas(pair: list[IsbreServer]) -> None:
 
 
 def test_health_reports_the_database(pair: list[IsbreServer]) -> None:
-    store = httpx.get(f"{pair[0].url}/health").json()["components"]["store"]
+    store = http.get(f"{pair[0].url}/health").json()["components"]["store"]
     assert store["status"] == "ok" and store["kind"] == "postgresql"
     assert store["commit_seq"] == pair[1].high_water()
     assert store["url"].startswith("postgresql+psycopg://isbre@127.0.0.1:")
@@ -233,7 +234,7 @@ def test_health_reports_the_database(pair: list[IsbreServer]) -> None:
 
 
 def maintenance_count(server: IsbreServer, metric: str) -> int:
-    metrics = httpx.get(f"{server.url}/metrics", timeout=30).text.splitlines()
+    metrics = http.get(f"{server.url}/metrics", timeout=30).text.splitlines()
     (line,) = [line for line in metrics if line.startswith(f"{metric} ")]
     return int(line.split()[1])
 
@@ -259,7 +260,7 @@ def test_one_replica_maintains_and_each_snapshot_is_expired_once(pair: list[Isbr
         (a if i % 2 else b).load_table(f"{namespace}.t").append(ids([i]))
     table = a.load_table(f"{namespace}.t")
     eventually(lambda: len(table.refresh().metadata.snapshots) == 2, "expiry down to 2 snapshots", timeout=30)
-    holding = [httpx.get(f"{s.url}/health").json()["components"]["maintenance"]["maintaining"] for s in pair]
+    holding = [http.get(f"{s.url}/health").json()["components"]["maintenance"]["maintaining"] for s in pair]
     assert sorted(holding) == [False, True], holding
     removed = [removed_snapshots(server) - was for server, was in zip(pair, before, strict=True)]
     assert removed[holding.index(False)] == 0
@@ -300,7 +301,7 @@ def lineage_runs(receiver: Receiver) -> set[str]:
 
 
 def lineage_status(server: IsbreServer) -> dict:
-    return httpx.get(f"{server.url}/v1/lineage/status", timeout=10).json()
+    return http.get(f"{server.url}/v1/lineage/status", timeout=10).json()
 
 
 def test_kill_9_of_a_replica_under_load(tmp_path: Path, request: pytest.FixtureRequest) -> None:
@@ -317,7 +318,7 @@ def test_kill_9_of_a_replica_under_load(tmp_path: Path, request: pytest.FixtureR
     try:
         assert not lineage_status(second)["delivering"]
         base = [f"{s.url}/v1/isbre" for s in (first, second)]
-        httpx.post(f"{base[0]}/namespaces", json={"namespace": ["db"]}).raise_for_status()
+        http.post(f"{base[0]}/namespaces", json={"namespace": ["db"]}).raise_for_status()
         acknowledged: list[str] = []
         stop = threading.Event()
 
@@ -345,7 +346,7 @@ def test_kill_9_of_a_replica_under_load(tmp_path: Path, request: pytest.FixtureR
         for thread in writers:
             thread.join()
 
-        listed = httpx.get(f"{base[1]}/namespaces/db/tables", params={"pageSize": 1000}).json()
+        listed = http.get(f"{base[1]}/namespaces/db/tables", params={"pageSize": 1000}).json()
         present = {ident["name"] for ident in listed["identifiers"]}
         assert set(acknowledged) <= present and len(acknowledged) > 20
         eventually(
@@ -366,7 +367,7 @@ def test_kill_9_of_a_replica_under_load(tmp_path: Path, request: pytest.FixtureR
 
 def first_stream_answer(server: IsbreServer) -> int:
     """The status of a new event stream, once its first frame came (a 503 has none to wait for)."""
-    with httpx.stream("GET", f"{server.url}/v1/events", params={"after": 0}, timeout=10) as stream:
+    with http.stream("GET", f"{server.url}/v1/events", params={"after": 0}, timeout=10) as stream:
         if stream.status_code == 200:
             assert next(stream.iter_lines()).startswith("retry:")
         return stream.status_code
@@ -394,10 +395,10 @@ def test_postgres_stopped_under_load_gives_503s_and_service_resumes(tmp_path: Pa
         time.sleep(1.0)
         database.pause()
         time.sleep(1.0)
-        down = httpx.get(f"{pair[0].url}/health", timeout=30)
+        down = http.get(f"{pair[0].url}/health", timeout=30)
         assert down.status_code == 503 and down.json()["components"]["store"]["status"] == "down"
-        assert httpx.get(f"{pair[1].url}/ready", timeout=30).status_code == 503
-        scrape = httpx.get(f"{pair[1].url}/metrics", timeout=30)  # still scraped: it says the store is down
+        assert http.get(f"{pair[1].url}/ready", timeout=30).status_code == 503
+        scrape = http.get(f"{pair[1].url}/metrics", timeout=30)  # still scraped: it says the store is down
         assert scrape.status_code == 200 and "isbre_store_up 0" in scrape.text
         time.sleep(2.0)
         database.resume()
@@ -414,8 +415,8 @@ def test_postgres_stopped_under_load_gives_503s_and_service_resumes(tmp_path: Pa
         assert 503 in statuses and 500 not in statuses, sorted(set(statuses))
         assert set(statuses) <= {200, 503}, sorted(set(statuses))
         assert set(acknowledged) <= namespaces_of(pair[0])
-        assert httpx.get(f"{pair[1].url}/health", timeout=30).status_code == 200
-        assert "isbre_store_up 1" in httpx.get(f"{pair[1].url}/metrics", timeout=30).text
+        assert http.get(f"{pair[1].url}/health", timeout=30).status_code == 200
+        assert "isbre_store_up 1" in http.get(f"{pair[1].url}/metrics", timeout=30).text
         for each in pair:
             each.stop()
     finally:

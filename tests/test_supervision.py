@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import httpx
 import lmdb
 import pytest
 from isbre.catalog import CatalogService
@@ -21,6 +20,7 @@ from isbre.catalog.lmdb_store import LmdbStore
 from isbre.catalog.store import StoreGrowthError, WriteView
 from isbre.catalog.writer import Batch, Writer, WriterClosedError
 
+from tests.http_client import http
 from tests.lineage_receiver import Receiver
 from tests.server import ID_SCHEMA, IsbreServer
 from tests.waiting import eventually
@@ -32,7 +32,7 @@ def test_the_lineage_worker_is_back_within_seconds_after_kill_9(tmp_path: Path) 
     receiver = Receiver().start()
     server = IsbreServer(tmp_path / "warehouse", env={"ISBRE_LINEAGE_URL": receiver.url}).start()
     try:
-        lineage = lambda: httpx.get(f"{server.url}/health").json()["components"]["lineage"]  # noqa: E731
+        lineage = lambda: http.get(f"{server.url}/health").json()["components"]["lineage"]  # noqa: E731
         first = eventually(lambda: lineage().get("process"), what="the lineage worker")
         os.kill(first, signal.SIGKILL)
         degraded = eventually(
@@ -46,8 +46,8 @@ def test_the_lineage_worker_is_back_within_seconds_after_kill_9(tmp_path: Path) 
             what="a new worker",
         )
         assert lineage()["status"] == "ok"
-        httpx.post(f"{server.url}{P}/namespaces", json={"namespace": ["db"]}).raise_for_status()
-        httpx.post(
+        http.post(f"{server.url}{P}/namespaces", json={"namespace": ["db"]}).raise_for_status()
+        http.post(
             f"{server.url}{P}/namespaces/db/tables", json={"name": "t", "schema": ID_SCHEMA}
         ).raise_for_status()
         eventually(lambda: len(receiver.snapshot()) >= 2, what="lineage from the new worker")
@@ -170,8 +170,8 @@ def test_a_full_disk_gives_clean_errors_and_recovers(small_disk: Path, reserve_m
     server.start()
     try:
         base = f"{server.url}{P}/namespaces"
-        httpx.post(base, json={"namespace": ["db"]}).raise_for_status()
-        httpx.post(f"{base}/db/tables", json={"name": "t", "schema": ID_SCHEMA}).raise_for_status()
+        http.post(base, json={"namespace": ["db"]}).raise_for_status()
+        http.post(f"{base}/db/tables", json={"name": "t", "schema": ID_SCHEMA}).raise_for_status()
         for round_ in range(2):
             filler = small_disk / f"filler-{round_}"
             fill(filler)
@@ -179,18 +179,18 @@ def test_a_full_disk_gives_clean_errors_and_recovers(small_disk: Path, reserve_m
             high = server.high_water()
             for i in range(20):
                 commit = {"updates": [{"action": "set-properties", "updates": {"i": str(i)}}]}
-                answer = httpx.post(f"{base}/db/tables/t", json=commit, timeout=30)
+                answer = http.post(f"{base}/db/tables/t", json=commit, timeout=30)
                 assert answer.status_code in (503, 507), answer.text
                 assert answer.json()["error"]["code"] == answer.status_code
                 if answer.status_code == 503:
                     assert "retry-after" in answer.headers
-            created = httpx.post(f"{base}/db/tables", json={"name": f"new{round_}", "schema": ID_SCHEMA})
+            created = http.post(f"{base}/db/tables", json={"name": f"new{round_}", "schema": ID_SCHEMA})
             assert created.status_code in (503, 507)
             # Only the store is written here: LMDB may have free pages left in its file for the first.
             statuses = set()
             for i in range(50):
                 grown = {"namespace": [f"full{round_}_{i}"], "properties": {"p": "x" * 60_000}}
-                statuses.add(httpx.post(base, json=grown).status_code)
+                statuses.add(http.post(base, json=grown).status_code)
             assert 507 in statuses and statuses <= {200, 503, 507}, statuses
             assert metadata_files(warehouse) == files, "a refused commit left a metadata file"
             assert not list((warehouse / "db").glob(f"new{round_}-*")), "a refused create left a directory"
@@ -198,7 +198,7 @@ def test_a_full_disk_gives_clean_errors_and_recovers(small_disk: Path, reserve_m
             assert server.high_water() >= high
             filler.unlink()
             commit = {"updates": [{"action": "set-properties", "updates": {"after": str(round_)}}]}
-            recovered = httpx.post(f"{base}/db/tables/t", json=commit, timeout=30)
+            recovered = http.post(f"{base}/db/tables/t", json=commit, timeout=30)
             assert recovered.status_code == 200, recovered.text
         assert "disk" in server.log().lower()
     finally:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import httpx
 from isbre.catalog import CatalogService, Identifier, TableChange
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
@@ -11,6 +10,7 @@ from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
 from pyiceberg.table.update import SetPropertiesUpdate
 from pyiceberg.types import LongType, NestedField
 
+from tests.http_client import http
 from tests.server import IsbreServer
 
 # The REST suite runs against one server process and against two workers on one store.
@@ -39,7 +39,7 @@ def test_transaction_commits_all_tables_together(
             change(namespace, "b", str(b.metadata.table_uuid), {"batch": "1"}),
         ]
     }
-    response = httpx.post(f"{server.url}/v1/isbre/transactions/commit", json=body)
+    response = http.post(f"{server.url}/v1/isbre/transactions/commit", json=body)
     assert response.status_code == 204, response.text
     assert rest_catalog.load_table(f"{namespace}.a").properties["batch"] == "1"
     assert rest_catalog.load_table(f"{namespace}.b").properties["batch"] == "1"
@@ -56,7 +56,7 @@ def test_transaction_with_one_bad_table_changes_none(
             change(namespace, "b", "00000000-0000-0000-0000-000000000000", {"batch": "2"}),
         ]
     }
-    response = httpx.post(f"{server.url}/v1/isbre/transactions/commit", json=body)
+    response = http.post(f"{server.url}/v1/isbre/transactions/commit", json=body)
     assert response.status_code == 409
     assert response.json()["error"]["type"] == "CommitFailedException"
     assert "batch" not in rest_catalog.load_table(f"{namespace}.a").properties
@@ -64,7 +64,7 @@ def test_transaction_with_one_bad_table_changes_none(
 
     missing = {"table-changes": [change(namespace, "a", str(a.metadata.table_uuid), {"x": "1"})]}
     missing["table-changes"].append(change(namespace, "ghost", str(a.metadata.table_uuid), {"x": "1"}))
-    response = httpx.post(f"{server.url}/v1/isbre/transactions/commit", json=missing)
+    response = http.post(f"{server.url}/v1/isbre/transactions/commit", json=missing)
     assert response.status_code == 404
     assert "x" not in rest_catalog.load_table(f"{namespace}.a").properties
 

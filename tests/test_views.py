@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import httpx
 import pytest
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.exceptions import NoSuchViewError
@@ -10,6 +9,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField, StringType
 from pyiceberg.view.metadata import SQLViewRepresentation, ViewRepresentation, ViewVersion
 
+from tests.http_client import http
 from tests.server import IsbreServer
 
 # The REST suite runs against one server process and against two workers on one store.
@@ -64,7 +64,7 @@ def test_replace_and_rename_view(rest_catalog: RestCatalog, server: IsbreServer,
             {"action": "set-properties", "updates": {"owner": "bi"}},
         ],
     }
-    response = httpx.post(url, json=replace)
+    response = http.post(url, json=replace)
     assert response.status_code == 200, response.text
     metadata = response.json()["metadata"]
     assert metadata["current-version-id"] == 2
@@ -75,14 +75,14 @@ def test_replace_and_rename_view(rest_catalog: RestCatalog, server: IsbreServer,
     stale = dict(
         replace, requirements=[{"type": "assert-view-uuid", "uuid": "00000000-0000-0000-0000-000000000000"}]
     )
-    assert httpx.post(url, json=stale).status_code == 409
+    assert http.post(url, json=stale).status_code == 409
 
     rest_catalog.create_namespace(f"{namespace}_bi")
     rename = {
         "source": {"namespace": [namespace], "name": "v"},
         "destination": {"namespace": [f"{namespace}_bi"], "name": "v2"},
     }
-    assert httpx.post(f"{server.url}/v1/isbre/views/rename", json=rename).status_code == 204
+    assert http.post(f"{server.url}/v1/isbre/views/rename", json=rename).status_code == 204
     assert rest_catalog.load_view(f"{namespace}_bi.v2").metadata.current_version_id == 2
     assert not rest_catalog.view_exists(f"{namespace}.v")
 
@@ -96,7 +96,7 @@ def test_view_and_table_names_collide(rest_catalog: RestCatalog, namespace: str)
 
 def test_register_view(rest_catalog: RestCatalog, namespace: str) -> None:
     view = rest_catalog.create_view(f"{namespace}.orig", SCHEMA, version("SELECT 3", namespace))
-    loaded = httpx.get(f"{rest_catalog.uri}/v1/isbre/namespaces/{namespace}/views/orig").json()
+    loaded = http.get(f"{rest_catalog.uri}/v1/isbre/namespaces/{namespace}/views/orig").json()
     rest_catalog.drop_view(f"{namespace}.orig")
     registered = rest_catalog.register_view(f"{namespace}.copy", loaded["metadata-location"])
     assert registered.metadata.view_uuid == view.metadata.view_uuid

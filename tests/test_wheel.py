@@ -19,6 +19,7 @@ from pathlib import Path
 
 import httpx
 
+from tests.http_client import http
 from tests.server import free_port
 from tests.test_layers import PACKAGES
 
@@ -99,18 +100,18 @@ def test_a_built_wheel_installs_one_package_that_serves_embeds_and_ingests(tmp_p
         while True:
             assert server.poll() is None and time.monotonic() < deadline
             try:
-                if httpx.get(f"{url}/ready", timeout=1).status_code == 200:
+                if http.get(f"{url}/ready", timeout=1).status_code == 200:
                     break
             except httpx.TransportError:
                 time.sleep(0.1)
-        assert httpx.get(f"{url}/ui/").status_code == 200  # the console's files are in the wheel
+        assert http.get(f"{url}/ui/").status_code == 200  # the console's files are in the wheel
         (work / "rows.csv").write_text("id,amount\n1,1.5\n2,2\n")
         isbre = str(environment / "bin" / "isbre")
         run(
             [isbre, "ingest", "rows.csv", "--table", "landing.rows", "--uri", url, "--source-id", "wheel"],
             work,
         )
-        loaded = httpx.get(f"{url}/v1/isbre/namespaces/landing/tables/rows").json()
+        loaded = http.get(f"{url}/v1/isbre/namespaces/landing/tables/rows").json()
         assert loaded["metadata"]["current-snapshot-id"] is not None
     finally:
         server.terminate()

@@ -20,6 +20,7 @@ import pytest
 from isbre.rest.auth import sha256_hex
 from isbre.rest.shared_counters import FOLDER, running_workers
 
+from tests.http_client import http
 from tests.lineage_receiver import Receiver
 from tests.server import COMMIT_TIMEOUT, ID_SCHEMA, IsbreServer, on_threads, secured_server
 from tests.test_metrics import exposition_is_well_formed
@@ -29,14 +30,14 @@ from tests.waiting import eventually
 @pytest.fixture(scope="module")
 def two(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IsbreServer]:
     running = IsbreServer(tmp_path_factory.mktemp("workers") / "warehouse", workers=2).start()
-    httpx.post(f"{running.url}/v1/isbre/namespaces", json={"namespace": ["w"]}).raise_for_status()
+    http.post(f"{running.url}/v1/isbre/namespaces", json={"namespace": ["w"]}).raise_for_status()
     yield running
     running.stop()
 
 
 def create(server: IsbreServer, namespace: str, name: str) -> None:
     url = f"{server.url}/v1/isbre/namespaces/{namespace}/tables"
-    httpx.post(url, json={"name": name, "schema": ID_SCHEMA}, timeout=COMMIT_TIMEOUT).raise_for_status()
+    http.post(url, json={"name": name, "schema": ID_SCHEMA}, timeout=COMMIT_TIMEOUT).raise_for_status()
 
 
 def answering_processes(
@@ -82,7 +83,7 @@ def assert_present(server: IsbreServer, acknowledged: list[tuple[str, str, int]]
     for table, key, value in acknowledged:
         newest[(table, key)] = max(value, newest.get((table, key), -1))
     for (table, key), value in newest.items():
-        properties = httpx.get(f"{server.url}/v1/isbre/namespaces/w/tables/{table}").json()["metadata"]
+        properties = http.get(f"{server.url}/v1/isbre/namespaces/w/tables/{table}").json()["metadata"]
         assert int(properties["properties"][key]) >= value, (table, key)
 
 
@@ -90,7 +91,7 @@ def commit_seqs(server: IsbreServer, after: int) -> list[int]:
     """Every commit_seq after `after`, from the log (the pull endpoint pages through it)."""
     seqs, body = [], {"page-size": 1000}
     while True:
-        page = httpx.post(f"{server.url}/v1/isbre/events", json=body).json()
+        page = http.post(f"{server.url}/v1/isbre/events", json=body).json()
         seqs += [int(e["event-id"]) for e in page["events"]]
         if not page["events"]:
             return [s for s in seqs if s > after]
@@ -102,7 +103,7 @@ def commits_answered(server: IsbreServer) -> float:
     wanted = (
         'isbre_http_requests_total{method="POST",route="/namespaces/{namespace}/tables/{table}",status="200"}'
     )
-    lines = httpx.get(f"{server.url}/metrics").text.splitlines()
+    lines = http.get(f"{server.url}/metrics").text.splitlines()
     return sum(float(line.split()[-1]) for line in lines if line.startswith(wanted))
 
 
@@ -151,7 +152,7 @@ def test_the_server_says_it_is_up_once_every_worker_answers(tmp_path: Path) -> N
     server.start()
     try:
         eventually(lambda: "isbre up:" in server.log(), "the server saying it is up", every=0.02)
-        assert httpx.get(f"{server.url}/ready").json() == {"status": "ok"}
+        assert http.get(f"{server.url}/ready").json() == {"status": "ok"}
         assert len(connections_to_each_worker(server, each=1)) == 2  # both answer
         up = [line for line in server.log().splitlines() if "isbre up:" in line]
         assert len(up) == 1 and up[0].endswith(f"isbre up: {server.url} answers (2 workers)"), up
@@ -202,7 +203,7 @@ def test_a_subscriber_sees_every_workers_commits_in_order(two: IsbreServer) -> N
     ready = threading.Event()
 
     def follow() -> None:
-        with httpx.stream("GET", f"{two.url}/v1/events", params={"after": start}, timeout=60) as stream:
+        with http.stream("GET", f"{two.url}/v1/events", params={"after": start}, timeout=60) as stream:
             ready.set()
             for line in stream.iter_lines():
                 if line.startswith("data:"):
@@ -245,7 +246,7 @@ def descendants(pid: int) -> list[int]:
 def test_a_crafted_counter_file_cannot_forge_metrics_lines(two: IsbreServer) -> None:
     """Each worker sums the others' counter files into /metrics: what a file says is data."""
     folder = two.warehouse / "isbre-workers"
-    httpx.get(f"{two.url}/metrics").raise_for_status()
+    http.get(f"{two.url}/metrics").raise_for_status()
     real = json.loads(next(folder.glob("*.json")).read_text())
     crafted = dict(
         real,
@@ -256,7 +257,7 @@ def test_a_crafted_counter_file_cannot_forge_metrics_lines(two: IsbreServer) -> 
     path.write_text(json.dumps(crafted))
     try:
         for _ in range(6):  # the scrape reaches one worker or the other
-            text = httpx.get(f"{two.url}/metrics").text
+            text = http.get(f"{two.url}/metrics").text
             plain = exposition_is_well_formed(text)
             assert plain["isbre_commit_seq"] != "999999" and plain["isbre_store_up"] == "1"
             assert 'isbre_metrics_reports_total{type="other"} 5' in text
@@ -285,11 +286,11 @@ def test_the_failed_login_limit_holds_across_workers(tmp_path: Path) -> None:
 def test_kill_9_of_one_worker_under_load(tmp_path: Path) -> None:
     server = IsbreServer(tmp_path / "warehouse", workers=2).start()
     try:
-        httpx.post(f"{server.url}/v1/isbre/namespaces", json={"namespace": ["w"]}).raise_for_status()
+        http.post(f"{server.url}/v1/isbre/namespaces", json={"namespace": ["w"]}).raise_for_status()
         tables = [f"t{i}" for i in range(4)]
         for table in tables:
             create(server, "w", table)
-        victim = httpx.get(f"{server.url}/health").json()["process"]
+        victim = http.get(f"{server.url}/health").json()["process"]
         acknowledged: list[tuple[str, str, int]] = []
         load = threading.Thread(target=commit_many, args=(server, tables, 8, 60, acknowledged))
         load.start()
@@ -312,7 +313,7 @@ def test_kill_9_of_one_worker_under_load(tmp_path: Path) -> None:
 def under_load(tmp_path: Path) -> tuple[IsbreServer, list[tuple[str, str, int]], threading.Thread]:
     """A 2-worker server with 8 writers committing to 4 tables, 80 commits acknowledged so far."""
     server = IsbreServer(tmp_path / "warehouse", workers=2).start()
-    httpx.post(f"{server.url}/v1/isbre/namespaces", json={"namespace": ["w"]}).raise_for_status()
+    http.post(f"{server.url}/v1/isbre/namespaces", json={"namespace": ["w"]}).raise_for_status()
     tables = [f"t{i}" for i in range(4)]
     for table in tables:
         create(server, "w", table)
@@ -349,7 +350,7 @@ def test_one_lineage_worker_delivers_the_runs_of_every_worker(tmp_path: Path) ->
     receiver = Receiver().start()
     server = IsbreServer(tmp_path / "warehouse", workers=2, env={"ISBRE_LINEAGE_URL": receiver.url}).start()
     try:
-        httpx.post(f"{server.url}/v1/isbre/namespaces", json={"namespace": ["w"]}).raise_for_status()
+        http.post(f"{server.url}/v1/isbre/namespaces", json={"namespace": ["w"]}).raise_for_status()
         for table in ("a", "b"):
             create(server, "w", table)
         acknowledged: list[tuple[str, str, int]] = []
@@ -366,7 +367,7 @@ def test_one_lineage_worker_delivers_the_runs_of_every_worker(tmp_path: Path) ->
         assert len(statuses) == 1 and None not in statuses  # both workers report the same worker
 
         # SIGTERM with lineage on and a stream open: every worker shuts down cleanly.
-        with httpx.stream("GET", f"{server.url}/v1/events", params={"after": 0}, timeout=30) as stream:
+        with http.stream("GET", f"{server.url}/v1/events", params={"after": 0}, timeout=30) as stream:
             next(stream.iter_lines())
             assert server.process is not None
             server.process.send_signal(signal.SIGTERM)
@@ -386,7 +387,7 @@ def test_a_signal_to_the_whole_process_group_stops_it_quietly(tmp_path: Path) ->
     server = IsbreServer(tmp_path / "warehouse", workers=2, env={"ISBRE_LINEAGE_URL": receiver.url}).start()
     try:
         assert server.process is not None
-        with httpx.stream("GET", f"{server.url}/v1/events", params={"after": 0}, timeout=30) as stream:
+        with http.stream("GET", f"{server.url}/v1/events", params={"after": 0}, timeout=30) as stream:
             next(stream.iter_lines())
             os.killpg(server.process.pid, signal.SIGINT)
             assert server.process.wait(timeout=30) == 0
@@ -426,7 +427,7 @@ def test_a_worker_never_answers_from_a_stale_pointer(two: IsbreServer) -> None:
 def test_one_worker_growing_the_map_does_not_break_the_other(tmp_path: Path) -> None:
     server = IsbreServer(tmp_path / "warehouse", workers=2, env={"ISBRE_MAP_SIZE_MB": "1"}).start()
     try:
-        httpx.post(f"{server.url}/v1/isbre/namespaces", json={"namespace": ["w"]}).raise_for_status()
+        http.post(f"{server.url}/v1/isbre/namespaces", json={"namespace": ["w"]}).raise_for_status()
         tables = [f"t{i}" for i in range(4)]
         for table in tables:
             create(server, "w", table)
@@ -441,7 +442,7 @@ def test_one_worker_growing_the_map_does_not_break_the_other(tmp_path: Path) -> 
         for client in clients:
             client.close()
         assert "growing it" in server.log()
-        listed = httpx.get(f"{server.url}/v1/isbre/namespaces").json()["namespaces"]
+        listed = http.get(f"{server.url}/v1/isbre/namespaces").json()["namespaces"]
         assert len(listed) == 1 + 160
     finally:
         server.stop()
