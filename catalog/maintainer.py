@@ -24,12 +24,14 @@ from isbre.catalog.maintenance import (
     DELETE_AFTER_COMMIT,
     EXPIRE_SNAPSHOTS,
     REMOVE_METADATA_FILES,
+    REMOVE_ORPHAN_FILES,
     REWRITE_MANIFESTS,
     JobReport,
     compaction_due,
     data_file_totals,
     enabled,
     min_count_to_merge,
+    orphan_interval_ms,
     plan_expiry,
 )
 from isbre.catalog.records import TABLE_KINDS
@@ -59,6 +61,9 @@ class MaintenanceStats:
     # Per table, how many data files it had when compaction last looked: it looks again once
     # `min-input-files` more have been added, not at every commit.
     compaction_seen: dict[str, int] = field(default_factory=dict)
+    # Per table, when remove-orphan-files last ran here, or when this process first saw a commit
+    # to it: it runs again after a commit once `orphan-files.interval-ms` has passed.
+    orphans_looked: dict[str, float] = field(default_factory=dict)
 
     def degraded(self) -> list[str]:
         return [
@@ -141,8 +146,13 @@ class Maintainer:
         if compaction_due(metadata.properties, files, size) and new_files >= min_input_files(
             metadata.properties
         ):
-            # Last: it takes longest, and the others need not wait for it.
+            # Late: it takes longest, and the others need not wait for it.
             jobs.append(COMPACT_DATA_FILES)
+        now = time.time()
+        looked = self.stats.orphans_looked.setdefault(table, now)
+        if (now - looked) * 1000 >= orphan_interval_ms(metadata.properties):
+            jobs.append(REMOVE_ORPHAN_FILES)  # after compaction: it reads every manifest kept
+            self.stats.orphans_looked[table] = now  # done or failed, due again an interval later
         reports = []
         for job in jobs:  # one failing job does not keep the others from running
             try:

@@ -38,6 +38,7 @@ DELETE_AFTER_COMMIT = "write.metadata.delete-after-commit.enabled"
 PREVIOUS_VERSIONS_MAX = "write.metadata.previous-versions-max"
 ENABLED = "isbre.maintenance.enabled"
 ORPHAN_MIN_AGE_MS = "isbre.maintenance.orphan-files.min-age-ms"
+ORPHAN_INTERVAL_MS = "isbre.maintenance.orphan-files.interval-ms"
 # Iceberg's own: an append merges manifests once there are this many (the sink's, when enabled);
 # for the catalog, a table holding this many is due for `rewrite-manifests`.
 MIN_COUNT_TO_MERGE = "commit.manifest.min-count-to-merge"
@@ -85,6 +86,9 @@ JOB_PROPERTY = "isbre.maintenance.job"
 # A file younger than this may be a commit's, written and not yet committed (Iceberg's own
 # remove-orphan-files waits as long by default).
 DEFAULT_ORPHAN_MIN_AGE_MS = 3 * 24 * 3600 * 1000
+# remove-orphan-files lists the table and reads every manifest it keeps: after commits, the
+# catalog runs it on a table once a day (Iceberg's guidance is daily or weekly).
+DEFAULT_ORPHAN_INTERVAL_MS = 24 * 3600 * 1000
 
 _POSITIVE = (
     MAX_SNAPSHOT_AGE_MS,
@@ -92,6 +96,7 @@ _POSITIVE = (
     MAX_REF_AGE_MS,
     PREVIOUS_VERSIONS_MAX,
     ORPHAN_MIN_AGE_MS,
+    ORPHAN_INTERVAL_MS,
     MIN_COUNT_TO_MERGE,
     TARGET_FILE_SIZE,
     MIN_INPUT_FILES,
@@ -136,6 +141,10 @@ def _int(properties: dict[str, str], key: str, default: int) -> int:
 
 def orphan_min_age_ms(properties: dict[str, str]) -> int:
     return _int(properties, ORPHAN_MIN_AGE_MS, DEFAULT_ORPHAN_MIN_AGE_MS)
+
+
+def orphan_interval_ms(properties: dict[str, str]) -> int:
+    return _int(properties, ORPHAN_INTERVAL_MS, DEFAULT_ORPHAN_INTERVAL_MS)
 
 
 @dataclass(frozen=True)

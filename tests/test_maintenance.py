@@ -469,6 +469,7 @@ def test_invalid_policies_are_refused_naming_the_property(maintained: IsbreServe
         ("history.expire.max-snapshot-age-ms", "soon"),
         ("write.metadata.delete-after-commit.enabled", "yes"),
         ("isbre.maintenance.orphan-files.min-age-ms", "-5"),
+        ("isbre.maintenance.orphan-files.interval-ms", "0"),
         ("isbre.maintenance.compact.enabled", "maybe"),
         ("isbre.maintenance.compact.min-input-files", "0"),
         ("isbre.maintenance.compact.target-file-size-bytes", "big"),
@@ -526,6 +527,43 @@ def test_after_commits_the_catalog_expires_what_the_policy_makes_due(
     health = http.get(f"{maintained.url}/health").json()["components"]["maintenance"]
     assert health["status"] == "ok" and health["maintaining"]
     assert sorted(table.scan().to_arrow()["n"].to_pylist()) == sorted(n for i in range(6) for n in (i, i + 1))
+
+
+def _orphan(table: Table, name: str, age_s: float) -> Path:
+    root = local_path(table.location())
+    assert root is not None
+    path = root / "data" / name
+    path.write_bytes(b"not referenced")
+    os.utime(path, (time.time() - age_s, time.time() - age_s))
+    return path
+
+
+def test_after_commits_the_catalog_removes_old_orphans_once_an_interval_has_passed(
+    maintained: IsbreServer, rest: Catalog
+) -> None:
+    """A table whose orphan-files interval has passed since the catalog last looked loses its old
+    orphans after a commit, and keeps its young ones; a table with the default interval (a day)
+    keeps them through commits that the catalog handled before."""
+    policy = {"isbre.maintenance.enabled": "true", "isbre.maintenance.orphan-files.min-age-ms": "3600000"}
+    eager = rest.create_table(
+        "m.orphans",
+        schema=batch(0).schema,
+        properties={**policy, "isbre.maintenance.orphan-files.interval-ms": "1"},
+    )
+    daily = rest.create_table("m.orphans_daily", schema=batch(0).schema, properties=policy)
+    eager.append(batch(0))
+    daily.append(batch(0))
+    old, young = _orphan(eager, "lost.parquet", 86_400), _orphan(eager, "in-flight.parquet", 0)
+    kept = _orphan(daily, "lost.parquet", 86_400)
+
+    def commits_until_removed() -> bool:
+        daily.append(batch(2))  # handled before the eager table's commit that follows
+        eager.append(batch(2))
+        return not old.exists()
+
+    eventually(commits_until_removed, "the old orphan removed after a commit", every=0.2)
+    assert young.exists() and kept.exists()
+    assert numbers(eager.refresh())[:2] == [0, 1] and all(map(exists, read_files(eager)))
 
 
 def test_after_commits_the_catalog_compacts_in_a_process_of_its_own(
