@@ -850,7 +850,10 @@ def test_kill_9_of_a_job_s_process_at_each_step_leaves_the_table_whole(
     table = table.refresh()
     assert all(map(exists, read_files(table)))
     assert numbers(table) == expected
-    assert all(numbers(table, s.snapshot_id) == kept[s.snapshot_id] for s in table.metadata.snapshots)
+    # A snapshot the job committed before the kill replaced the head's files: it reads the head's rows.
+    assert all(
+        numbers(table, s.snapshot_id) == kept.get(s.snapshot_id, expected) for s in table.metadata.snapshots
+    )
     (report,) = service.maintain(T, [job])
     assert not report.problems, report
     table = table.refresh()
