@@ -816,11 +816,7 @@ def test_kill_9_of_a_job_s_process_at_each_step_leaves_the_table_whole(
     table = appended(catalog, KILLED_APPENDS, EVERY_JOB_DUE)
     root = local_path(table.location())
     assert root is not None
-    orphans = {root / "data" / f"lost-{i}.parquet" for i in range(PILED_UP)}
-    day_ago = time.time() - 86_400
-    for orphan in orphans:
-        orphan.write_bytes(b"not referenced")
-        os.utime(orphan, (day_ago, day_ago))
+    orphans = {_orphan(table, f"lost-{i}.parquet", 86_400) for i in range(PILED_UP)}
     for _ in range(PILED_UP):
         (root / "metadata" / f"00000-{uuid.uuid4()}.metadata.json").write_bytes(b"{}")
     expected = list(range(2 * KILLED_APPENDS))
