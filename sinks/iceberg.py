@@ -52,14 +52,31 @@ MANIFEST_MERGE = "commit.manifest-merge.enabled"
 
 @dataclass(frozen=True)
 class _Prepared:
-    """Rows taken for the next commit, stamped when their file is written."""
+    """Rows taken for the next commit, stamped when their file is written: those of `batch` that
+    `keep` selects (all with None), one offset each; the copy a selection makes is left to the
+    write thread, which has a core of its own."""
 
     batch: pa.RecordBatch
+    keep: pa.Array | None
     span: OffsetSpan
     offsets: np.ndarray
     source: SourceFields | None
     received: pa.Scalar
     to_json: list[str]
+
+    @property
+    def rows(self) -> int:
+        return len(self.offsets)
+
+    @property
+    def nbytes(self) -> int:
+        """About the Arrow bytes of the rows taken."""
+        return self.batch.nbytes * self.rows // max(1, self.batch.num_rows)
+
+    def selected(self) -> tuple[pa.RecordBatch, SourceFields | None]:
+        if self.keep is None:
+            return self.batch, self.source
+        return self.batch.filter(self.keep), self.source.filter(self.keep) if self.source else None
 
 
 class ConflictingWriteError(SinkError):
@@ -246,19 +263,21 @@ class TableWriter:
         source: SourceFields | None = None,
         offsets: np.ndarray | None = None,
         disposition: str | None = ACCEPTED,
+        keep: np.ndarray | None = None,
     ) -> int:
-        """Take `batch` for the next commit; returns how many of its rows were not covered yet
-        (counted under `disposition` unless it is None: the caller counts them)."""
-        prepared = self.prepare(batch, span, source, offsets)
+        """Take `batch` (only the rows `keep` selects, where given) for the next commit; returns
+        how many of its rows were not covered yet (counted under `disposition` unless it is None:
+        the caller counts them)."""
+        prepared = self.prepare(batch, span, source, offsets, keep)
         if prepared is None:
             return 0
         self._buffer.append(prepared)
-        self._buffered += prepared.batch.nbytes
+        self._buffered += prepared.nbytes
         if self._buffered >= self.target_file_bytes * self.write_threads:
             self.start_write()
         if disposition is not None:
-            self.rows[disposition] += prepared.batch.num_rows
-        return prepared.batch.num_rows
+            self.rows[disposition] += prepared.rows
+        return prepared.rows
 
     def fresh(self, span: OffsetSpan, offsets: np.ndarray) -> np.ndarray:
         """Which of the rows at `offsets` of `span`'s stream the table does not hold yet."""
@@ -277,8 +296,8 @@ class TableWriter:
         groups: list[list[_Prepared]] = [[] for _ in range(files)]
         filled = 0
         for item in self._buffer:  # each batch goes to the file its middle byte falls in
-            groups[min(files - 1, int((filled + item.batch.nbytes / 2) / share))].append(item)
-            filled += item.batch.nbytes
+            groups[min(files - 1, int((filled + item.nbytes / 2) / share))].append(item)
+            filled += item.nbytes
         self._buffer, self._buffered = [], 0
         for group in groups:
             self._writes.append(self._pool.submit(self._write, self.table, group))
@@ -303,8 +322,10 @@ class TableWriter:
         span: OffsetSpan,
         source: SourceFields | None = None,
         offsets: np.ndarray | None = None,
+        keep: np.ndarray | None = None,
     ) -> _Prepared | None:
-        """The rows of `batch` not yet covered; None when there are none.
+        """The rows of `batch` (those `keep` selects, where given) not yet covered; None when
+        there are none.
 
         Rows map to offsets `span.start, span.start + 1, …` unless `offsets` says otherwise
         (ascending, inside the span: a source that skips offsets).
@@ -315,20 +336,25 @@ class TableWriter:
         if source is not None:
             source.check(batch.num_rows)
         self.fit(batch.schema)
-        covered = self._covered(span.key, offsets)
+        taken = ~self._covered(span.key, offsets)
         self._pending.add(span.as_span())
-        if covered.any():
-            keep = pa.array(~covered)
-            batch = batch.filter(keep)
-            offsets = offsets[~covered]
-            source = source.filter(keep) if source is not None else None
-        if batch.num_rows == 0:
+        if keep is not None:
+            taken &= keep
+        if not taken.any():
             return None
-        if (errors := self.contract_errors(batch)) is not None:
-            raise SinkError(
-                f"{self.identifier}: {span}: {_broken(errors, offsets)}; none of the batch is taken"
-            )
-        return _Prepared(batch, span, offsets, source, now(), list(self._json_columns))
+        if (errors := self.contract_errors(batch)) is not None and errors[taken].astype(bool).any():
+            broken = _broken(errors[taken], offsets[taken])
+            raise SinkError(f"{self.identifier}: {span}: {broken}; none of the batch is taken")
+        everything = bool(taken.all())
+        return _Prepared(
+            batch,
+            None if everything else pa.array(taken),
+            span,
+            offsets if everything else offsets[taken],
+            source,
+            now(),
+            list(self._json_columns),
+        )
 
     def contract_errors(self, batch: pa.RecordBatch) -> np.ndarray | None:
         """Why each row of `batch` cannot be written to the table, None for a row that can (a null
@@ -354,8 +380,9 @@ class TableWriter:
         emitted = now()
         stamped = []
         for item in prepared:
+            rows, source = item.selected()
             batch = self.columns.stamp(
-                item.batch, item.span, item.offsets, item.source, item.received, self.quality_columns
+                rows, item.span, item.offsets, source, item.received, self.quality_columns
             )
             for name in item.to_json:
                 index = batch.schema.get_field_index(name)

@@ -71,7 +71,7 @@ class Rule:
 
 
 def _column(values: Sequence[str | None] | np.ndarray) -> pa.Array:
-    return pa.array(list(values), pa.string())
+    return pa.array(values, pa.string())
 
 
 class Quality:
@@ -146,24 +146,19 @@ class Quality:
             raise SinkError(
                 f"{span}: rows fail the data-quality rules {', '.join(failing)}; none of the batch is taken"
             )
-        fresh = writer.fresh(span, offsets)  # counted once: a replay's rows were counted before
         if self.audit is not None:
             self._audit(batch, span, offsets, verdicts, passed)
         if self.enforcement == "annotate":
             batch = batch.append_column(self.prefix + "dq_passed", pa.array(passed))
             batch = batch.append_column(self.prefix + "dq_failed", self._failed_names(verdicts))
+            fresh = writer.fresh(span, offsets)  # counted once: a replay's rows were counted before
             taken = writer.add(batch, span, source, offsets, disposition=None)
             writer.rows[ACCEPTED] += int((fresh & passed).sum())
             writer.rows[ANNOTATED] += int((fresh & ~passed).sum())
             return taken
         if self.quarantine is not None:
-            self._divert(
-                self.quarantine, writer, batch, span, source, offsets, verdicts, passed, errors, fresh
-            )
-        if passed.all():  # no copy of a clean batch
-            return writer.add(batch, span, source, offsets)
-        keep = pa.array(passed)
-        return writer.add(batch.filter(keep), span, source.filter(keep) if source else None, offsets[passed])
+            self._divert(self.quarantine, writer, batch, span, source, offsets, verdicts, passed, errors)
+        return writer.add(batch, span, source, offsets, keep=passed)
 
     def _failed_names(self, verdicts: np.ndarray) -> pa.ListArray:
         """Per row, the names of the rules it failed, in the rules' order (without a loop per row:
@@ -185,33 +180,36 @@ class Quality:
         verdicts: np.ndarray,
         passed: np.ndarray,
         errors: np.ndarray | None,
-        fresh: np.ndarray,
     ) -> None:
         """The failing rows into the quarantine's lane: a row the table cannot hold with reason
         `contract` and why, any other with the first rule it failed (every row of the span is
         offered, so that the quarantine covers the span even when none fails). `writer`, the
         sink's own, counts the rows it had not held."""
-        failing = pa.array(~passed)
-        broken = errors[~passed] if errors is not None else np.full(int((~passed).sum()), None, dtype=object)
-        first_failed = verdicts.argmin(axis=0)[~passed] if self.rules else np.zeros(len(broken), dtype=int)
-        rules = [
-            None if error is not None else self.rules[i]
-            for i, error in zip(first_failed, broken, strict=True)
-        ]
-        reasons = ["dq" if rule is not None else "contract" for rule in rules]
-        diverted = batch.filter(failing)
+        failing = ~passed
+        broken = errors[failing] if errors is not None else np.full(int(failing.sum()), None, dtype=object)
+        contract = broken.astype(bool)  # a row the table cannot hold is diverted for that first
+        # Per failing row, 1 + the index of the first rule it failed; 0 where the contract failed it.
+        first = np.zeros(len(broken), dtype=np.int64)
+        if self.rules:
+            first = np.where(contract, 0, verdicts[:, failing].argmin(axis=0) + 1)
+        rules = np.array([None, *(rule.name for rule in self.rules)], dtype=object)[first]
+        versions = np.array([None, *(rule.version for rule in self.rules)], dtype=object)[first]
+        reasons = np.where(contract, "contract", "dq").astype(object)
+        diverted = batch.filter(pa.array(failing))
         for name, values in (
             ("reason", reasons),
-            ("rule", [rule.name if rule is not None else None for rule in rules]),
-            ("rule_version", [rule.version if rule is not None else None for rule in rules]),
-            ("error", list(broken)),
+            ("rule", rules),
+            ("rule_version", versions),
+            ("error", broken),
         ):
             diverted = diverted.append_column(self.prefix + name, _column(values))
-        counted = Counter(reason for reason, new in zip(reasons, fresh[~passed], strict=True) if new)
+        new = writer.fresh(span, offsets[failing])  # counted once: a replay's rows were counted before
+        # A reason without a row is not counted (unary + drops it).
+        counted = +Counter({"dq": int((new & ~contract).sum()), "contract": int((new & contract).sum())})
         for reason, rows in counted.items():
             writer.rows[f"quarantined.{reason}"] += rows
         quarantine.offer(
-            diverted, span, source.filter(failing) if source else None, offsets[~passed], counted
+            diverted, span, source.filter(pa.array(failing)) if source else None, offsets[failing], counted
         )
 
     def _audit(

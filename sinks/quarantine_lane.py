@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
-from isbre.sinks.contract import OffsetSpan, SourceFields
+from isbre.sinks.contract import OffsetSpan, SourceFields, continue_span
 
 if TYPE_CHECKING:
     from isbre.sinks.iceberg import TableWriter
@@ -153,7 +153,7 @@ class QuarantineLane:
                     return
                 burst, self._queue, self._queued_rows = self._queue, [], 0
             try:
-                for item in burst:
+                for item in _merged(burst):
                     self.writer.add(item.batch, item.span, item.source, item.offsets)
                 self.writer.commit()
             except Exception as e:
@@ -167,3 +167,45 @@ class QuarantineLane:
                 with self._condition:
                     self._unfinished -= len(burst)
                     self._condition.notify_all()
+
+
+def _merged(burst: list[_Diverted]) -> list[_Diverted]:
+    """`burst` with each run of items whose spans continue one another as one item: the writer
+    then checks and stamps one batch, not one per push (per-batch costs are most of a small one's)."""
+    runs: list[list[_Diverted]] = []
+    for item in burst:
+        if runs and _continues(runs[-1][-1], item):
+            runs[-1].append(item)
+        else:
+            runs.append([item])
+    return [_joined(run) if len(run) > 1 else run[0] for run in runs]
+
+
+def _present(source: SourceFields | None) -> tuple[bool, ...] | None:
+    return None if source is None else tuple(column is not None for column in source.columns)
+
+
+def _continues(last: _Diverted, item: _Diverted) -> bool:
+    return (
+        item.span.key == last.span.key
+        and item.span.start == last.span.end
+        and item.batch.schema == last.batch.schema
+        and _present(item.source) == _present(last.source)
+    )
+
+
+def _joined(run: list[_Diverted]) -> _Diverted:
+    first = run[0]
+    with_rows = [item.batch for item in run if item.batch.num_rows]
+    batch = pa.Table.from_batches(with_rows).combine_chunks().to_batches()[0] if with_rows else first.batch
+    source = None
+    if first.source is not None:
+        parts = zip(*(item.source.columns for item in run if item.source is not None), strict=True)
+        source = SourceFields(*(None if part[0] is None else pa.concat_arrays(part) for part in parts))
+    reasons: Counter[str] = Counter()
+    for item in run:
+        reasons.update(item.reasons)
+    span = first.span
+    for item in run[1:]:
+        span = continue_span(span, item.span)
+    return _Diverted(batch, span, source, np.concatenate([item.offsets for item in run]), reasons)

@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 import pytest
 from isbre.catalog.sink_rows import ROWS_PROPERTY
 from isbre.sinks import Rule
-from isbre.sinks.contract import SinkError
+from isbre.sinks.contract import SinkError, SourceFields
 from isbre.sinks.iceberg import IcebergSink
 from isbre.sinks.lane import PipelinedSink
 from pyiceberg.catalog.rest import RestCatalog
@@ -180,6 +180,38 @@ def test_a_quarantine_without_rules_takes_contract_failures_alone(
     assert [r["n"] for r in table_rows(rest_catalog, ident)] == [0, 1, 3, 4]
     diverted = table_rows(rest_catalog, f"{namespace}.contract_only_quarantine")
     assert [(r["n"], r["_twg_reason"]) for r in diverted] == [(2, "contract"), (5, "contract")]
+
+
+def keyed_orders(push: int) -> tuple[pa.RecordBatch, SourceFields]:
+    """orders() numbered from 6 * push, with a key per row naming its push and row."""
+    batch = orders().set_column(0, "n", pa.array(range(6 * push, 6 * push + 6), pa.int64()))
+    return batch, SourceFields(keys=pa.array([f"{6 * push + i}".encode() for i in range(6)], pa.binary()))
+
+
+def test_each_row_of_many_pushes_keeps_its_source_fields_on_either_side(
+    rest_catalog: RestCatalog, namespace: str
+) -> None:
+    """The quarantine takes a commit's pushes as one batch, and the clean side selects its rows on
+    the write thread: keys and offsets still follow their rows, also where a replayed push
+    overlaps what a commit already holds."""
+    ident, quarantined = f"{namespace}.keyed", f"{namespace}.keyed_quarantine"
+    for pushes in (range(3), range(2, 5)):  # the second run replays push 2, then goes on
+        options = {"rules": RULES, "enforcement": "quarantine", "metadata_policy": "all"}
+        with IcebergSink(
+            rest_catalog,
+            ident,
+            quarantine=IcebergSink(rest_catalog, quarantined, metadata_policy="all"),
+            **options,
+        ) as sink:
+            for push in pushes:
+                batch, source = keyed_orders(push)
+                sink.push(batch, span(6 * push, 6 * push + 6), source)
+            sink.finish()
+    for table, kept in ((ident, {0, 2, 5}), (quarantined, {1, 3, 4})):
+        found = [
+            (r["n"], r["_twg_source_key"], r["_twg_source_offset"]) for r in table_rows(rest_catalog, table)
+        ]
+        assert found == [(n, str(n).encode(), n) for n in range(30) if n % 6 in kept]
 
 
 def test_annotate_lands_every_row_with_its_verdicts(rest_catalog: RestCatalog, namespace: str) -> None:
