@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from openlineage.client import OpenLineageClient
+if TYPE_CHECKING:  # openlineage-python loads in a second: only where lineage is delivered
+    from openlineage.client import OpenLineageClient
 
 
 def openlineage_configured() -> bool:
@@ -29,6 +30,8 @@ def build_client(
     url: str | None = None, api_key: str | None = None, transport: dict[str, Any] | None = None
 ) -> OpenLineageClient | None:
     """The client to deliver with, or None when lineage is not configured anywhere."""
+    from openlineage.client import OpenLineageClient
+
     if transport:
         return OpenLineageClient(config={"transport": transport})
     if url:

@@ -8,16 +8,15 @@ output datasets. What a writer declares in the snapshot summary under the
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, TypeVar
 
 from isbre.catalog.records import TABLE_KINDS, CommitRecord
+from isbre.lineage.names import LineageNames
 from openlineage.client.event_v2 import InputDataset, Job, OutputDataset, Run, RunEvent, RunState
 from openlineage.client.facet_v2 import (
     column_lineage_dataset,
@@ -93,36 +92,6 @@ def _schema_fields(
             )
         )
     return result
-
-
-@dataclass(frozen=True)
-class LineageNames:
-    """Where isbre's datasets and jobs live in OpenLineage's naming."""
-
-    namespace: str  # dataset and job namespace, e.g. isbre://127.0.0.1:8181/isbre
-    # The namespaces of other warehouses than the default one, by warehouse name.
-    warehouses: dict[str, str] = dataclasses.field(default_factory=dict)
-
-    def of(self, warehouse: str | None) -> LineageNames:
-        """The names of `warehouse`'s datasets (the default warehouse's for None or an unknown one)."""
-        if warehouse in self.warehouses:
-            return LineageNames(self.warehouses[warehouse])  # one warehouse's names: nothing to resolve
-        return self
-
-    def dataset_name(self, namespace: list[str], name: str) -> str:
-        return ".".join([*namespace, name])
-
-    def resolve(self, declared: Any) -> tuple[str, str]:
-        """A declared dataset: {"namespace", "name"}, or "ns.table" meaning a table of this catalog."""
-        if (
-            isinstance(declared, dict)
-            and isinstance(declared.get("namespace"), str)
-            and isinstance(declared.get("name"), str)
-        ):
-            return declared["namespace"], declared["name"]
-        if isinstance(declared, str):
-            return self.namespace, declared
-        raise ValueError(f"not a dataset: {declared!r}")
 
 
 def _summary(metadata: TableMetadata | None, snapshot_id: int | None) -> dict[str, str]:

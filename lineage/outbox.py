@@ -14,48 +14,21 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
 
 from isbre.catalog.commit_log import CommitLog
 from isbre.catalog.records import CommitRecord
 from isbre.catalog.store import StoreUnavailableError
 from isbre.catalog.writer import WriterOverloadedError
 from isbre.lineage.mapping import LineageMapper, group_runs
+from isbre.lineage.status import CURSOR, OutboxStatus, start_from_now
 from openlineage.client import OpenLineageClient
 from openlineage.client.event_v2 import RunEvent
 
 log = logging.getLogger(__name__)
 
-CURSOR = "lineage"
-
 
 class _Stopping(Exception):
     pass
-
-
-def start_from_now(commit_log: CommitLog) -> None:
-    """Give a new outbox its cursor: lineage starts with the next commit (`isbre lineage replay`
-    sends history). A no-op once the cursor exists."""
-    if commit_log.consumer_cursor(CURSOR) is None:
-        commit_log.set_consumer_cursor(CURSOR, commit_log.commit_seq())
-
-
-@dataclass
-class OutboxStatus:
-    delivered_seq: int = 0
-    events_sent: int = 0
-    failures: int = 0
-    last_error: str | None = None
-    last_failure_at: float | None = None
-    last_delivery_at: float | None = None  # when a chunk of runs was last delivered
-    mapping_errors: int = 0
-    recent_failures: list[str] = field(default_factory=list)
-
-    def failed(self, error: BaseException) -> None:
-        self.failures += 1
-        self.last_error = f"{type(error).__name__}: {error}"
-        self.last_failure_at = time.time()
-        self.recent_failures = [*self.recent_failures[-9:], self.last_error]
 
 
 class LineageOutbox:

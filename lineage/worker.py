@@ -18,56 +18,31 @@ import json
 import logging
 import os
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from isbre.catalog.commit_log import CommitLog
-from isbre.catalog.processes import SupervisedProcess, die_with_parent
+from isbre.catalog.processes import die_with_parent
 from isbre.catalog.store import Lease, StoreUnavailableError
-from isbre.catalog.stores import helper_environment, helper_store
+from isbre.catalog.stores import helper_store
 from isbre.catalog.warehouses import Warehouse, open_warehouses, read_metadata
 from isbre.lineage.config import build_client
-from isbre.lineage.mapping import LineageMapper, LineageNames
-from isbre.lineage.outbox import CURSOR, LineageOutbox, OutboxStatus, start_from_now
+from isbre.lineage.handle import DELIVERY_ENV
+from isbre.lineage.mapping import LineageMapper
+from isbre.lineage.names import LineageNames
+from isbre.lineage.outbox import LineageOutbox
+from isbre.lineage.status import OutboxStatus, write_status
 
 log = logging.getLogger(__name__)
-STATUS_FILE = "lineage-status.json"
-# The environment variable carrying the delivery settings (JSON: url and api_key, or transport).
-DELIVERY_ENV = "ISBRE_LINEAGE_DELIVERY"
 
 
 LEASE = "lineage"
 # How often a waiting worker asks for the lease.
 LEASE_RETRY_S = 1.0
-
-
-def status_path(state: Path) -> Path:
-    """In the server's state directory: the status of its lineage worker."""
-    return state / STATUS_FILE
-
-
-def read_status(state: Path) -> tuple[OutboxStatus, int | None, bool] | None:
-    """The worker's last status, its process id, and whether it holds the lineage lease."""
-    try:
-        found = json.loads(status_path(state).read_text())
-        pid = found.pop("pid", None)
-        delivering = found.pop("delivering", True)
-        return OutboxStatus(**found), pid, delivering
-    except (OSError, ValueError, TypeError):
-        return None
-
-
-def _write_status(state: Path, status: OutboxStatus, delivering: bool) -> None:
-    path = status_path(state)
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(json.dumps({"pid": os.getpid(), "delivering": delivering, **asdict(status)}))
-    os.replace(temporary, path)
 
 
 def _take_lease(commit_log: CommitLog, state: Path, keep_waiting: Callable[[], bool]) -> Lease | None:
@@ -81,7 +56,7 @@ def _take_lease(commit_log: CommitLog, state: Path, keep_waiting: Callable[[], b
             lease = None
         if lease is not None:
             return lease
-        _write_status(state, waiting, delivering=False)
+        write_status(state, waiting, delivering=False)
         time.sleep(LEASE_RETRY_S)
     return None
 
@@ -127,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         # Commits happen in the server's process: nothing here wakes the outbox but its own polling.
         while serving():
-            _write_status(args.state, outbox.status, delivering=True)
+            write_status(args.state, outbox.status, delivering=True)
             if not lease.held() or not outbox.alive:
                 # Another worker may hold the lease now: stop at once; the server starts this again.
                 log.error("the lineage lease is lost or the outbox stopped: exiting to start again")
@@ -136,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
             stopping.wait(0.25)
     finally:
         outbox.stop()
-        _write_status(args.state, outbox.status, delivering=False)
+        write_status(args.state, outbox.status, delivering=False)
         lease.release()
         service.close()
     return code
@@ -144,71 +119,3 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
-
-
-class LineageObserver:
-    """The lineage worker as the server's processes see it: its status file in the server's state
-    directory and the store's cursor say how it does."""
-
-    def __init__(self, commit_log: CommitLog, state: Path) -> None:
-        self._log = commit_log
-        self._state = state
-
-    @property
-    def status(self) -> OutboxStatus:
-        delivered = self._log.consumer_cursor(CURSOR) or 0
-        found = read_status(self._state)
-        status = found[0] if found else OutboxStatus()
-        status.delivered_seq = max(status.delivered_seq, delivered)
-        return status
-
-    @property
-    def delivering(self) -> bool:
-        """This server's worker holds the lineage lease (another server's may, on a shared store)."""
-        found = read_status(self._state)
-        return found is not None and found[2]
-
-    @property
-    def pid(self) -> int | None:
-        found = read_status(self._state)
-        pid = found[1] if found else None
-        if pid is None:
-            return None
-        try:
-            os.kill(pid, 0)
-        except OSError:
-            return None
-        return pid
-
-    def backlog(self) -> int:
-        return self._log.commit_seq() - (self._log.consumer_cursor(CURSOR) or 0)
-
-
-class LineageWorker(SupervisedProcess, LineageObserver):
-    """The server's handle on the worker process: start, restart when it dies, stop, status."""
-
-    def __init__(
-        self,
-        commit_log: CommitLog,
-        store: str,
-        state: Path,
-        warehouses: list[Warehouse],
-        names: LineageNames,
-        delivery: dict[str, str],
-    ) -> None:
-        LineageObserver.__init__(self, commit_log, state)
-        worker_settings = {
-            **delivery,
-            "warehouses": [w.for_helper() for w in warehouses],
-            "names": asdict(names),
-        }
-        SupervisedProcess.__init__(
-            self,
-            "lineage worker",
-            [sys.executable, "-m", "isbre.lineage.worker", "--state", str(state)],
-            helper_environment(store, **{DELIVERY_ENV: json.dumps(worker_settings)}),
-        )
-
-    def start(self) -> None:
-        start_from_now(self._log)  # before any request: the worker takes a moment to start
-        super().start()

@@ -28,11 +28,15 @@ STORE_HELP = (
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from isbre.rest.serve import serve
     from isbre.rest.settings import load_settings
 
     flags = {"host": args.host, "port": args.port, "warehouse": args.warehouse, "store": args.store}
-    serve(load_settings(args.config, workers=args.workers, **flags))
+    settings = load_settings(args.config, workers=args.workers, **flags)
+    # The server's whole stack loads only once its settings are known to be good: a mistake in
+    # them is a one-line answer at once.
+    from isbre.rest.serve import serve
+
+    serve(settings)
     return 0
 
 

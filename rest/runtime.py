@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from isbre.catalog.maintainer import Maintainer
     from isbre.events.broadcast import Broadcaster
     from isbre.events.fanout import FanoutChannel, FanoutProcess
-    from isbre.lineage.worker import LineageObserver, LineageWorker
+    from isbre.lineage.handle import LineageObserver, LineageWorker
     from isbre.rest.delegation import Delegation
     from isbre.rest.settings import Settings
     from isbre.rest.shared_counters import SharedCounters

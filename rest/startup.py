@@ -23,8 +23,8 @@ from isbre.events.broadcast import Broadcaster
 from isbre.events.fanout import FanoutChannel, FanoutOptions, FanoutProcess, shared_socket
 from isbre.events.retention import trim_periodically
 from isbre.lineage.config import openlineage_configured
-from isbre.lineage.mapping import LineageNames
-from isbre.lineage.worker import LineageObserver, LineageWorker
+from isbre.lineage.handle import LineageObserver, LineageWorker
+from isbre.lineage.names import LineageNames
 from isbre.rest.delegation import Delegation
 from isbre.rest.runtime import RequestCounters, Runtime
 from isbre.rest.settings import Settings, warehouses

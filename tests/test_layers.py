@@ -62,11 +62,25 @@ def test_the_layers_are_the_documented_ones() -> None:
     assert "rest" not in {target for targets in graph.values() for target in targets}
 
 
-@pytest.mark.parametrize("module", ["isbre.catalog.records", "isbre.events.fanout_process"])
-def test_readers_of_the_log_load_without_pyiceberg_or_pyarrow(module: str) -> None:
-    """The package's names load on first use: a consumer of the log (a tool reading records, the
-    events fan-out process that a server restarts when it dies) does not pay for the table
-    machinery (a second of start-up)."""
-    check = f"import sys, {module}; print(sorted({{'pyarrow', 'pyiceberg'}} & set(sys.modules)))"
+TABLES = ("pyarrow", "pyiceberg")
+
+
+@pytest.mark.parametrize(
+    ("module", "left_out"),
+    [
+        # A consumer of the log (a tool reading records, the events fan-out process that a server
+        # restarts when it dies) does not pay for the table machinery (a second of start-up).
+        ("isbre.catalog.records", TABLES),
+        ("isbre.events.fanout_process", TABLES),
+        # A server and each of its workers load openlineage-python only in the lineage worker's
+        # process, when lineage is on (a fifth of a second for every process).
+        ("isbre.rest.serve", ("openlineage",)),
+        ("isbre.rest.app", ("openlineage",)),
+        # `isbre serve` checks its settings before it loads the server: a mistake is answered at once.
+        ("isbre.rest.settings", (*TABLES, "fastapi", "openlineage")),
+    ],
+)
+def test_a_process_loads_only_what_it_uses(module: str, left_out: tuple[str, ...]) -> None:
+    check = f"import sys, {module}; print(sorted({set(left_out)!r} & set(sys.modules)))"
     loaded = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, check=True)
     assert loaded.stdout.strip() == "[]"

@@ -9,7 +9,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from isbre.catalog.embedded import LmdbCatalog
-from isbre.lineage.mapping import LineageMapper, LineageNames, group_runs
+from isbre.lineage.mapping import LineageMapper, group_runs
+from isbre.lineage.names import LineageNames
 from openlineage.client.serde import Serde
 from pyiceberg.catalog import load_catalog
 
