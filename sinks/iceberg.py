@@ -420,8 +420,10 @@ class TableWriter:
                         "while this sink held them; replay the span (covered rows are skipped)"
                     )
 
-    def commit(self) -> CommitInfo:
-        """Make everything added since the last commit durable in one commit, spans included."""
+    def commit(self, commit_seq: bool = True) -> CommitInfo:
+        """Make everything added since the last commit durable in one commit, spans included.
+        `commit_seq`: also ask the catalog for the commit's commit_seq (a request of its own), for
+        a caller that reports it."""
         spans = [span for key, ranges in self._pending.ranges.items() for span in _spans(key, ranges)]
         files: list[DataFile] = []
         try:
@@ -452,7 +454,8 @@ class TableWriter:
         self._known_at = snapshot_id
         self._pending = Coverage()
         self.rows = Counter()
-        return CommitInfo(self.identifier, snapshot_id, self._coverage_source().commit_seq_of(snapshot_id))
+        seq = self._coverage_source().commit_seq_of(snapshot_id) if commit_seq else None
+        return CommitInfo(self.identifier, snapshot_id, seq)
 
     def _commit(self, files: list[DataFile], properties: dict[str, str], commit_id: str) -> int:
         for _ in range(self.max_attempts):

@@ -248,7 +248,7 @@ class Quality:
         so that a span the sink's table covers is in theirs too, or counted as shed."""
         writer.start_write()
         if self.audit is not None:
-            self.audit.commit()
+            self.audit.commit(commit_seq=False)
         if self.quarantine is not None:
             self.quarantine.drain()
             for reason, rows in self.quarantine.take_shed().items():

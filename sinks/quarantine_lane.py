@@ -155,7 +155,7 @@ class QuarantineLane:
             try:
                 for item in _merged(burst):
                     self.writer.add(item.batch, item.span, item.source, item.offsets)
-                self.writer.commit()
+                self.writer.commit(commit_seq=False)
             except Exception as e:
                 self.writer.abort()
                 reasons: Counter[str] = Counter()
