@@ -28,7 +28,7 @@ from isbre.catalog.stores import helper_environment, helper_store
 if TYPE_CHECKING:
     from isbre.catalog.warehouses import Warehouse
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("isbre.catalog.job_process")  # by name: the module runs as __main__
 JOB_ENV = "ISBRE_JOB"
 # The last lines of a failed job's error output that its error message carries.
 _ERROR_LINES = 5

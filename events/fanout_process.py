@@ -37,7 +37,7 @@ from isbre.events.fanout import StreamRequest, until_expiry
 from isbre.events.frames import PING_FRAME, STREAM_HEADERS, expired_frame, retry_frame, token_expired_frame
 from isbre.events.subscription import CursorExpiredError, follow
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("isbre.events.fanout_process")  # by name: the module runs as __main__
 
 SHUTDOWN_GRACE_S = 2.0
 _HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n"

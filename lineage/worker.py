@@ -37,7 +37,7 @@ from isbre.lineage.names import LineageNames
 from isbre.lineage.outbox import LineageOutbox
 from isbre.lineage.status import OutboxStatus, write_status
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("isbre.lineage.worker")  # by name: the module runs as __main__
 
 
 LEASE = "lineage"
@@ -87,8 +87,12 @@ def main(argv: list[str] | None = None) -> int:
     def serving() -> bool:
         return not stopping.is_set() and os.getppid() == parent
 
+    def why() -> str:
+        return "the server asked" if stopping.is_set() else f"the server (process {parent}) has gone"
+
     lease = _take_lease(service.commit_log, args.state, serving)
     if lease is None:
+        log.info("stopping before delivering: %s", why())
         service.close()
         return 0
     outbox = LineageOutbox(
@@ -109,11 +113,16 @@ def main(argv: list[str] | None = None) -> int:
                 code = 3
                 break
             stopping.wait(0.25)
+        else:
+            log.info("stopping: %s", why())
     finally:
         outbox.stop()
         write_status(args.state, outbox.status, delivering=False)
         lease.release()
         service.close()
+    # With the time of the line above, how long a stop took: a stop is slow on a busy machine,
+    # as this process runs at the lowest priority.
+    log.info("stopped")
     return code
 
 

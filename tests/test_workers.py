@@ -459,7 +459,7 @@ def test_every_process_of_a_server_ends_when_its_supervisor_is_killed(tmp_path: 
         supervisor.kill()  # kill -9 of the supervisor alone
         server.process.wait(timeout=10)
         _, alive = psutil.wait_procs(helpers, timeout=20)
-        assert alive == [], [p.cmdline() for p in alive]
+        assert alive == [], ([p.cmdline() for p in alive], server.log()[-3000:])
     finally:
         server.kill()
         receiver.stop()
