@@ -61,6 +61,15 @@ class _RestCoverage(CoverageSource):
     indexed = True
     catalog: RestCatalog
 
+    def __init__(self, catalog: RestCatalog, identifier: str) -> None:
+        super().__init__(catalog, identifier)
+        self._probed: dict[str, Any] | None = None  # the answer that showed the index is there
+
+    def probe(self) -> bool:
+        """Whether the catalog answers coverage requests; its answer is the first coverage."""
+        self._probed = self.get()
+        return self._probed is not None
+
     def get(self, **params: Any) -> dict[str, Any] | None:
         response = rest_extension_get(self.catalog, _COVERAGE_ENDPOINT, self.identifier, params)
         if response.status_code != 200:
@@ -69,7 +78,7 @@ class _RestCoverage(CoverageSource):
         return body if isinstance(body, dict) and "coverage" in body else None
 
     def coverage(self, table: Table) -> Coverage:
-        body = self.get()
+        body, self._probed = self._probed or self.get(), None
         if body is None:
             raise SinkError(f"{self.identifier}: the catalog stopped answering coverage requests")
         return Coverage.from_json(body["coverage"])
@@ -84,7 +93,7 @@ def coverage_source(catalog: Catalog, identifier: str) -> CoverageSource:
         return _EmbeddedCoverage(catalog, identifier)
     if isinstance(catalog, RestCatalog):
         rest = _RestCoverage(catalog, identifier)
-        if rest.get() is not None:
+        if rest.probe():
             return rest
         log.info("%s: the REST catalog keeps no coverage index; using snapshot summaries", identifier)
     return CoverageSource(catalog, identifier)

@@ -14,6 +14,7 @@ and replaying that span fills it (the clean table skips what it holds).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -141,6 +142,7 @@ class QuarantineLane:
             )
 
     def _run(self) -> None:
+        self._load()
         while True:
             with self._condition:
                 self._condition.wait_for(
@@ -167,6 +169,13 @@ class QuarantineLane:
                 with self._condition:
                     self._unfinished -= len(burst)
                     self._condition.notify_all()
+
+    def _load(self) -> None:
+        """Load the quarantine table and what it covers while the sink still pushes, not in the
+        drain its commit waits for. What fails here (a table its first rows will create, a
+        catalog that does not answer) is met again where the rows are added, and handled there."""
+        with contextlib.suppress(Exception):
+            self.writer.coverage()
 
 
 def _merged(burst: list[_Diverted]) -> list[_Diverted]:
