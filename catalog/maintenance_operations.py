@@ -306,8 +306,17 @@ class MaintenanceOperations(TableOperations):
             )
             try:
                 return self.commit_table(change)
-            except CommitFailedException:
-                state = self.load_table(ident)  # a commit landed first: build on it
+            except CommitFailedException as exc:
+                lost_to = self.load_table(ident)  # a commit landed first: build on it
+                log.info(
+                    "%s on %s: the table moved while it ran (%s), from snapshot %s to %s",
+                    job,
+                    ident,
+                    exc,
+                    state.metadata.current_snapshot_id,
+                    lost_to.metadata.current_snapshot_id,
+                )
+                state = lost_to
         raise CommitFailedException(f"Gave up {job} after {MAX_COMMIT_ATTEMPTS} lost races")
 
     def _read(self, metadata: TableMetadata, group: list[DataFile]) -> pa.Table:

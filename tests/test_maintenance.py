@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import threading
 import time
@@ -805,7 +806,7 @@ FINISHED: dict[str, Callable[[Table, set[Path]], bool]] = {
 
 @pytest.mark.parametrize(("job", "step"), [(job, step) for job, steps in STEPS.items() for step in steps])
 def test_kill_9_of_a_job_s_process_at_each_step_leaves_the_table_whole(
-    catalog: Catalog, job: str, step: str
+    catalog: Catalog, job: str, step: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The process running `job` killed once it has reached `step`: every file the table reaches
     is there, every snapshot it keeps reads the same rows, and the job run again finishes the work.
@@ -850,7 +851,8 @@ def test_kill_9_of_a_job_s_process_at_each_step_leaves_the_table_whole(
     assert all(
         numbers(table, s.snapshot_id) == kept.get(s.snapshot_id, expected) for s in table.metadata.snapshots
     )
+    caplog.set_level(logging.INFO, logger="isbre.catalog")
     (report,) = service.maintain(T, [job])
-    assert not report.problems, report
+    assert not report.problems, (report, caplog.text)
     table = table.refresh()
     assert FINISHED[job](table, orphans) and numbers(table) == expected
