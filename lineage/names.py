@@ -4,8 +4,7 @@ server's own processes need, kept apart from openlineage-python (which only the 
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -15,7 +14,7 @@ class LineageNames:
 
     namespace: str  # dataset and job namespace, e.g. isbre://127.0.0.1:8181/isbre
     # The namespaces of other warehouses than the default one, by warehouse name.
-    warehouses: dict[str, str] = dataclasses.field(default_factory=dict)
+    warehouses: dict[str, str] = field(default_factory=dict)
 
     def of(self, warehouse: str | None) -> LineageNames:
         """The names of `warehouse`'s datasets (the default warehouse's for None or an unknown one)."""
