@@ -543,6 +543,13 @@ class LmdbStore(Store):
         with self._begin(write=True) as txn:
             yield _LmdbView(self, txn)
 
+    def catch_up(self) -> None:
+        # A writer killed while it synced its commit's meta page leaves the commit durable but
+        # unannounced: LMDB publishes it (to readers) when the next writer takes the lock that the
+        # dead one held. Taking the lock and letting it go is that next writer.
+        with self._gate.transaction():
+            self.env.begin(write=True).abort()
+
     def transact(self, work: Callable[[WriteView], T]) -> T:
         while True:
             self.map_was_full = False

@@ -92,6 +92,9 @@ class MaintenanceOperations(TableOperations):
                 f"Unknown maintenance job {unknown[0]!r}: this catalog runs {', '.join(JOBS)}"
             )
         when = now_ms if now_ms is not None else int(time.time() * 1000)
+        # A job plans from the table as it is: one that another process (a job's, killed) committed
+        # last must not be planned around.
+        self.store.catch_up()
         run: dict[str, Callable[[], JobReport]] = {
             EXPIRE_SNAPSHOTS: lambda: self._expire_snapshots(ident, when),
             REMOVE_METADATA_FILES: lambda: self._remove_metadata_files(ident),

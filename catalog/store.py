@@ -287,6 +287,11 @@ class Store(ABC):
         """Take the lease `name`, held until released or the process ends; None when another holds it."""
         return Lease()
 
+    def catch_up(self) -> None:
+        """Make every durable commit visible to this process's reads (for a plan that must start
+        from the latest state). A no-op where reads always see it."""
+        return None
+
     @abstractmethod
     def export(self) -> Iterator[StoreEntry]:
         """Everything the store holds, read in one snapshot, as `load` takes it."""

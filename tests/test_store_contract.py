@@ -327,6 +327,15 @@ def test_another_stores_commit_notifies_whoever_listens_or_the_store_says_to_pol
         other.close()
 
 
+def test_catching_up_changes_nothing_and_reads_see_the_latest_commit(store: Store) -> None:
+    with store.write() as view:
+        view.append(record(1))
+    store.catch_up()
+    store.catch_up()  # with nothing new
+    with store.read() as view:
+        assert [r.commit_seq for r in view.records(0, 10)] == [1]
+
+
 def test_a_lease_is_held_until_released(store: Store) -> None:
     lease = store.try_lease("contract")
     assert lease is not None and lease.held()
