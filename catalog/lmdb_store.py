@@ -479,6 +479,8 @@ def _index_idempotency_by_time(txn: lmdb.Transaction, dbs: dict[str, lmdb._Datab
 
 
 class LmdbStore(Store):
+    reads_in_process = True
+
     def __init__(self, path: Path, map_size: int = 256 << 20, warehouses: tuple[str, ...] = ()) -> None:
         """`warehouses`: the scopes, besides the first (unnamed) one, that this process will use."""
         path.mkdir(parents=True, exist_ok=True)

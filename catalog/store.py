@@ -247,6 +247,11 @@ class Lease:
 
 
 class Store(ABC):
+    # Whether a read is answered from memory this process maps, in microseconds, so that an event
+    # loop may read the store itself; False: a read waits on another process (a database), however
+    # long that takes, and must not hold up a loop's other requests.
+    reads_in_process = False
+
     @abstractmethod
     def read(self, warehouse: str = "", snapshot: bool = True) -> AbstractContextManager[ReadView]:
         """A read of warehouse `warehouse`'s state (KeyError: not opened with it, as `scoped`).

@@ -100,7 +100,10 @@ class TableOperations(ServiceCore):
             return None
 
     def load_table_if_cached(self, ident: Identifier) -> TableState | None:
-        """`load_table` when it needs no file read (None otherwise): safe to call on an event loop."""
+        """`load_table` when it needs no file read and no wait on a database (None otherwise): safe
+        to call on an event loop."""
+        if not self.store.reads_in_process:
+            return None
         pointer = self.table_pointer(ident)
         loaded = self.table_files.peek(pointer.metadata_location)
         if loaded is None:

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import httpx
+import psycopg
 import pyarrow as pa
 import pytest
 from isbre.catalog import CatalogService
@@ -231,6 +232,36 @@ def test_health_reports_the_database(pair: list[IsbreServer]) -> None:
     connections = store["connections"]  # fields, not SQLAlchemy's status string
     assert set(connections) == {"size", "in_use", "idle", "overflow"}
     assert connections["size"] == 10 and all(isinstance(v, int) and v >= 0 for v in connections.values())
+
+
+@pytest.mark.parametrize("path", ["/v1/isbre/namespaces/{ns}/tables/t", "/v1/events"])
+def test_a_request_waiting_on_the_database_holds_up_no_other(pair: list[IsbreServer], path: str) -> None:
+    """A loadTable (answered from the metadata cache) and an event stream's opening read the
+    database; while the database keeps them waiting, the server still answers everything else."""
+    server = pair[0]
+    ns, _ = create_namespace(server)
+    RestCatalog("r", uri=server.url).create_table(f"{ns}.t", IDS)
+    url = server.url + path.format(ns=ns)
+    assert http.get(url.replace("/v1/events", "/v1/events/cursor"), timeout=30).status_code == 200
+    answers: list[int] = []
+
+    def wait_on_the_lock() -> None:
+        with httpx.stream("GET", url, params={"after": 0} if "events" in url else None, timeout=60) as answer:
+            answers.append(answer.status_code)
+
+    with psycopg.connect(server.store) as holder:  # the lock lasts until its transaction ends
+        holder.execute("LOCK TABLE isbre_pointers, isbre_meta IN ACCESS EXCLUSIVE MODE")
+        waiting = start_threads(lambda _: wait_on_the_lock(), [None])
+        time.sleep(1.0)  # the request now waits on the lock
+        assert not answers, "the request did not wait on the database"
+        started = time.monotonic()
+        config = http.get(f"{server.url}/v1/config", timeout=20)
+        took = time.monotonic() - started
+        holder.rollback()
+    for thread in waiting:
+        thread.join()
+    assert config.status_code == 200 and took < 5, f"/v1/config took {took:.1f} s"
+    assert answers == [200]
 
 
 def maintenance_count(server: IsbreServer, metric: str) -> int:
