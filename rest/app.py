@@ -18,6 +18,7 @@ from isbre.rest.runtime import RequestCounters, runtime
 from isbre.rest.settings import Settings
 from isbre.rest.startup import running
 from isbre.rest.wire import json_response
+from starlette.concurrency import run_in_threadpool
 
 log = logging.getLogger(__name__)
 
@@ -112,8 +113,10 @@ def create_app(settings: Settings, worker: bool = False) -> FastAPI:
         @app.post("/v1/oauth/tokens", dependencies=[Depends(PUBLIC)])
         async def issue_token(request: Request) -> Response:
             authorization = request.headers.get("authorization", "")
-            status, body, headers = token_response(
-                authenticator, failures, await request.body(), authorization
+            form = await request.body()
+            # The failure count is a file the workers share: waiting on its lock must not hold up the loop.
+            status, body, headers = await run_in_threadpool(
+                token_response, authenticator, failures, form, authorization
             )
             return json_response(body, status_code=status, headers={"Cache-Control": "no-store", **headers})
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,7 +20,7 @@ from pyiceberg.exceptions import ForbiddenError, OAuthError, UnauthorizedError
 
 from tests import duck
 from tests.http_client import http
-from tests.server import IsbreServer, free_port, secured_server, sse_records
+from tests.server import IsbreServer, free_port, secured_server, sse_records, start_threads
 
 ID_SCHEMA_ARROW = pa.schema([pa.field("id", pa.int64(), nullable=False)])
 
@@ -157,6 +159,34 @@ def sse_namespaces(server: IsbreServer, bearer: str, until: int, last_visible: b
         except httpx.ReadTimeout:
             pass  # a filtered stream has nothing more to say: what was seen is the answer
     return seen
+
+
+def test_a_token_request_waiting_on_the_failure_count_holds_up_no_other(secured: IsbreServer) -> None:
+    """The failed-login count is a file all of a server's workers share: a token request that waits
+    on its lock must not hold up the server's other requests."""
+    (counts,) = Path(secured.warehouse).parent.rglob("failed-logins.sqlite3")
+    bearer = {"Authorization": f"Bearer {token(secured, 'admin', 'admin-secret').json()['access_token']}"}
+    answers: list[int] = []
+
+    def guess(client_id: str) -> None:
+        answers.append(token(secured, client_id, "wrong").status_code)
+
+    holder = sqlite3.connect(counts, isolation_level=None)
+    try:
+        holder.execute("BEGIN EXCLUSIVE")  # as another worker's count of a failure holds it
+        waiting = start_threads(guess, ["a-guess"])
+        time.sleep(1.0)
+        assert not answers, "the token request did not wait on the lock"
+        started = time.monotonic()
+        config = http.get(f"{secured.url}/v1/config", headers=bearer, timeout=30)
+        took = time.monotonic() - started
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    for thread in waiting:
+        thread.join()
+    assert config.status_code == 200 and took < 5, f"/v1/config took {took:.1f} s"
+    assert answers == [401]
 
 
 def test_static_tokens_work(secured: IsbreServer) -> None:
