@@ -175,8 +175,13 @@ def sign_request(
 
 
 @router.head("/namespaces/{namespace:name}/tables/{table:name}")
-def table_exists(request: Request, target: ReadsNamespace, table: str) -> Response:
-    service(request).table_pointer(target.ident(table))
+async def table_exists(request: Request, target: ReadsNamespace, table: str) -> Response:
+    # As loadTable's: a pointer read from memory is answered on the event loop, a database read is not.
+    catalog, ident = service(request), target.ident(table)
+    if catalog.store.reads_in_process:
+        catalog.table_pointer(ident)
+    else:
+        await run_in_threadpool(catalog.table_pointer, ident)
     return Response(status_code=204)
 
 
