@@ -12,6 +12,7 @@ from isbre.rest import console, errors, event_pages, event_stream, health, metri
 from isbre.rest.access import PUBLIC, READER, check_every_route_has_a_rule
 from isbre.rest.auth import Authenticator, AuthMiddleware, FailureLimit, token_response
 from isbre.rest.guard import LOOPBACK_NAMES, RequestGuard
+from isbre.rest.lean_routes import HOT_ROUTES, lean_routes
 from isbre.rest.metrics import RequestMetrics, RouteCapture, RouteTemplates
 from isbre.rest.prefix import PrefixAliases
 from isbre.rest.runtime import RequestCounters, runtime
@@ -99,6 +100,7 @@ def create_app(settings: Settings, worker: bool = False) -> FastAPI:
     app.state.mounted += [(router, "/v1/{prefix}") for router in _ROUTERS]
     for router, prefix in app.state.mounted:
         app.include_router(router, prefix=prefix)
+    app.router.routes[:0] = lean_routes(app.state.mounted, HOT_ROUTES)  # tried first
     # Starlette runs the middleware added last first:
     # RequestMetrics, PrefixAliases, RequestGuard, auth, RouteCapture.
     app.add_middleware(RouteCapture)
