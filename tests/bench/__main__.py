@@ -23,6 +23,7 @@ from tests.bench import (
     maintenance,
     object_storage,
     replicas,
+    request_cpu,
     signing,
     sinks,
     startup,
@@ -41,6 +42,7 @@ BENCHMARKS: dict[str, tuple[Callable[[Path], Report | list[Report]], str]] = {
     "object_storage": (object_storage.run, "commits on an S3 warehouse (moto) beside local disk"),
     "signing": (signing.run, "the remote signer beside botocore signing in process"),
     "load_table": (load_table.run, "loadTable requests per second and latency"),
+    "request_cpu": (request_cpu.run, "server CPU per read request beside an ASGI app and FastAPI"),
     "workers": (workers.run, "clients in processes, 1 worker and N workers"),
     "replicas": (replicas.run, "replicas on PostgreSQL beside SqlCatalog on PostgreSQL"),
     "maintenance": (

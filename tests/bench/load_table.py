@@ -35,6 +35,16 @@ def _measure(url: str, clients: int, requests: int) -> tuple[float, list[float]]
     return clients * requests / elapsed, [x for per_client in latencies for x in per_client]
 
 
+def table_with_snapshots(server: IsbreServer, snapshots: int = 10) -> str:
+    """The URL of a new table on `server` that `snapshots` appends made."""
+    catalog = RestCatalog("bench", uri=server.url)
+    catalog.create_namespace("bench")
+    table = catalog.create_table("bench.loaded", schema=pa.schema([pa.field("n", pa.int64())]))
+    for i in range(snapshots):
+        table.append(pa.table({"n": pa.array([i], pa.int64())}))
+    return f"{server.url}/v1/isbre/namespaces/bench/tables/loaded"
+
+
 def run(workdir: Path, requests: int = 2000) -> Report:
     report = Report(
         f"loadTable over loopback (table with 10 snapshots), median of {RUNS} runs",
@@ -42,12 +52,7 @@ def run(workdir: Path, requests: int = 2000) -> Report:
     )
     server = IsbreServer(workdir / "load-warehouse").start()
     try:
-        catalog = RestCatalog("bench", uri=server.url)
-        catalog.create_namespace("bench")
-        table = catalog.create_table("bench.loaded", schema=pa.schema([pa.field("n", pa.int64())]))
-        for i in range(10):
-            table.append(pa.table({"n": pa.array([i], pa.int64())}))
-        url = f"{server.url}/v1/isbre/namespaces/bench/tables/loaded"
+        url = table_with_snapshots(server)
         for clients in (1, 4):
             results = sorted(
                 (_measure(url, clients, requests // clients) for _ in range(RUNS)), key=lambda r: r[0]
