@@ -74,7 +74,9 @@ def main(argv: list[str] | None = None) -> None:
     reports: list[Report] = []
     with tempfile.TemporaryDirectory(prefix="isbre-bench-") as workdir:
         for name in chosen:
-            found = BENCHMARKS[name][0](Path(workdir))
+            own = Path(workdir) / name  # each its own: several name their files alike
+            own.mkdir()
+            found = BENCHMARKS[name][0](own)
             reports += found if isinstance(found, list) else [found]
     print()
     for report in reports:
