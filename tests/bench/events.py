@@ -33,8 +33,10 @@ async def _subscriber(
 ) -> int:
     """Read `expected` events after `after`; optionally record each one's latency. Returns the count."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    # The server's own name: without authentication it refuses other Host names (DNS rebinding).
+    host = f"127.0.0.1:{port}"
     request = (
-        f"GET /v1/events?after={after}{query} HTTP/1.1\r\nHost: bench\r\nAccept: text/event-stream\r\n\r\n"
+        f"GET /v1/events?after={after}{query} HTTP/1.1\r\nHost: {host}\r\nAccept: text/event-stream\r\n\r\n"
     )
     writer.write(request.encode())
     await writer.drain()
