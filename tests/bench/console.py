@@ -4,6 +4,7 @@ server commits at a fixed rate, and whether every commit reached the page."""
 from __future__ import annotations
 
 import itertools
+import re
 import statistics
 import threading
 import time
@@ -53,12 +54,16 @@ def commit_steadily(server: IsbreServer) -> tuple[int, float]:
     return sum(made), sum(made) / (time.monotonic() - start)
 
 
+NEW_SINCE_OPENED = re.compile(r"(\d+) new since the page opened")
+
+
 def shown_after(page: Page, made: int, timeout: float = 30.0) -> int:
     """The feed's count of commits once it reaches `made` (or what it reached by the timeout)."""
     deadline = time.monotonic() + timeout
     while True:
-        text = page.locator("main > span.muted").inner_text()
-        shown = int(text.split()[0]) if text[:1].isdigit() else 0
+        # "K recent commits from the log, N new since the page opened (...)": the commits are the N.
+        found = NEW_SINCE_OPENED.search(page.locator("main > span.muted").inner_text())
+        shown = int(found.group(1)) if found else 0
         if shown >= made or time.monotonic() > deadline:
             return shown
         time.sleep(0.1)
