@@ -6,7 +6,8 @@ another server on a shared database) reaches no listener of this one, so a
 thread here reads the store's high-water mark and, when it moved past
 everything this process has seen, calls the followers that read the log
 themselves. It reads when the store says something was committed (PostgreSQL's
-NOTIFY), and every few milliseconds where the store cannot say (LMDB).
+NOTIFY; LMDB's data file written to, where Linux reports it: catalog/file_changes.py),
+and every few milliseconds where the store cannot say.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 import lmdb
 from isbre.catalog.coverage import Coverage, Range, Span, SpanKey, merge
+from isbre.catalog.file_changes import FileChanges, watch
 from isbre.catalog.identifiers import (
     Identifier,
     children_prefix,
@@ -490,6 +491,9 @@ class LmdbStore(Store):
             str(path), map_size=map_size, max_dbs=len(names), subdir=True, sync=True, metasync=True
         )
         self._gate = _ResizeGate()
+        self._listeners: list[Callable[[int | None], None]] = []
+        self._listeners_lock = threading.Lock()
+        self._changes: FileChanges | None = None
         self.map_was_full = False
         self.opened_scopes = frozenset({FIRST_WAREHOUSE, *warehouses})
         with self.env.begin(write=True) as txn:
@@ -584,6 +588,21 @@ class LmdbStore(Store):
     def local_dir(self) -> Path:
         return self.path
 
+    def on_commit(self, callback: Callable[[int | None], None]) -> bool:
+        """Where the system reports writes to the store's data file (Linux), `callback(None)` after
+        any process's commits, this one's included (a write does not say whose it was)."""
+        with self._listeners_lock:
+            if self._changes is None:
+                self._changes = watch(self.path / "data.mdb", self._written)
+                if self._changes is None:
+                    return False
+            self._listeners.append(callback)
+        return True
+
+    def _written(self) -> None:
+        for callback in list(self._listeners):
+            callback(None)
+
     def try_lease(self, name: str) -> Lease | None:
         """A lock on a file beside the store: one holder among the processes of this host (the
         workers of one server each run what only one of them may)."""
@@ -641,4 +660,6 @@ class LmdbStore(Store):
                 yield SinkRowsEntry(SinkRows.from_json(_bytes(key).decode(), _bytes(value)))
 
     def close(self) -> None:
+        if self._changes is not None:
+            self._changes.close()
         self.env.close()

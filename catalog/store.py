@@ -285,7 +285,8 @@ class Store(ABC):
     def on_commit(self, callback: Callable[[int | None], None]) -> bool:
         """Have `callback(commit_seq)` called (on some thread) soon after another process (another
         open store) commits to this store, with the high-water that commit made (None: unknown,
-        look); False when the store cannot tell, and its readers must poll."""
+        look; a store that cannot tell whose commit it was says None after its own too); False
+        when the store cannot tell, and its readers must poll."""
         return False
 
     def try_lease(self, name: str) -> Lease | None:
