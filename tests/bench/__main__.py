@@ -42,7 +42,7 @@ BENCHMARKS: dict[str, tuple[Callable[[Path], Report | list[Report]], str]] = {
     "object_storage": (object_storage.run, "commits on an S3 warehouse (moto) beside local disk"),
     "signing": (signing.run, "the remote signer beside botocore signing in process"),
     "load_table": (load_table.run, "loadTable requests per second and latency"),
-    "request_cpu": (request_cpu.run, "server CPU per read request beside an ASGI app and FastAPI"),
+    "request_cpu": (request_cpu.run, "server CPU per read request beside an ASGI app and FastAPI; idle CPU"),
     "workers": (workers.run, "clients in processes, 1 worker and N workers"),
     "replicas": (replicas.run, "replicas on PostgreSQL beside SqlCatalog on PostgreSQL"),
     "maintenance": (

@@ -1,7 +1,7 @@
 """Server CPU per read request: isbre's loadTable and tableExists (served by rest/lean_routes.py),
 the same loadTable through its FastAPI route (a query string sends it there), and the floor of
 this stack in the same run: an ASGI app of one function and a minimal FastAPI app, each answering
-a 1 KB JSON body under uvicorn.
+a 1 KB JSON body under uvicorn. And what the server spends while nobody asks anything.
 
 Clients run on threads of this process, 4 at a time; the figure is the server process's CPU time
 divided by the requests, median of RUNS runs.
@@ -26,6 +26,7 @@ from tests.server import IsbreServer, free_port
 
 CLIENTS = 4
 REQUESTS = 1500  # per client and run
+IDLE_S = 10.0
 
 FLOOR_APPS = """
 from fastapi import Depends, FastAPI, Request, Response
@@ -102,7 +103,16 @@ def _wait_for(url: str, process: subprocess.Popen[bytes]) -> None:
     raise RuntimeError(f"the app exited with {process.returncode}")
 
 
-def run(workdir: Path) -> Report:
+def _idle_share(process: psutil.Process) -> float:
+    """Percent of a core the server's process tree uses while nobody asks anything."""
+    time.sleep(1.0)  # what the last request started has ended
+    before = cpu_seconds(process)
+    time.sleep(IDLE_S)
+    return (cpu_seconds(process) - before) / IDLE_S * 100
+
+
+def run(workdir: Path) -> list[Report]:
+    idle = Report(f"An idle server: CPU of its processes over {IDLE_S:g} s", ["server", "% of a core"])
     report = Report(
         f"Server CPU per read request, milliseconds ({CLIENTS} clients, median of {RUNS} runs), "
         "beside the stack's floor",
@@ -128,9 +138,10 @@ def run(workdir: Path) -> Report:
             ("isbre tableExists", lambda: _per_request(process, url, "HEAD")),
         ]
         measured = [(name, measure()) for name, measure in figures]
+        idle.add("isbre, one worker, LMDB", f"{_idle_share(process):.2f}")
     finally:
         server.stop()
     floor = measured[0][1]
     for name, ms in measured:
         report.add(name, f"{ms:.3f}", f"{ms / floor:.2f}x")
-    return report
+    return [report, idle]
