@@ -89,7 +89,8 @@ async def stream_events(
     caller = caller_of(request)
     event_filter = _filter(request, namespace, table, kind)
     cursor = _start(after, last_event_id, state.broadcaster.high)
-    await anyio.to_thread.run_sync(check_cursor, state.service.commit_log, cursor)  # a database read
+    # On the thread pool: on PostgreSQL this reads the database, which may keep it waiting.
+    await anyio.to_thread.run_sync(check_cursor, state.service.commit_log, cursor)
     expires_at = caller.expires_at if caller else None
     connection = request.scope.get("extensions", {}).get(DETACHABLE)
     if state.fanout is not None and connection is not None:

@@ -49,8 +49,8 @@ class LeanRoute(Route):
 
     def __init__(self, path: str, method: str, api_route: APIRoute) -> None:
         self.api_route = api_route
-        self._serve = _server(api_route.dependant, f"{method} {path}")
-        super().__init__(path, self._serve, methods=[method], name=api_route.name)
+        serve = _server(api_route.dependant, f"{method} {path}")
+        super().__init__(path, serve, methods=[method], name=api_route.name)
         self.methods = {method}  # Starlette adds HEAD to a GET; a HEAD here is tableExists
 
     def matches(self, scope: Scope) -> tuple[Match, Scope]:

@@ -8,6 +8,7 @@ The routes are read off the application itself, so a route added without a case 
 from __future__ import annotations
 
 import itertools
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -384,3 +385,23 @@ def test_a_scoped_reader_lists_only_what_it_may_use(secured: IsbreServer) -> Non
         ["other"],
         ["sales"],
     ]
+
+
+# Another namespace, spelled so that it might pass for the caller's own.
+SPELLINGS = ["other", "OTHER", "sales%2F..%2Fother", "%2E%2E%2Fother", "other%1Fsales", "sales%2Fother"]
+
+
+@pytest.mark.parametrize("spelling", SPELLINGS)
+def test_the_lean_routes_refuse_what_fastapi_s_routes_refuse(secured: IsbreServer, spelling: str) -> None:
+    """The hot routes without a query string are served by rest/lean_routes.py, with one (ignored
+    or defaulted) they are FastAPI's: a scoped caller is refused the same either way, for every
+    spelling of a namespace outside its scope, and nothing is committed."""
+    who = next(w for w in PEOPLE if w.name == "sales-etl")
+    path = f"{P}/namespaces/{spelling}/tables/t"
+    body = {"requirements": [{"type": "assert-table-uuid", "uuid": str(uuid.UUID(int=0))}], "updates": []}
+    before = secured.high_water(ROOT.token)
+    for method, payload in (("GET", None), ("HEAD", None), ("POST", body)):
+        lean = send(secured, who, Call(method, path, payload))
+        full = send(secured, who, Call(method, path, payload, {"snapshots": "all"}))
+        assert lean.status_code == full.status_code == 403, (method, lean.status_code, full.status_code)
+    assert secured.high_water(ROOT.token) == before
