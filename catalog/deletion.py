@@ -64,6 +64,7 @@ class TableFiles:
         guarded = [p for p in (_resolved(each) for each in protected) if p is not None]
         self._places = [self._judged(place, resolved_roots, guarded) for place in places]
         self.location = self._places[0].location
+        self._claimed_directories: dict[str, bool] = {}
 
     def _judged(self, location: str, roots: list[Path], protected: list[Path]) -> _Place:
         found = normalized(location)
@@ -80,22 +81,51 @@ class TableFiles:
                 raise OutsideTableError(f"The table's place {location!r} is in or around the store")
         return _Place(found, Path(os.path.normpath(local)), resolved)
 
-    def delete(self, path: str) -> None:
-        """Delete `path` if it is the table's: OutsideTableError if not, FileNotFoundError if gone."""
+    def place_of(self, path: str, remembered: bool = False) -> tuple[_Place, str]:
+        """The place of the table that `path` lies under, and `path` normalized; OutsideTableError
+        if it is not the table's (outside its places, another table's or view's, or spelled so that
+        some reader could take it for another place). `remembered`: whether another object holds
+        the file's directory may be answered from an earlier look at the same directory (a job
+        reading thousands of files of a few directories asks the store once for each)."""
         try:
             found = normalized(path)
         except LocationNotAllowedError as exc:
             raise OutsideTableError(str(exc)) from exc
         place = next((p for p in self._places if inside(found, p.location) and found != p.location), None)
-        if place is None or self._claimed_by_other(found):
+        if place is None or self._claimed(found, remembered):
             raise OutsideTableError(f"{path!r} is not under the table's places ({self.location}, ...)")
         if place.resolved is None:
             bucket, key = s3_object(found)
             root_bucket, root_key = s3_object(place.location)
             if bucket != root_bucket or not key.startswith(root_key + "/"):
                 raise OutsideTableError(f"{path!r} is not under the table's location {place.location}")
+        return place, found
+
+    def _claimed(self, found: str, remembered: bool) -> bool:
+        # Another object holds a file when its place is the file's directory or above it: the same
+        # answer for every file of one directory.
+        directory = found.rsplit("/", 1)[0]
+        if not remembered or directory not in self._claimed_directories:
+            self._claimed_directories[directory] = self._claimed_by_other(found)
+        return self._claimed_directories[directory]
+
+    def check(self, path: str) -> str:
+        """`path` if the table's job may read or write it: under one of its places, and on local disk
+        reaching no further than the place once links are followed. OutsideTableError if not."""
+        place, found = self.place_of(path, remembered=True)
+        local = local_path(found)
+        if local is not None and place.resolved is not None:
+            resolved = Path(os.path.realpath(local))
+            if resolved != place.resolved and place.resolved not in resolved.parents:
+                raise OutsideTableError(f"{path!r} leads outside the table's place {place.location}")
+        return path
+
+    def delete(self, path: str) -> None:
+        """Delete `path` if it is the table's: OutsideTableError if not, FileNotFoundError if gone."""
+        place, found = self.place_of(path)
+        if place.resolved is None:
             assert isinstance(self._io, ObjectStorageIO)
-            self._io.delete_key(bucket, key)
+            self._io.delete_key(*s3_object(found))
             return
         found_path = local_path(found)
         assert found_path is not None and place.local is not None

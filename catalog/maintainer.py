@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from isbre.catalog.compaction import min_input_files
+from isbre.catalog.confined_io import ForeignPathError
 from isbre.catalog.identifiers import Identifier
 from isbre.catalog.maintenance import (
     COMPACT_DATA_FILES,
@@ -64,11 +65,16 @@ class MaintenanceStats:
     # Per table, when remove-orphan-files last ran here, or when this process first saw a commit
     # to it: it runs again after a commit once `orphan-files.interval-ms` has passed.
     orphans_looked: dict[str, float] = field(default_factory=dict)
+    # Paths outside their tables that jobs met (and left alone); per table's job, what its last run
+    # met: the table is degraded until a run of that job meets none.
+    foreign_paths: int = 0
+    confined: dict[str, str] = field(default_factory=dict)
 
     def degraded(self) -> list[str]:
-        return [
+        failing = [
             f"{table}: {error}" for table, (times, error) in self.failing.items() if times >= FAILING_AFTER
         ]
+        return failing + [f"{table}: {said}" for table, said in self.confined.items()]
 
 
 class Maintainer:
@@ -135,10 +141,13 @@ class Maintainer:
         if metadata.properties.get(DELETE_AFTER_COMMIT, "false").lower() == "true":
             jobs.append(REMOVE_METADATA_FILES)
         current = metadata.current_snapshot()
-        # One read of the manifest list: a table appended to a manifest a commit needs merging.
-        if current is not None and len(current.manifests(service.io)) >= min_count_to_merge(
-            metadata.properties
-        ):
+        # One read of the manifest list, if it is the table's: a table appended to a manifest a commit
+        # needs merging (one whose list is elsewhere is left to the job, which says so).
+        try:
+            manifests = len(current.manifests(service.confined_io(metadata))) if current is not None else 0
+        except ForeignPathError:
+            manifests = min_count_to_merge(metadata.properties)
+        if manifests >= min_count_to_merge(metadata.properties):
             jobs.append(REWRITE_MANIFESTS)
         table = f"{service.name}.{ident}"
         files, size = data_file_totals(metadata)
@@ -188,6 +197,11 @@ class Maintainer:
             self.stats.files_deleted += report.deleted_files
             self.stats.files_rewritten += report.rewritten_files
             self.stats.bytes_rewritten += report.rewritten_bytes
+            self.stats.foreign_paths += len(report.foreign_paths)
+            if report.foreign_paths:
+                self.stats.confined[f"{table} {report.job}"] = report.problems[-1]
+            else:
+                self.stats.confined.pop(f"{table} {report.job}", None)
             if report.problems:
                 log.warning("maintenance of %s: %s left problems: %s", table, report.job, report.problems[:3])
         return reports

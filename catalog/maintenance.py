@@ -338,6 +338,8 @@ class JobReport:
     rewritten_files: int = 0
     added_files: int = 0
     rewritten_bytes: int = 0
+    # Paths the table's metadata names outside the table, which the job left alone.
+    foreign_paths: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -357,6 +359,8 @@ class JobReport:
             body["skipped-files"] = self.skipped_files[:20]
         if self.problems:
             body["problems"] = self.problems[:20]
+        if self.foreign_paths:
+            body["foreign-paths"] = self.foreign_paths[:20]
         return body
 
     @classmethod
@@ -374,6 +378,7 @@ class JobReport:
             rewritten_files=found.get("rewritten-files", 0),
             added_files=found.get("added-files", 0),
             rewritten_bytes=found.get("rewritten-bytes", 0),
+            foreign_paths=found.get("foreign-paths", []),
         )
 
 

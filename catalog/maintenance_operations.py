@@ -24,6 +24,7 @@ from isbre.catalog.compaction import (
     plan_compaction,
     target_file_size,
 )
+from isbre.catalog.confined_io import ConfinedIO, ForeignPathError
 from isbre.catalog.deletion import delete_each
 from isbre.catalog.file_uris import file_uri, local_path
 from isbre.catalog.identifiers import Identifier
@@ -95,22 +96,40 @@ class MaintenanceOperations(TableOperations):
         # A job plans from the table as it is: one that another process (a job's, killed) committed
         # last must not be planned around.
         self.store.catch_up()
-        run: dict[str, Callable[[], JobReport]] = {
-            EXPIRE_SNAPSHOTS: lambda: self._expire_snapshots(ident, when),
-            REMOVE_METADATA_FILES: lambda: self._remove_metadata_files(ident),
-            REWRITE_MANIFESTS: lambda: self._rewrite_manifests(ident),
-            COMPACT_DATA_FILES: lambda: self._compact_data_files(ident),
-            REMOVE_ORPHAN_FILES: lambda: self._remove_orphan_files(ident, when),
+        run: dict[str, Callable[[ConfinedIO], JobReport]] = {
+            EXPIRE_SNAPSHOTS: lambda io: self._expire_snapshots(ident, when, io),
+            REMOVE_METADATA_FILES: lambda io: self._remove_metadata_files(ident),
+            REWRITE_MANIFESTS: lambda io: self._rewrite_manifests(ident, io),
+            COMPACT_DATA_FILES: lambda io: self._compact_data_files(ident, io),
+            REMOVE_ORPHAN_FILES: lambda io: self._remove_orphan_files(ident, when, io),
         }
         elsewhere = self.job_processes if not here else None
         return [
             elsewhere.run(self.name, ident, job, when)
             if elsewhere is not None and job in REWRITING_JOBS
-            else run[job]()
+            else self._confined(ident, job, run[job])
             for job in jobs
         ]
 
-    def _expire_snapshots(self, ident: Identifier, now_ms: int) -> JobReport:
+    def _confined(self, ident: Identifier, job: str, run: Callable[[ConfinedIO], JobReport]) -> JobReport:
+        """Run `job` reaching the table's files only through its confined FileIO. A path of the
+        table's metadata that is not the table's stops the job before it is opened: the report
+        names it, and the maintainer counts it and marks the table degraded."""
+        io = self.confined_io(self.load_table(ident).metadata)
+        try:
+            report = run(io)
+        except ForeignPathError:
+            report = JobReport(job)
+        if io.foreign:
+            report.foreign_paths = list(dict.fromkeys(io.foreign))
+            report.problems.append(
+                f"the table's metadata names {len(report.foreign_paths)} file(s) outside the table, "
+                f"first {report.foreign_paths[0]}: none of them was read, written or deleted"
+            )
+            log.error("%s on %s met files outside the table: %s", job, ident, report.foreign_paths[:5])
+        return report
+
+    def _expire_snapshots(self, ident: Identifier, now_ms: int, io: ConfinedIO) -> JobReport:
         report = JobReport(EXPIRE_SNAPSHOTS)
         for _ in range(MAX_COMMIT_ATTEMPTS):
             before = self.load_table(ident)
@@ -132,14 +151,16 @@ class MaintenanceOperations(TableOperations):
             report.committed = True
             report.removed_snapshots = len(plan.snapshot_ids)
             report.removed_refs = list(plan.refs)
-            self._delete_unreachable(report, before, after)
+            self._delete_unreachable(report, before, after, io)
             return report
         raise CommitFailedException(f"Gave up expiring snapshots after {MAX_COMMIT_ATTEMPTS} lost races")
 
-    def _delete_unreachable(self, report: JobReport, before: TableState, after: TableState) -> None:
+    def _delete_unreachable(
+        self, report: JobReport, before: TableState, after: TableState, io: ConfinedIO
+    ) -> None:
         """The expiry is durable: delete what only the expired snapshots named."""
         try:
-            found = unreachable_files(self.io, before.metadata, after.metadata)
+            found = unreachable_files(io, before.metadata, after.metadata)
         except Exception as exc:  # an unreadable manifest: delete nothing rather than guess
             report.problems.append(f"cannot list the expired snapshots' files: {type(exc).__name__}: {exc}")
             return
@@ -174,7 +195,7 @@ class MaintenanceOperations(TableOperations):
         self._delete(report, state.metadata, [(f"{directory}/{name}", "metadata") for name in old])
         return report
 
-    def _remove_orphan_files(self, ident: Identifier, now_ms: int) -> JobReport:
+    def _remove_orphan_files(self, ident: Identifier, now_ms: int, io: ConfinedIO) -> JobReport:
         """Delete the files under the table's places that none of its metadata reaches and that are
         older than `isbre.maintenance.orphan-files.min-age-ms` (a younger one may be a commit's
         under way). Nothing is deleted if any manifest cannot be read."""
@@ -193,7 +214,7 @@ class MaintenanceOperations(TableOperations):
                     with contextlib.suppress(FileNotFoundError):  # removed meanwhile
                         listed.append((path, os.lstat(path).st_mtime))
         try:
-            referenced = referenced_files(self.io, state.metadata, state.metadata_location)
+            referenced = referenced_files(io, state.metadata, state.metadata_location)
         except Exception as exc:  # an unreadable manifest: what it names is unknown, so delete nothing
             report.problems.append(f"cannot list the table's files: {type(exc).__name__}: {exc}")
             return report
@@ -201,7 +222,7 @@ class MaintenanceOperations(TableOperations):
         self._delete(report, state.metadata, [(file_uri(Path(path)), what) for path, what in found])
         return report
 
-    def _compact_data_files(self, ident: Identifier) -> JobReport:
+    def _compact_data_files(self, ident: Identifier, io: ConfinedIO) -> JobReport:
         """Rewrite groups of small data files (catalog/compaction.py) as files of the target size,
         in one `replace` snapshot. The new files are written once; if a commit lands meanwhile,
         the snapshot is made again on top of it (an append always wins and is kept), unless the
@@ -211,7 +232,7 @@ class MaintenanceOperations(TableOperations):
         report = JobReport(COMPACT_DATA_FILES)
         state = self.load_table(ident)
         try:
-            live = live_data_files(self.io, state.metadata)
+            live = live_data_files(io, state.metadata)
         except NotCompactedError as exc:
             report.problems.append(str(exc))
             return report
@@ -219,22 +240,30 @@ class MaintenanceOperations(TableOperations):
         if not groups:
             return report
         removed = [data_file for group in groups for data_file in group]
-        added = [
-            new
-            for group in groups
-            for new in self._rewritten(state.metadata, self._read(state.metadata, group))
-        ]
+        for data_file in removed:  # all of them before any is read
+            io.check(data_file.file_path)
+        self.limits.check_room(self._local_warehouse)  # the same reserve of free disk as commits
+        try:
+            added = [
+                new
+                for group in groups
+                for new in self._rewritten(state.metadata, self._read(state.metadata, group, io), io)
+            ]
+        except BaseException:
+            # A full disk, a file gone: nothing references what was written, so it goes now.
+            self._delete(report, state.metadata, [(path, "partial new data file") for path in io.written])
+            raise
         unused = [(f.file_path, "unused new data file") for f in added]
         summary = {JOB_PROPERTY: COMPACT_DATA_FILES}
 
         def make(state: TableState) -> Staging:
             assert state.metadata_location is not None
             return replace_files(
-                ident.parts, state.metadata, state.metadata_location, self.io, removed, added, summary
+                ident.parts, state.metadata, state.metadata_location, io, removed, added, summary
             )
 
         try:
-            self._commit_rewrite(ident, state, COMPACT_DATA_FILES, make)
+            self._commit_rewrite(ident, state, COMPACT_DATA_FILES, make, io)
         except ValidationException as exc:  # a concurrent change removed files being replaced
             report.problems.append(f"not committed: {exc}")
             self._delete(report, state.metadata, unused)
@@ -248,7 +277,7 @@ class MaintenanceOperations(TableOperations):
         report.rewritten_bytes = sum(f.file_size_in_bytes for f in removed)
         return report
 
-    def _rewrite_manifests(self, ident: Identifier) -> JobReport:
+    def _rewrite_manifests(self, ident: Identifier, io: ConfinedIO) -> JobReport:
         """Merge the current snapshot's manifests into as few as `commit.manifest.target-size-bytes`
         allows (8 MiB by default), in one `replace` snapshot: a scan plans over fewer files. Tables
         appended to one manifest a commit (PyIceberg's and Spark's fast appends) need it; a sink
@@ -256,9 +285,11 @@ class MaintenanceOperations(TableOperations):
         report = JobReport(REWRITE_MANIFESTS)
         state = self.load_table(ident)
         current = state.metadata.current_snapshot()
-        before = current.manifests(self.io) if current is not None else []
+        before = current.manifests(io) if current is not None else []
         if len(before) < 2:
             return report
+        for manifest in before:  # all of them before any is read
+            io.check(manifest.manifest_path)
 
         def make(state: TableState) -> Staging:
             assert state.metadata_location is not None
@@ -266,19 +297,17 @@ class MaintenanceOperations(TableOperations):
                 ident.parts,
                 state.metadata,
                 state.metadata_location,
-                self.io,
+                io,
                 {JOB_PROPERTY: REWRITE_MANIFESTS},
             )
 
-        after = self._commit_rewrite(ident, state, REWRITE_MANIFESTS, make)
+        after = self._commit_rewrite(ident, state, REWRITE_MANIFESTS, make, io)
         if after is None:
             return report  # nothing to merge
         made = after.metadata.current_snapshot()
         assert made is not None
-        written = {
-            m.manifest_path for m in made.manifests(self.io) if m.added_snapshot_id == made.snapshot_id
-        }
-        kept = {m.manifest_path for m in made.manifests(self.io)} - written
+        written = {m.manifest_path for m in made.manifests(io) if m.added_snapshot_id == made.snapshot_id}
+        kept = {m.manifest_path for m in made.manifests(io)} - written
         report.committed = True
         report.rewritten_files = sum(m.manifest_path not in kept for m in before)
         report.added_files = len(written)
@@ -286,7 +315,12 @@ class MaintenanceOperations(TableOperations):
         return report
 
     def _commit_rewrite(
-        self, ident: Identifier, state: TableState, job: str, make: Callable[[TableState], Staging]
+        self,
+        ident: Identifier,
+        state: TableState,
+        job: str,
+        make: Callable[[TableState], Staging],
+        io: ConfinedIO,
     ) -> TableState | None:
         """Commit the replace snapshot `make` stages on the table's head; None if it changes no
         manifest (nothing to commit). When a commit lands first, the snapshot is moved onto it if
@@ -294,14 +328,14 @@ class MaintenanceOperations(TableOperations):
         after MAX_COMMIT_ATTEMPTS lost races, and what `make` raises."""
         staged: tuple[Snapshot, int] | None = None  # the snapshot made, and the head it was made on
         for _ in range(MAX_COMMIT_ATTEMPTS):
-            moved = rebased(state.metadata, self.io, *staged) if staged is not None else None
+            moved = rebased(state.metadata, io, *staged) if staged is not None else None
             if moved is not None:
                 requirements, updates = moved
             else:
                 requirements, updates = make(state)
                 made = next(u.snapshot for u in updates if isinstance(u, AddSnapshotUpdate))
                 head = state.metadata.current_snapshot()
-                if head is not None and made.manifest_list and _same_manifests(self.io, made, head):
+                if head is not None and made.manifest_list and _same_manifests(io, made, head):
                     return None
                 staged = (made, state.metadata.current_snapshot_id or 0)
             change = TableChange(
@@ -322,22 +356,22 @@ class MaintenanceOperations(TableOperations):
                 state = lost_to
         raise CommitFailedException(f"Gave up {job} after {MAX_COMMIT_ATTEMPTS} lost races")
 
-    def _read(self, metadata: TableMetadata, group: list[DataFile]) -> pa.Table:
+    def _read(self, metadata: TableMetadata, group: list[DataFile], io: FileIO) -> pa.Table:
         """The rows of `group`'s files, in the table's current schema."""
         from pyiceberg.expressions import AlwaysTrue
         from pyiceberg.io.pyarrow import ArrowScan
         from pyiceberg.table import FileScanTask
 
-        scan = ArrowScan(metadata, self.io, metadata.schema(), AlwaysTrue())
+        scan = ArrowScan(metadata, io, metadata.schema(), AlwaysTrue())
         return scan.to_table([FileScanTask(data_file) for data_file in group])
 
-    def _rewritten(self, metadata: TableMetadata, rows: pa.Table) -> list[DataFile]:
+    def _rewritten(self, metadata: TableMetadata, rows: pa.Table, io: FileIO) -> list[DataFile]:
         """`rows` written as the table's data files, of the compaction's target size."""
         target = target_file_size(metadata.properties)
         aimed = metadata.model_copy(
             update={"properties": {**metadata.properties, WRITE_TARGET_FILE_SIZE: str(target)}}
         )
-        return list(data_files_of(aimed, rows, self.io, uuid.uuid4()))
+        return list(data_files_of(aimed, rows, io, uuid.uuid4()))
 
 
 def _same_manifests(io: FileIO, made: Snapshot, head: Snapshot) -> bool:

@@ -169,10 +169,15 @@ class MetadataCache(Lru[str, Loaded[M]]):
         return entry
 
 
-def parse_table_metadata(io: FileIO, location: str) -> TableMetadata:
+def read_table_metadata(io: FileIO, location: str) -> bytes:
+    """A table metadata file's JSON as written (decompressed)."""
     input_file = io.new_input(location)
     with input_file.open() as stream, Compressor.get_compressor(location).stream_decompressor(stream) as raw:
-        text = raw.read()
+        return raw.read()
+
+
+def parse_table_metadata(io: FileIO, location: str) -> TableMetadata:
+    text = read_table_metadata(io, location)
     if _FORMAT_V3.search(text):  # PyIceberg parses v3 into a model that cannot be written
         return as_v3(TableMetadataV3.model_validate_json(text))
     return TableMetadataWrapper.model_validate_json(text).root

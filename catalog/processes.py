@@ -23,17 +23,19 @@ ORPHAN_GRACE_S = 30.0
 ORPHANED_EXIT = 70
 
 
-def die_with_parent(grace_s: float = ORPHAN_GRACE_S) -> None:
+def die_with_parent(grace_s: float = ORPHAN_GRACE_S, expected_parent: int | None = None) -> None:
     """Have the kernel send this process SIGTERM when the process that started it ends (Linux),
     and end now if that has already happened: a helper or worker never outlives its server, even
-    one killed with SIGKILL. A SIGTERM handler runs only when the main thread gets to it, which
-    one stuck in a call that signals do not interrupt never does: so a thread also watches the
-    parent, and ends the process `grace_s` seconds after the parent has gone."""
+    one killed with SIGKILL. `expected_parent`: the pid of the process that started this one, when
+    it said so; without it, a parent that died before this call is noticed only when the process
+    was handed to init (not to a subreaper). A SIGTERM handler runs only when the main thread gets
+    to it, which one stuck in a call that signals do not interrupt never does: so a thread also
+    watches the parent, and ends the process `grace_s` seconds after the parent has gone."""
     if not sys.platform.startswith("linux"):
         return
     parent = os.getppid()
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-    if parent == 1 or os.getppid() != parent:
+    if parent == 1 or os.getppid() != parent or expected_parent not in (None, parent):
         os.kill(os.getpid(), signal.SIGTERM)
     threading.Thread(
         target=_end_when_orphaned, args=(parent, grace_s), name="isbre-orphan-watch", daemon=True

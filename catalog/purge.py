@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from isbre.catalog.confined_io import ConfinedIO, ForeignPathError
 from isbre.catalog.deletion import TableFiles, delete_each
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import ManifestFile
@@ -51,8 +52,9 @@ def _described(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:300]
 
 
-def _manifest_paths(io: FileIO, metadata: TableMetadata, report: PurgeReport) -> dict[str, str]:
-    """Every file the snapshots name, with what it is; what cannot be read is a problem."""
+def _manifest_paths(io: ConfinedIO, metadata: TableMetadata, report: PurgeReport) -> dict[str, str]:
+    """Every file the snapshots name, with what it is; what cannot be read is a problem, and what
+    is not the table's to read is left alone, unread."""
     found: dict[str, str] = {}
     manifests: dict[str, ManifestFile] = {}
     for snapshot in metadata.snapshots:
@@ -60,6 +62,8 @@ def _manifest_paths(io: FileIO, metadata: TableMetadata, report: PurgeReport) ->
         try:
             for manifest in snapshot.manifests(io):
                 manifests[manifest.manifest_path] = manifest
+        except ForeignPathError:
+            continue  # skipped when its deletion is refused too
         except Exception as exc:
             report.problems.append(f"manifest list {snapshot.manifest_list}: {_described(exc)}")
     for path, manifest in manifests.items():
@@ -67,6 +71,8 @@ def _manifest_paths(io: FileIO, metadata: TableMetadata, report: PurgeReport) ->
         try:
             for entry in manifest.fetch_manifest_entry(io, discard_deleted=False):
                 found[entry.data_file.file_path] = "data file"
+        except ForeignPathError:
+            continue
         except Exception as exc:
             report.problems.append(f"manifest {path}: {_described(exc)}")
     return found
@@ -76,11 +82,12 @@ def purge_files(
     io: FileIO, metadata: TableMetadata | None, extra: list[str], files: TableFiles | None
 ) -> PurgeReport:
     """Delete the files `metadata` names (and `extra`) through `files`, the table's deleter (None:
-    the table's location itself may not be deleted from, so everything is left behind)."""
+    the table's location itself may not be deleted from, so everything is left behind); manifests
+    are read only where `files` allows."""
     report = PurgeReport(metadata.location if metadata else None)
     named: dict[str, str] = {}
     if metadata is not None:
-        named |= _manifest_paths(io, metadata, report)
+        named |= _manifest_paths(ConfinedIO(io, files), metadata, report)
         named |= {entry.metadata_file: "previous metadata" for entry in metadata.metadata_log}
         named |= {stat.statistics_path: "statistics" for stat in metadata.statistics}
         named |= {stat.statistics_path: "partition statistics" for stat in metadata.partition_statistics}

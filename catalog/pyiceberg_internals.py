@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from isbre.catalog.table_properties import honoured_metadata
 from pyiceberg.table import Table, Transaction
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Operation, Summary
@@ -65,10 +66,11 @@ def arrow_schema_without_ids(schema: pa.Schema) -> Schema:
 def data_files_of(
     metadata: TableMetadata, rows: pa.Table, io: FileIO, write_uuid: uuid.UUID
 ) -> Iterable[DataFile]:
-    """PyIceberg's own writer: `rows` as the table's data files (partitioned as the table is)."""
+    """PyIceberg's own writer: `rows` as the table's data files (partitioned as the table is), with
+    only the properties isbre honours (catalog/table_properties.py)."""
     from pyiceberg.io.pyarrow import _dataframe_to_data_files
 
-    return _dataframe_to_data_files(metadata, rows, io, write_uuid)
+    return _dataframe_to_data_files(honoured_metadata(metadata), rows, io, write_uuid)
 
 
 def as_file_schema(
@@ -147,7 +149,8 @@ def replace_files(
     from pyiceberg.table.update.snapshot import _OverwriteFiles
 
     # The producer reads the table only for its location and metadata; it never commits itself.
-    table = Table(identifier, metadata, metadata_location, io, catalog=None)  # type: ignore[arg-type]
+    honoured = honoured_metadata(metadata)
+    table = Table(identifier, honoured, metadata_location, io, catalog=None)  # type: ignore[arg-type]
     transaction = LeanTransaction(table)
     producer = _OverwriteFiles(
         operation=Operation.OVERWRITE, transaction=transaction, io=io, snapshot_properties=snapshot_properties
@@ -176,7 +179,7 @@ def merged_manifests(
 
     eager = {TableProperties.MANIFEST_MERGE_ENABLED: "true", TableProperties.MANIFEST_MIN_MERGE_COUNT: "2"}
     # Only the producer reads these properties: the snapshot it makes does not carry them.
-    merging = metadata.model_copy(update={"properties": {**metadata.properties, **eager}})
+    merging = metadata.model_copy(update={"properties": {**honoured_metadata(metadata).properties, **eager}})
     table = Table(identifier, merging, metadata_location, io, catalog=None)  # type: ignore[arg-type]
     transaction = LeanTransaction(table)
     _MergeAppendFiles(

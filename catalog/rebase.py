@@ -15,10 +15,10 @@ from __future__ import annotations
 import uuid
 from copy import copy
 
+from isbre.catalog.table_properties import location_provider
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import UNASSIGNED_SEQ, ManifestFile, write_manifest_list
 from pyiceberg.table import TableProperties
-from pyiceberg.table.locations import load_location_provider
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.refs import MAIN_BRANCH, SnapshotRefType
 from pyiceberg.table.snapshots import Operation, Snapshot, Summary, update_snapshot_summaries
@@ -71,7 +71,7 @@ def rebased(
         return None
     ours = [_unassigned(m, staged) for m in staged.manifests(io)]
     sequence_number = head.next_sequence_number()
-    location = load_location_provider(head.location, head.properties).new_metadata_location(
+    location = location_provider(head.location, head.properties).new_metadata_location(
         f"snap-{staged.snapshot_id}-{len(landed)}-{uuid.uuid4()}.avro"
     )
     compression = head.properties.get(

@@ -24,9 +24,8 @@ from isbre.catalog.maintenance import check_policy
 from isbre.catalog.metadata_files import Loaded, MetadataCache, parse_table_metadata, parse_view_metadata
 from isbre.catalog.records import CommitRecord
 from isbre.catalog.store import FIRST_WAREHOUSE, Pointer, ReadView, Store, WriteView
-from isbre.catalog.tables import (
-    METADATA_PATH,
-)
+from isbre.catalog.table_properties import METADATA_PATH, PLACE_PROPERTIES, check_no_code
+from isbre.catalog.tables import Place
 from isbre.catalog.writer import Batch, Origin, Writer
 from pyiceberg.exceptions import (
     NoSuchNamespaceError,
@@ -145,6 +144,7 @@ class ServiceCore:
             try:
                 self.limits.check_properties(properties, "Table")
                 check_policy(properties)
+                check_no_code(properties)
             except ValueError as exc:
                 raise ValueError(f"table_defaults of {where!r}: {exc}") from exc
         self.protected = tuple(normalized(location) for location in protected)
@@ -284,36 +284,42 @@ class ServiceCore:
             )
 
     def _check_places(
-        self, where: tuple[str, ...], what: str, places: LocationPolicy | None, writes_to: str | None = ""
+        self, where: tuple[Place, ...], what: str, places: LocationPolicy | None, writes_to: str | None = ""
     ) -> None:
-        """`_check_place` for each place of a table or view (`catalog.tables.places`)."""
-        for place, name in zip(where, (f"{what} location", f"{what} {METADATA_PATH}"), strict=False):
-            self._check_place(place, name, places, writes_to)
+        """`_check_place` for each place of a table or view (`catalog.tables.named_places`)."""
+        for name, place in where:
+            self._check_place(place, f"{what} {name}", places, writes_to)
 
     @staticmethod
-    def _claim(view: WriteView, owner: str, location: str, what: str, moving: bool = True) -> None:
+    def _claim(
+        view: WriteView, owner: str, location: str, what: str, moving: bool = True, mine: tuple[str, ...] = ()
+    ) -> None:
         """Index `location` as `owner`'s, unless another table or view lives in, at or around it.
 
         `moving`: `owner` is already in the catalog and changes its place (its old place, and its
-        other place, are no conflict); otherwise any object found there, even one with the same
-        uuid, is another."""
+        other places, are no conflict); otherwise any object found there is another, even one
+        with the same uuid, but for the places in `mine` (claimed by the same call)."""
         found = normalized(location)
         for other, other_owner in view.overlapping(found):
-            if object_of(other_owner) != object_of(owner) or not moving:
+            if object_of(other_owner) != object_of(owner) or not (moving or other_owner in mine):
                 raise LocationNotAllowedError(
                     f"{what} {location!r} overlaps the files of another table or view, at {other}"
                 )
         view.place(owner, found)
 
     def _claim_places(
-        self, view: WriteView, owner: str, where: tuple[str, ...], what: str, moving: bool = True
+        self, view: WriteView, owner: str, where: tuple[Place, ...], what: str, moving: bool = True
     ) -> None:
-        """Index every place of the object `owner`: its location, and its metadata path if it has one."""
-        self._claim(view, owner, where[0], f"{what} location", moving)
-        if len(where) > 1:
-            self._claim(view, owner + _METADATA_PLACE, where[1], f"{what} {METADATA_PATH}")
-        else:
-            view.unplace(owner + _METADATA_PLACE)
+        """Index every place of the object `owner` (its location first), and forget those it no
+        longer has."""
+        claimed: tuple[str, ...] = ()
+        for name, place in where:
+            held = owner + _place_suffix(name)
+            self._claim(view, held, place, f"{what} {name}", moving, claimed)
+            claimed += (held,)
+        for name in PLACE_PROPERTIES:
+            if owner + _place_suffix(name) not in claimed:
+                view.unplace(owner + _place_suffix(name))
 
     def _list(self, kind: str, namespace: tuple[str, ...], after: str | None, limit: int | None):
         namespace = check_namespace(namespace)
@@ -396,18 +402,23 @@ class ServiceCore:
         self._run(mutation)
 
 
-# The location index holds an object's metadata path under its uuid with this suffix.
-_METADATA_PLACE = "#metadata"
+# The location index holds an object's location under its uuid, and each other place under its
+# uuid with a suffix: `#metadata` for `write.metadata.path`, `#<property>` for the data paths.
+_SUFFIXES = {"location": "", METADATA_PATH: "#metadata"}
+
+
+def _place_suffix(name: str) -> str:
+    return _SUFFIXES.get(name, f"#{name}")
 
 
 def object_of(owner: str) -> str:
     """The uuid of the table or view that holds an indexed place."""
-    return owner.removesuffix(_METADATA_PLACE)
+    return owner.split("#", 1)[0]
 
 
 def unplace(view: WriteView, owner: str) -> None:
-    view.unplace(owner)
-    view.unplace(owner + _METADATA_PLACE)
+    for name in ("location", *PLACE_PROPERTIES):
+        view.unplace(owner + _place_suffix(name))
 
 
 def _every_pointer(view: ReadView, kind: str, parent: tuple[str, ...] = ()) -> Iterator[Pointer]:

@@ -57,6 +57,11 @@ class StoreUnavailableError(Exception):
     a commit, its outcome is unknown; the same request can be tried again shortly."""
 
 
+class CommitStateUnknownError(Exception):
+    """The store was lost while a commit's transaction ended, and could not be asked afterwards
+    whether it committed: the commit may or may not have landed (nothing it wrote is removed)."""
+
+
 # The scope of the store's first warehouse (a store made before it held several has only this one).
 FIRST_WAREHOUSE = ""
 

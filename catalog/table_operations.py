@@ -4,19 +4,23 @@ the writer swap the pointer only if nobody moved it meanwhile."""
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from dataclasses import dataclass, field
 
+from isbre.catalog.confined_io import ConfinedIO
 from isbre.catalog.coverage import Coverage, snapshot_spans
 from isbre.catalog.deletion import TableFiles
 from isbre.catalog.file_uris import local_path
 from isbre.catalog.identifiers import Identifier
-from isbre.catalog.locations import LocationNotAllowedError, LocationPolicy
+from isbre.catalog.locations import LocationNotAllowedError, LocationPolicy, normalized
 from isbre.catalog.maintenance import check_policy, with_streaming_defaults
+from isbre.catalog.metadata_checks import check_registered
 from isbre.catalog.metadata_files import (
     Loaded,
     make_dirs_durably,
     metadata_json,
+    read_table_metadata,
     remove_quietly,
     write_durably,
 )
@@ -36,12 +40,14 @@ from isbre.catalog.service_core import (
     unplace,
 )
 from isbre.catalog.sink_rows import SinkRows, snapshots_rows
-from isbre.catalog.store import Pointer
+from isbre.catalog.store import CommitStateUnknownError, Pointer, StoreUnavailableError
+from isbre.catalog.table_properties import check_no_code
 from isbre.catalog.tables import (
     Staged,
     TableChange,
     check_carried_paths,
     commit_record,
+    named_places,
     new_metadata,
     next_metadata_location,
     places_of,
@@ -60,6 +66,10 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.sorting import SortOrder
 
 log = logging.getLogger(__name__)
+# How often a commit whose end was not confirmed asks the store whether it landed, and how long it
+# waits between two asks (more each time): two and a half seconds in all.
+OUTCOME_ATTEMPTS = 4
+OUTCOME_BACKOFF_S = 0.25
 
 
 @dataclass(frozen=True)
@@ -131,8 +141,9 @@ class TableOperations(ServiceCore):
         location = (location or "").rstrip("/") or self._default_location(
             ident.namespace, ident.name, table_uuid
         )
+        check_no_code(properties or {})
         properties = {**self.defaults_for(ident.namespace), **with_streaming_defaults(properties or {})}
-        self._check_places(places_of(location, properties), "Table", places)
+        self._check_places(named_places(location, properties), "Table", places)
         self.limits.check_properties(properties, "Table")
         check_policy(properties)
         metadata = new_metadata(
@@ -192,7 +203,10 @@ class TableOperations(ServiceCore):
                         for change, base in zip(changes, bases, strict=True)
                     ]
                     for entry in staged:
-                        if entry.moved:  # set-location, a metadata path, a create by updates
+                        # A set-location, a place property, a create by updates; and every commit
+                        # to a table with places of its own beyond its location, which may have
+                        # been stored before they were checked as they are now.
+                        if entry.moved or (entry.changed and len(entry.places) > 1):
                             owner = str(entry.metadata.table_uuid) if entry.base else ""
                             self._check_places(entry.places, "Table", places, owner)
                 except Exception:
@@ -251,6 +265,22 @@ class TableOperations(ServiceCore):
                 return [TableState(e.ident, e.metadata_location, e.metadata, e.json) for e in staged]
 
             states = self._mutate(mutation, [(TABLE, entry.ident) for entry in staged])
+        except StoreUnavailableError as exc:
+            # The transaction may have committed before the store was lost: the new files then are
+            # what the tables point at, and must stay. Ask the store, as the Java reference's
+            # checkCommitStatus does, before removing anything.
+            landed = self._landed(staged)
+            if landed is None:
+                raise CommitStateUnknownError(
+                    f"The commit's outcome is unknown: the catalog's store was lost as it ended ({exc}) "
+                    "and could not be asked since. Load the table to see whether it landed."
+                ) from exc
+            if not landed:
+                for location in written:
+                    remove_quietly(self.io, location)
+                raise
+            log.warning("a commit whose answer from the store was lost had landed: %s", exc)
+            states = [TableState(e.ident, e.metadata_location, e.metadata, e.json) for e in staged]
         except BaseException:
             for location in written:
                 remove_quietly(self.io, location)
@@ -259,6 +289,25 @@ class TableOperations(ServiceCore):
             self.table_files.put(entry.metadata_location, Loaded(entry.metadata, entry.json))
             self._table_pointers.put(entry.ident, entry.pointer)
         return states
+
+    def _landed(self, staged: list[Staged]) -> bool | None:
+        """Whether a transaction whose end the store did not confirm committed: every pointer it
+        changed names its new file (True), every one is still where it was (False), or the store
+        cannot say (None)."""
+        changed = [entry for entry in staged if entry.changed]
+        for attempt in range(OUTCOME_ATTEMPTS):
+            try:
+                with self.store.read(self.scope, snapshot=False) as view:
+                    now = [view.pointer(TABLE, entry.ident) for entry in changed]
+            except StoreUnavailableError:
+                time.sleep(OUTCOME_BACKOFF_S * (attempt + 1))
+                continue
+            if all(pointer == entry.pointer for pointer, entry in zip(now, changed, strict=True)):
+                return True
+            if all(pointer == entry.base for pointer, entry in zip(now, changed, strict=True)):
+                return False
+            return None  # moved on since: the new file may be in a later commit's history
+        return None
 
     def drop_table(self, ident: Identifier, purge: bool = False) -> None:
         pointer = self._drop(TABLE, ident, {"purge": purge})
@@ -311,12 +360,26 @@ class TableOperations(ServiceCore):
             with self.store.read(self.scope) as view:
                 return any(object_of(holder) != owner for _, holder in view.overlapping(location))
 
+        def allowed(place: str) -> bool:
+            try:
+                self.locations.check(place)
+                self._check_protected(place, "Place")
+                return not claimed_by_other(normalized(place))
+            except LocationNotAllowedError:
+                return False
+
         try:
-            where = places_of(metadata.location, metadata.properties)
+            # A place property stored before it was checked as it is now counts only if it passes.
+            location, *more = places_of(metadata.location, metadata.properties)
+            where = [location, *filter(allowed, more)]
             return TableFiles(self.io, where, self.locations.roots, self.protected, claimed_by_other)
         except LocationNotAllowedError as exc:
             log.warning("purge deletes nothing at %s: %s", metadata.location, exc)
             return None
+
+    def confined_io(self, metadata: TableMetadata) -> ConfinedIO:
+        """The FileIO the server's own jobs reach the table's files through: its files alone."""
+        return ConfinedIO(self.io, self._table_files(metadata, owner=str(metadata.table_uuid)))
 
     def rename_table(self, source: Identifier, target: Identifier) -> None:
         self._rename(TABLE, source, target)
@@ -329,10 +392,12 @@ class TableOperations(ServiceCore):
         places: LocationPolicy | None = None,
     ) -> TableState:
         loaded = read_for_register(self.table_files, places or self.locations, metadata_location)
-        where = places_of(loaded.metadata.location, loaded.metadata.properties)
+        where = named_places(loaded.metadata.location, loaded.metadata.properties)
         self._check_places(where, "Table", places, writes_to=None)
         check_carried_paths(loaded.metadata)
         check_unique_ids(loaded.metadata)
+        check_no_code(loaded.metadata.properties)
+        check_registered(loaded.metadata, read_table_metadata(self.io, metadata_location))
         # Whatever coverage the snapshots still declare (expired ones are gone with their summaries).
         spans = [span for snapshot in loaded.metadata.snapshots for span in snapshot_spans(snapshot)]
         rows = snapshots_rows(loaded.metadata.snapshots)
@@ -347,7 +412,7 @@ class TableOperations(ServiceCore):
             pointer = Pointer(metadata_location, str(loaded.metadata.table_uuid))
             if existing is not None:
                 unplace(batch.view, existing.uuid)
-            where = places_of(loaded.metadata.location, loaded.metadata.properties)
+            where = named_places(loaded.metadata.location, loaded.metadata.properties)
             self._claim_places(batch.view, pointer.uuid, where, "Table", moving=False)
             batch.view.put_pointer(TABLE, ident, pointer)
             record = batch.log(

@@ -17,6 +17,7 @@ from isbre.catalog.coverage import Span, snapshot_spans
 from isbre.catalog.format_v3 import AnyTableUpdate, as_v3
 from isbre.catalog.identifiers import Identifier
 from isbre.catalog.locations import LocationNotAllowedError, inside, normalized
+from isbre.catalog.metadata_checks import check_change
 from isbre.catalog.metadata_files import Loaded, metadata_json
 from isbre.catalog.metadata_updates import apply_updates, check_unique_ids
 from isbre.catalog.pyiceberg_internals import empty_table_metadata
@@ -24,6 +25,7 @@ from isbre.catalog.records import CommitRecord, summary_counters
 from isbre.catalog.requirements import check_requirement
 from isbre.catalog.sink_rows import snapshots_rows
 from isbre.catalog.store import Pointer
+from isbre.catalog.table_properties import METADATA_PATH, PLACE_PROPERTIES, check_no_code
 from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
@@ -34,13 +36,12 @@ from pyiceberg.table.update import (
     AddSnapshotUpdate,
     AssertCreate,
     SetPartitionStatisticsUpdate,
+    SetPropertiesUpdate,
     SetStatisticsUpdate,
     TableRequirement,
 )
 from pyiceberg.types import NestedField, StructType
 
-# Where a table's or view's metadata files go, instead of `<location>/metadata` (Iceberg's property).
-METADATA_PATH = "write.metadata.path"
 _VERSIONED = re.compile(r"^(\d+)-[0-9a-fA-F-]{36}\.(gz\.)?metadata\.json$")
 
 
@@ -63,7 +64,7 @@ class Staged:
     updates: tuple[AnyTableUpdate, ...] = ()
     spans: tuple[Span, ...] = ()
     rows: dict[str, int] = field(default_factory=dict)  # what a sink's commit counted (catalog/sink_rows.py)
-    previous_places: tuple[str, ...] | None = None  # the table's places before this change
+    previous_places: tuple[Place, ...] | None = None  # the table's places before this change
     job: str | None = None
 
     @property
@@ -71,8 +72,8 @@ class Staged:
         return Pointer(self.metadata_location, str(self.metadata.table_uuid))
 
     @property
-    def places(self) -> tuple[str, ...]:
-        return places_of(self.metadata.location, self.metadata.properties)
+    def places(self) -> tuple[Place, ...]:
+        return named_places(self.metadata.location, self.metadata.properties)
 
     @property
     def moved(self) -> bool:
@@ -80,10 +81,20 @@ class Staged:
         return self.changed and self.places != self.previous_places
 
 
+# A place of a table or view: what names it ("location", or the property that sets it), and where.
+Place = tuple[str, str]
+
+
+def named_places(location: str, properties: Mapping[str, str]) -> tuple[Place, ...]:
+    """Where a table's or view's files go: its location, then each of the properties that send
+    files elsewhere (`write.metadata.path`, the data paths) that is set."""
+    found = [("location", location.rstrip("/"))]
+    found += [(key, path) for key in PLACE_PROPERTIES if (path := properties.get(key, "").rstrip("/"))]
+    return tuple(found)
+
+
 def places_of(location: str, properties: Mapping[str, str]) -> tuple[str, ...]:
-    """Where a table's or view's files go: its location, and its `write.metadata.path` if set."""
-    path = properties.get(METADATA_PATH, "").rstrip("/")
-    return (location.rstrip("/"), path) if path else (location.rstrip("/"),)
+    return tuple(place for _, place in named_places(location, properties))
 
 
 def next_metadata_location(location: str, properties: Mapping[str, str], previous: str | None) -> str:
@@ -145,6 +156,9 @@ def _with_defaults(fresh: NestedField, given: NestedField) -> NestedField:
 def stage(change: TableChange, base: Pointer | None, current: Loaded[TableMetadata] | None) -> Staged:
     if base is None and not any(isinstance(r, AssertCreate) for r in change.requirements):
         raise NoSuchTableError(f"Table does not exist: {change.ident}")
+    for update in change.updates:
+        if isinstance(update, SetPropertiesUpdate):
+            check_no_code(update.updates)
     for requirement in change.requirements:
         check_requirement(requirement, current.metadata if current else None)
     if current is None:
@@ -158,10 +172,12 @@ def stage(change: TableChange, base: Pointer | None, current: Loaded[TableMetada
         metadata.spec().check_compatible(metadata.schema())
         metadata.sort_order().check_compatible(metadata.schema())
     check_unique_ids(metadata)
+    check_change(metadata, change.updates)
     _check_statistics(metadata, change.updates)
+    places = places_of(metadata.location, metadata.properties)
     for update in change.updates:
         if isinstance(update, AddSnapshotUpdate):
-            check_path(update.snapshot.manifest_list, "manifest list")
+            check_path(update.snapshot.manifest_list, "manifest list", places)
     location = next_metadata_location(
         metadata.location, metadata.properties, base.metadata_location if base else None
     )
@@ -169,7 +185,7 @@ def stage(change: TableChange, base: Pointer | None, current: Loaded[TableMetada
     spans = tuple(span for snapshot in added for span in snapshot_spans(snapshot))
     rows = snapshots_rows(added)
     json = metadata_json(metadata)
-    previous = places_of(current.metadata.location, current.metadata.properties) if current else None
+    previous = named_places(current.metadata.location, current.metadata.properties) if current else None
     return Staged(
         change.ident,
         base,
@@ -200,22 +216,28 @@ def _created_by_updates(change: TableChange) -> TableMetadata:
     return metadata
 
 
-def check_path(path: str, what: str) -> None:
-    """A path metadata carries must have one spelling (catalog/locations.py): 400 otherwise."""
+def check_path(path: str, what: str, places: tuple[str, ...] = ()) -> None:
+    """A path metadata carries must have one spelling (catalog/locations.py), and lie under one of
+    the table's `places` when given: 400 otherwise."""
     try:
-        normalized(path)
+        found = normalized(path)
+        roots = [normalized(place) for place in places]
     except LocationNotAllowedError as exc:
         raise ValueError(f"Invalid {what} path: {exc}") from exc
+    if places and not any(inside(found, root) and found != root for root in roots):
+        raise ValueError(f"The {what} {path!r} is outside the table's places: {', '.join(roots)}")
 
 
 def check_carried_paths(metadata: TableMetadata) -> None:
-    """Every path of whole metadata (a register): manifest lists, previous metadata, statistics."""
+    """Every path of whole metadata (a register): manifest lists and statistics inside the table's
+    places (the server reads and deletes them), previous metadata files of one spelling."""
+    places = places_of(metadata.location, metadata.properties)
     for snapshot in metadata.snapshots:
-        check_path(snapshot.manifest_list, "manifest list")
+        check_path(snapshot.manifest_list, "manifest list", places)
     for entry in metadata.metadata_log:
         check_path(entry.metadata_file, "previous metadata file")
     for statistics in (*metadata.statistics, *metadata.partition_statistics):
-        check_path(statistics.statistics_path, "statistics")
+        check_path(statistics.statistics_path, "statistics", places)
 
 
 def _check_statistics(metadata: TableMetadata, updates: tuple[AnyTableUpdate, ...]) -> None:

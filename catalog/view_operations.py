@@ -25,8 +25,8 @@ from isbre.catalog.service_core import (
 )
 from isbre.catalog.store import Pointer
 from isbre.catalog.tables import (
+    named_places,
     next_metadata_location,
-    places_of,
 )
 from isbre.catalog.views import ViewRequirement, ViewUpdate, new_view_metadata, update_view_metadata
 from isbre.catalog.writer import Batch
@@ -72,7 +72,7 @@ class ViewOperations(ServiceCore):
         location = (location or "").rstrip("/") or self._default_location(
             ident.namespace, ident.name, view_uuid
         )
-        self._check_places(places_of(location, properties or {}), "View", places)
+        self._check_places(named_places(location, properties or {}), "View", places)
         metadata = new_view_metadata(view_uuid, location, schema, version, dict(properties or {}))
         return self._swap_view(ident, None, metadata, moved=True)
 
@@ -91,8 +91,8 @@ class ViewOperations(ServiceCore):
                 metadata = update_view_metadata(current.metadata, updates)
                 if metadata == current.metadata:
                     return current
-                where = places_of(metadata.location, metadata.properties)
-                moved = where != places_of(current.metadata.location, current.metadata.properties)
+                where = named_places(metadata.location, metadata.properties)
+                moved = where != named_places(current.metadata.location, current.metadata.properties)
                 if moved:
                     self._check_places(where, "View", places, str(metadata.view_uuid))
                 base = Pointer(current.metadata_location, current.metadata.view_uuid)
@@ -125,7 +125,7 @@ class ViewOperations(ServiceCore):
                 require_namespace(batch.view, ident.namespace)
                 require_free(batch.view, ident, VIEW)
             if moved:
-                where = places_of(metadata.location, metadata.properties)
+                where = named_places(metadata.location, metadata.properties)
                 self._claim_places(batch.view, metadata.view_uuid, where, "View")
             batch.view.put_pointer(VIEW, ident, pointer)
             batch.log(
@@ -158,7 +158,7 @@ class ViewOperations(ServiceCore):
         self, ident: Identifier, metadata_location: str, places: LocationPolicy | None = None
     ) -> ViewState:
         loaded = read_for_register(self.view_files, places or self.locations, metadata_location)
-        where = places_of(loaded.metadata.location, loaded.metadata.properties)
+        where = named_places(loaded.metadata.location, loaded.metadata.properties)
         self._check_places(where, "View", places, writes_to=None)
 
         def mutation(batch: Batch) -> ViewState:

@@ -12,7 +12,12 @@ from isbre.catalog.job_process import JobProcessError
 from isbre.catalog.limits import MetadataTooLargeError
 from isbre.catalog.purge import PurgeIncompleteError
 from isbre.catalog.service import ConflictingPropertiesError
-from isbre.catalog.store import InsufficientStorageError, StoreGrowthError, StoreUnavailableError
+from isbre.catalog.store import (
+    CommitStateUnknownError,
+    InsufficientStorageError,
+    StoreGrowthError,
+    StoreUnavailableError,
+)
 from isbre.catalog.views import InvalidViewVersionError
 from isbre.catalog.writer import WriterClosedError, WriterOverloadedError
 from isbre.events.subscription import CursorExpiredError
@@ -41,6 +46,8 @@ _KNOWN: list[tuple[type[Exception], int, str]] = [
     (WriterClosedError, 503, "ServiceUnavailableException"),
     (WriterOverloadedError, 503, "ServiceUnavailableException"),
     (StoreUnavailableError, 503, "ServiceUnavailableException"),
+    # What the REST spec answers when a commit's state is unknown (clients must not retry blindly).
+    (CommitStateUnknownError, 500, "CommitStateUnknownException"),
     (BodyTooLargeError, 413, "RequestEntityTooLargeException"),
     (MetadataTooLargeError, 413, "RequestEntityTooLargeException"),
     (InsufficientStorageError, 507, "InsufficientStorageException"),

@@ -96,7 +96,8 @@ def health(request: Request) -> Response:
 
 
 def maintenance_health(maintainer: Maintainer | None) -> dict[str, Any]:
-    """Degraded, saying why, while a table's maintenance has failed several times in a row."""
+    """Degraded, saying why, while a table's maintenance has failed several times in a row, or met
+    files outside the table."""
     if maintainer is None:
         return {"status": "ok", "enabled": False}
     stats = maintainer.stats

@@ -271,6 +271,12 @@ def metrics(request: Request) -> Response:
                 "Bytes of the data files compaction replaced.",
                 [("", done.bytes_rewritten)],
             ),
+            _line(
+                "isbre_maintenance_foreign_paths_total",
+                "counter",
+                "Paths outside their table that a table's metadata named to a job, which left them alone.",
+                [("", done.foreign_paths)],
+            ),
         ]
     requests = counts.requests
     blocks.append(

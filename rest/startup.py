@@ -145,7 +145,12 @@ async def running(settings: Settings, worker: bool, counters: RequestCounters) -
         )
         commit_log = services[0].commit_log
         stops.append(services[0].close)
-        jobs = JobProcesses(settings.store_location(), _served(settings, services))
+        jobs = JobProcesses(
+            settings.store_location(),
+            _served(settings, services),
+            directory=settings.state_path(),
+            limits=catalog_limits(settings),
+        )
         for each in services:
             each.job_processes = jobs
         broadcaster = Broadcaster(

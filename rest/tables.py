@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import time
 import uuid
+from importlib.metadata import version
 from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, Query, Request, Response
@@ -54,8 +56,25 @@ def _refs_only(state: TableState) -> bytes:
     return metadata_json(metadata)
 
 
-def _etag(metadata_location: str, snapshots: str) -> str:
-    return '"' + hashlib.sha256(f"{metadata_location}|{snapshots}".encode()).hexdigest()[:32] + '"'
+# Whatever else shapes an answer: the server's version (what it writes in one), and its start.
+_ANSWERS = f"{version('isbre')}|{uuid.uuid4()}"
+
+
+def etag(metadata_location: str, snapshots: str, config: dict[str, str] | None) -> str:
+    """The entity tag of a loadTable answer: it changes whenever anything the answer carries
+    does (metadata files never change in place, so their location names their contents; the
+    config; the snapshots asked for), and with every start of the server, whose settings the
+    answer reflects."""
+    found = json.dumps([metadata_location, snapshots, config or {}, _ANSWERS], sort_keys=True)
+    return '"' + hashlib.sha256(found.encode()).hexdigest()[:32] + '"'
+
+
+def not_modified(if_none_match: str | None, tag: str) -> bool:
+    """Whether `If-None-Match` names `tag` (weak comparison, as RFC 9110 has it for this header)."""
+    if not if_none_match:
+        return False
+    listed = [each.strip().removeprefix("W/") for each in if_none_match.split(",")]
+    return "*" in listed or tag in listed
 
 
 def _delegation(request: Request) -> Delegation:
@@ -135,14 +154,14 @@ async def load_table(
     if wanted(request.headers.get(HEADER)):
         # Credentials come with every answer: no 304 that would leave a client with old ones.
         return await run_in_threadpool(_table_result, request, target, table, state, metadata)
-    etag = _etag(state.metadata_location or "", snapshots)
-    if etag in request.headers.get("if-none-match", ""):
-        return Response(status_code=304, headers={"ETag": etag})
     config = None
     if state.metadata.location.startswith("s3://"):  # the bucket's endpoint, path style, region
         config = _delegation(request).table_config(set(), state.metadata.location, False, None).config
+    tag = etag(state.metadata_location or "", snapshots, config)
+    if not_modified(request.headers.get("if-none-match"), tag):
+        return Response(status_code=304, headers={"ETag": tag})
     response = load_result(state.metadata_location, metadata, config)
-    response.headers["ETag"] = etag
+    response.headers["ETag"] = tag
     return response
 
 

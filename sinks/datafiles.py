@@ -20,6 +20,7 @@ from functools import lru_cache
 import pyarrow as pa
 import pyarrow.parquet as pq
 from isbre.catalog.pyiceberg_internals import as_file_schema, data_files_of, parquet_writer_options
+from isbre.catalog.table_properties import location_provider
 from pyiceberg.io.fileformat import FileFormatFactory
 from pyiceberg.io.pyarrow import (
     compute_statistics_plan,
@@ -30,7 +31,6 @@ from pyiceberg.io.pyarrow import (
 from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 from pyiceberg.schema import sanitize_column_names
 from pyiceberg.table import Table, TableProperties
-from pyiceberg.table.locations import load_location_provider
 from pyiceberg.typedef import Record
 from pyiceberg.utils.properties import property_as_int
 
@@ -68,7 +68,7 @@ def write_data_files(table: Table, rows: pa.Table, options: Mapping[str, ColumnO
     statistics = [p for p in paths if options.get(p, (True, None, None, True))[3]]
     encodings = {p: o[1] for p, o in options.items() if o[1] is not None and p in paths}
     compression = {p: (options[p][2] if p in options and options[p][2] else codec) for p in paths}
-    location = load_location_provider(metadata.location, metadata.properties).new_data_location(
+    location = location_provider(metadata.location, metadata.properties).new_data_location(
         data_file_name=f"00000-0-{uuid.uuid4()}.parquet"
     )
     output = table.io.new_output(location)

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import subprocess
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
@@ -156,3 +157,21 @@ def service(tmp_path: Path) -> Iterator[CatalogService]:
     running = CatalogService.open(tmp_path / "wh")
     yield running
     running.close()
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 24 MB tmpfs: a disk that fills up in a moment."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs to fill needs root")
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(mount)], capture_output=True
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)

@@ -78,8 +78,9 @@ def test_statistics_must_name_an_existing_snapshot_and_a_file_of_the_table(
 def test_a_purge_deletes_nothing_outside_the_table(
     server: IsbreServer, rest_catalog: RestCatalog, namespace: str
 ) -> None:
-    """A crafted table whose metadata names the store, another table's files and its metadata:
-    the purge deletes only what lies under the crafted table's own location."""
+    """A crafted table whose metadata names the store and another table's files is refused at
+    register, naming the first such file; one whose metadata log names another table's metadata
+    is registered, and its purge deletes only what lies under its own location."""
     victim_metadata, victim = table_with_data(rest_catalog, namespace, "victim")
     before = files_under(server.warehouse)
     crafted = json.loads(Path(local_path(victim_metadata)).read_text())  # type: ignore[arg-type]
@@ -96,6 +97,13 @@ def test_a_purge_deletes_nothing_outside_the_table(
     crafted_file = own / "metadata" / "00000-crafted.metadata.json"
     crafted_file.write_text(json.dumps(crafted))
     register = {"name": "crafted", "metadata-location": crafted_file.as_uri()}
+    refused = http.post(f"{server.url}{P}/namespaces/{namespace}/register", json=register)
+    assert refused.status_code == 400 and "outside the table's places" in refused.text, refused.text
+    crafted |= {"snapshots": [], "snapshot-log": [], "refs": {}, "statistics": [], "current-snapshot-id": -1}
+    crafted_file.unlink()
+    crafted_file = own / "metadata" / "00001-crafted.metadata.json"
+    crafted_file.write_text(json.dumps(crafted))
+    register["metadata-location"] = crafted_file.as_uri()
     assert http.post(f"{server.url}{P}/namespaces/{namespace}/register", json=register).status_code == 200
 
     dropped = http.delete(f"{server.url}{P}/namespaces/{namespace}/tables/crafted?purgeRequested=true")

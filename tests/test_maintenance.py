@@ -322,9 +322,9 @@ def compact_while(
     rewrite = service._rewritten
     written: list[str] = []
 
-    def changed_first(metadata: Any, rows: pa.Table) -> Any:
+    def changed_first(metadata: Any, rows: pa.Table, io: Any) -> Any:
         meanwhile(table)
-        files = rewrite(metadata, rows)
+        files = rewrite(metadata, rows, io)
         written.extend(f.file_path for f in files)
         return files
 

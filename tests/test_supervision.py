@@ -20,6 +20,7 @@ from isbre.catalog.lmdb_store import LmdbStore
 from isbre.catalog.store import StoreGrowthError, WriteView
 from isbre.catalog.writer import Batch, Writer, WriterClosedError
 
+from tests.disks import fill
 from tests.http_client import http
 from tests.lineage_receiver import Receiver
 from tests.server import ID_SCHEMA, IsbreServer
@@ -129,31 +130,6 @@ def test_a_mutation_that_raises_base_exception_is_fatal_to_the_writer_only(tmp_p
         writer.execute(breaks)
     assert fatal and not writer.alive
     writer.close()
-
-
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 24 MB tmpfs: a disk that fills up in a moment."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs to fill needs root")
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(mount)], capture_output=True
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
-
-
-def fill(path: Path) -> None:
-    # Unbuffered: closing the file must not try to flush what no longer fits.
-    with path.open("wb", buffering=0) as filler, contextlib.suppress(OSError):
-        while True:
-            filler.write(b"\0" * (1 << 16))
 
 
 def metadata_files(warehouse: Path) -> set[Path]:
