@@ -14,6 +14,7 @@ catalog never reads them).
 from __future__ import annotations
 
 import statistics
+import time
 import uuid
 from collections.abc import Callable
 from multiprocessing.synchronize import Barrier
@@ -60,7 +61,7 @@ def _snapshot(snapshot_id: int, sequence: int, location: str) -> Snapshot:
         snapshot_id=snapshot_id,
         parent_snapshot_id=snapshot_id - 1 if snapshot_id > 1 else None,
         sequence_number=sequence,
-        timestamp_ms=1_780_000_000_000 + sequence,
+        timestamp_ms=int(time.time() * 1000),  # as a writer stamps it: now
         manifest_list=f"{location}/metadata/snap-{snapshot_id}-1-{uuid.uuid4()}.avro",
         summary=summary,
         schema_id=0,
