@@ -7,6 +7,7 @@ import random
 import time
 from typing import Any
 
+from pyiceberg.io import FileIO
 from pyiceberg.io.pyarrow import PyArrowFileIO
 from pyiceberg.manifest import (
     DataFile,
@@ -22,10 +23,9 @@ from pyiceberg.typedef import Record
 
 
 def manifest_naming(
-    metadata: TableMetadata, manifest_path: str, data_paths: list[str], snapshot_id: int
+    metadata: TableMetadata, manifest_path: str, data_paths: list[str], snapshot_id: int, io: FileIO
 ) -> Any:
     """Write a manifest at `manifest_path` naming `data_paths` as added data files."""
-    io = PyArrowFileIO()
     writer = write_manifest(
         2, metadata.spec(), metadata.schema(), io.new_output(manifest_path), snapshot_id, "null"
     )
@@ -52,14 +52,17 @@ def crafted_snapshot(
     manifest_list: str,
     manifests: list[tuple[str, list[str]]],
     write_list_at: str | None = None,
+    io: FileIO | None = None,
 ) -> list[dict[str, Any]]:
     """The updates of a commit adding a snapshot whose manifest list (at `manifest_list`, written at
-    `write_list_at` when the path itself cannot be written) holds `manifests`: (path, data paths)."""
+    `write_list_at` when the path itself cannot be written) holds `manifests`: (path, data paths);
+    written through `io` (local disk by default)."""
+    io = io or PyArrowFileIO()
     snapshot_id = random.getrandbits(62)
     sequence = metadata.last_sequence_number + 1
-    files = [manifest_naming(metadata, path, data, snapshot_id) for path, data in manifests]
+    files = [manifest_naming(metadata, path, data, snapshot_id, io) for path, data in manifests]
     parent = metadata.current_snapshot_id
-    output = PyArrowFileIO().new_output(write_list_at or manifest_list)
+    output = io.new_output(write_list_at or manifest_list)
     with write_manifest_list(2, output, snapshot_id, parent, sequence, "null") as writer:
         writer.add_manifests(files)
     return snapshot_updates(metadata, snapshot_id, parent, sequence, manifest_list)

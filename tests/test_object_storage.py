@@ -26,6 +26,7 @@ from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.utils.concurrent import ExecutorFactory
 
 from tests import duck
+from tests.crafted import crafted_snapshot
 from tests.http_client import http
 from tests.s3 import REGION, MotoS3
 from tests.server import ID_SCHEMA, IsbreServer, on_threads
@@ -605,3 +606,36 @@ def test_purge_deletes_the_tables_own_objects_only(on_s3: IsbreServer, moto: Mot
     assert moto.keys("lake", "wh/purging/gone-") == []
     assert set(moto.keys("lake", "wh/purging/kept-")) == kept
     assert set(moto.keys("lake", "wh/purging/gone_too-")) == gone_too
+
+
+def test_an_s3_table_s_places_and_jobs_stay_inside_it(on_s3: IsbreServer, moto: MotoS3) -> None:
+    """On S3, where the server's own keys reach every table: `write.data.path` into another bucket
+    or another table is refused, and compaction of a table whose manifest names another table's
+    object reads nothing of it (its rows never reach the table) and says so."""
+    a_root, b_root, _, b_file = two_tables(on_s3, moto, "s3trust")
+    url = f"{on_s3.url}/v1/isbre/namespaces/s3trust/tables/a"
+    auth = {"Authorization": f"Bearer {WRITER}"}
+    for place in ("s3://elsewhere/x", f"s3://{b_root}/data", "s3://lake/outside-the-warehouse"):
+        body = {"updates": [{"action": "set-properties", "updates": {"write.data.path": place}}]}
+        refused = http.post(url, json=body, headers=auth)
+        assert refused.status_code == 400 and "write.data.path" in refused.text, (place, refused.text)
+    lake = catalog(on_s3, WRITER)
+    table = lake.load_table("s3trust.a")
+    own = [task.file.file_path for task in table.scan().plan_files()]
+    location = table.metadata.location
+    updates = crafted_snapshot(
+        table.metadata,
+        f"{location}/metadata/snap-stolen.avro",
+        [(f"{location}/metadata/stolen-m0.avro", [*own, f"s3://lake/{b_file}"])],
+        io=ObjectStorageIO(moto.options()),
+    )
+    assert http.post(url, json={"updates": updates}, headers=auth).status_code == 200
+    compacting = {"isbre.maintenance.compact.min-input-files": "2"}
+    body = {"updates": [{"action": "set-properties", "updates": compacting}]}
+    assert http.post(url, json=body, headers=auth).status_code == 200
+    before = set(moto.keys("lake", a_root.removeprefix("lake/")))
+    answer = http.post(f"{url}/maintenance", json={"jobs": ["compact-data-files"]}, headers=auth, timeout=60)
+    assert answer.status_code == 200, answer.text
+    (job,) = answer.json()["jobs"]
+    assert not job["committed"] and f"s3://lake/{b_file}" in job["foreign-paths"], job
+    assert set(moto.keys("lake", a_root.removeprefix("lake/"))) == before
