@@ -15,7 +15,13 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-DEFAULT_URL = "http://127.0.0.1:8181"
+# Where a server listens when nothing says otherwise (rest/settings.py's defaults, kept here so
+# that the client commands start without loading the settings model).
+DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 8181
+URL_HELP = (
+    "the isbre server (default: http://HOST:PORT from $ISBRE_HOST / $ISBRE_PORT, else --config's "
+    "host and port, else http://127.0.0.1:8181); --uri is the same"
+)
 CREDENTIALS_HELP = (
     "(default: $ISBRE_TOKEN / $ISBRE_CREDENTIAL; prefer the environment: options are visible to "
     "other users in the process list)"
@@ -25,6 +31,29 @@ STORE_HELP = (
     "the store: an LMDB directory (default: isbre.lmdb in a local warehouse, else ./isbre.lmdb), or "
     "postgresql://… shared by several servers (prefer ISBRE_STORE: options are visible to other users)"
 )
+
+
+def server_url(config: Path | None = None) -> str:
+    """The URL of the server these settings start: the environment's host and port first, then
+    the TOML file's, as `isbre serve` reads them; a wildcard address is reached on loopback."""
+    import os
+    import tomllib
+
+    found: dict[str, Any] = {}
+    if config is not None:
+        if not config.is_file():
+            raise FileNotFoundError(f"config file not found: {config}")
+        found = tomllib.loads(config.read_text())
+    host = os.environ.get("ISBRE_HOST") or str(found.get("host") or DEFAULT_HOST)
+    port = os.environ.get("ISBRE_PORT") or str(found.get("port") or DEFAULT_PORT)
+    if host in ("0.0.0.0", "::", ""):
+        host = DEFAULT_HOST
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}"
+
+
+def _with_url(args: argparse.Namespace) -> None:
+    if args.url is None:
+        args.url = server_url(args.config)
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -42,6 +71,8 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _tail(args: argparse.Namespace) -> int:
     from isbre.events.client import subscribe
+
+    _with_url(args)
 
     def retrying(error: Exception, delay: float) -> None:
         print(f"{args.prog}: {describe(error, args.url)}; retrying in {delay:g} s", file=sys.stderr)
@@ -65,6 +96,7 @@ def _lineage_status(args: argparse.Namespace) -> int:
     import httpx
     from isbre.events.client import Credentials
 
+    _with_url(args)
     credentials = Credentials(args.token, args.credential)
     url = args.url.rstrip("/")
     with httpx.Client(timeout=10) as client:
@@ -171,6 +203,8 @@ def _store_copy(args: argparse.Namespace) -> int:
 def _ingest(args: argparse.Namespace) -> int:
     from isbre.sinks.ingest import run
 
+    if args.warehouse is None:
+        _with_url(args)
     return run(args)
 
 
@@ -220,6 +254,11 @@ def _port(text: str) -> int:
     return port
 
 
+def _add_server(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--url", "--uri", dest="url", help=URL_HELP)
+    parser.add_argument("--config", type=Path, help="the server's TOML settings file, for its host and port")
+
+
 def _add_credentials(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--token", help=f"a bearer token for a server with authentication on {CREDENTIALS_HELP}"
@@ -259,7 +298,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     events = commands.add_parser("events", help="commit events").add_subparsers(dest="events", required=True)
     tail = events.add_parser("tail", help="print commit events as JSON lines until interrupted")
-    tail.add_argument("--url", default=DEFAULT_URL, help="isbre server (default %(default)s)")
+    _add_server(tail)
     tail.add_argument("--after", type=int, help="start after this commit_seq (default: from now)")
     tail.add_argument(
         "--table", action="append", default=[], help="only this table, as ns.table (repeatable)"
@@ -275,7 +314,7 @@ def build_parser() -> argparse.ArgumentParser:
         dest="lineage", required=True
     )
     status = lineage.add_parser("status", help="print the lineage outbox's state")
-    status.add_argument("--url", default=DEFAULT_URL, help="isbre server (default %(default)s)")
+    _add_server(status)
     _add_credentials(status)
     status.set_defaults(prog=status.prog, command_parser=status, handler=_lineage_status)
     replay = lineage.add_parser("replay", help="send the lineage of past commits again")

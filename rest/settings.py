@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
 import re
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +26,10 @@ if TYPE_CHECKING:
 
 # A warehouse's name is its catalog prefix: one URL path segment.
 NAME = r"^[A-Za-z0-9_-]+$"
+
+
+# Iceberg REST catalogs' customary port (the Java reference's, PyIceberg's examples).
+DEFAULT_PORT = 8181
 
 
 class Principal(BaseModel):
@@ -116,7 +122,7 @@ class Settings(BaseSettings):
         None, ge=1, description="Server processes on the port (default: the cores, up to max_workers)."
     )
     max_workers: int = Field(8, ge=1, description="Cap on the default number of worker processes.")
-    port: int = Field(8181, ge=0, le=65535, description="Port to listen on (0 picks a free one).")
+    port: int = Field(DEFAULT_PORT, ge=0, le=65535, description="Port to listen on (0 picks a free one).")
     warehouse: str = Field(
         "warehouse", description="The default warehouse's root: a directory, or s3://bucket/prefix."
     )
@@ -281,8 +287,38 @@ class Settings(BaseSettings):
         return init_settings, env_settings, TomlConfigSettingsSource(settings_cls)
 
 
+# Variables of isbre's that are not settings: the client commands' credentials, and what a server
+# hands its own processes.
+NOT_SETTINGS = frozenset(
+    {
+        "ISBRE_TOKEN",
+        "ISBRE_CREDENTIAL",
+        "ISBRE_HELPER_STORE",
+        "ISBRE_JOB",
+        "ISBRE_JOB_PARENT",
+        "ISBRE_WORKER_SETTINGS",
+        "ISBRE_LINEAGE_DELIVERY",
+    }
+)
+
+
+def check_environment(environ: Mapping[str, str]) -> None:
+    """Refuse an `ISBRE_*` variable that names no setting, as the TOML file refuses an unknown key:
+    a typo must not leave the server on a default (ValueError naming the closest setting)."""
+    known = {f"ISBRE_{name.upper()}" for name in Settings.model_fields}
+    for key in sorted(environ):
+        if not key.startswith("ISBRE_") or key in NOT_SETTINGS:
+            continue
+        top = key.split("__", 1)[0]
+        if top not in known:
+            close = difflib.get_close_matches(top, sorted(known), n=1, cutoff=0.6)
+            hint = f"; did you mean {close[0]}?" if close else " (see docs/configuration.md)"
+            raise ValueError(f"unknown setting in the environment: {key}{hint}")
+
+
 def load_settings(config_file: Path | None = None, **flags: Any) -> Settings:
     """Settings from `config_file` (if any), the environment, and the flags that were given."""
+    check_environment(os.environ)
     given = {key: value for key, value in flags.items() if value is not None}
     if config_file is None:
         return Settings(**given)

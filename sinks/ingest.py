@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
         namespace = tuple(args.table.split(".")[:-1])
         if not namespace:  # before anything is asked of the server
             raise SinkError(f"--table needs a namespace: {args.table!r}")
-        catalog = open_catalog(args.uri, args.warehouse, args.token, args.credential)
+        catalog = open_catalog(args.url, args.warehouse, args.token, args.credential)
         catalog.create_namespace_if_not_exists(namespace)
         types = run_types(files, args.format, column_types(catalog, args.table, args.prefix, args.types))
         writer = TableWriter(
@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"isbre ingest: {e}", file=sys.stderr)
         return 2
     except requests.ConnectionError:  # PyIceberg's REST client speaks through requests
-        print(f"isbre ingest: cannot reach {args.uri or DEFAULT_URI}", file=sys.stderr)
+        print(f"isbre ingest: cannot reach {args.url or DEFAULT_URI}", file=sys.stderr)
         return 1
     total_read = total_written = 0
     refused: list[Path] = []

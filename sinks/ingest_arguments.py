@@ -14,9 +14,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--table", required=True, help="target table, as ns.table (created if absent)")
     where = parser.add_mutually_exclusive_group()
     where.add_argument(
-        "--uri", help="isbre (or any Iceberg REST catalog) URL (default http://127.0.0.1:8181)"
+        "--url",
+        "--uri",
+        dest="url",
+        help="isbre (or any Iceberg REST catalog) URL (default: http://HOST:PORT from $ISBRE_HOST / "
+        "$ISBRE_PORT, else --config's host and port, else http://127.0.0.1:8181)",
     )
     where.add_argument("--warehouse", type=Path, help="an isbre warehouse directory, opened in-process")
+    parser.add_argument("--config", type=Path, help="the server's TOML settings file, for its host and port")
     parser.add_argument("--source-id", default="files", help="source id recorded with the offsets")
     parser.add_argument("--format", choices=("parquet", "csv", "json"), help="instead of the file suffix")
     parser.add_argument("--batch-size", type=int, default=65_536, help="rows per batch read")

@@ -1,13 +1,17 @@
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
+import socket
 import subprocess
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import pytest
 from isbre.catalog import CatalogService
+from isbre.rest.settings import DEFAULT_PORT
 from pyiceberg.catalog.rest import RestCatalog
 
 from tests.postgres import PostgresServer, binaries, new_database
@@ -175,3 +179,30 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
         yield mount
     finally:
         subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def default_port_taken() -> Iterator[None]:
+    """The README has a newcomer keep `make run` going beside `make test`: the suite holds the
+    default port itself (where it is free), answering every connection by closing it, so a test
+    that counts on 8181 being free, or on nothing answering there, fails here as it would there."""
+    try:
+        listener = socket.create_server(("127.0.0.1", DEFAULT_PORT))
+    except OSError:
+        yield  # something holds it already (another test process, or `make run`)
+        return
+    listener.settimeout(0.2)
+    stop = threading.Event()
+
+    def answer() -> None:
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError, OSError):
+                connection, _ = listener.accept()
+                connection.close()
+
+    holder = threading.Thread(target=answer, name="default-port-holder", daemon=True)
+    holder.start()
+    yield
+    stop.set()
+    holder.join()
+    listener.close()

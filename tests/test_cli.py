@@ -81,6 +81,8 @@ def test_help_version_and_tail_import_nothing_heavy() -> None:
         (["serve"], {"ISBRE_PORT": "abc"}, ["'port'", "abc"]),
         (["serve", "--config", "{config}"], {}, ["unknown setting 'prot'"]),
         (["serve", "--config", "/nonexistent/isbre.toml"], {}, ["config file not found"]),
+        (["serve"], {"ISBRE_PROT": "9999"}, ["unknown setting", "ISBRE_PROT", "did you mean ISBRE_PORT?"]),
+        (["serve"], {"ISBRE_LINEAGE_ULR": "http://x"}, ["ISBRE_LINEAGE_ULR", "ISBRE_LINEAGE_URL"]),
         (
             ["lineage", "status", "--url", "http://127.0.0.1:{port}"],
             {},
@@ -103,6 +105,8 @@ def test_help_version_and_tail_import_nothing_heavy() -> None:
         "port not a number",
         "misspelled key",
         "missing config",
+        "misspelled variable",
+        "misspelled lineage variable",
         "no server",
         "no database",
         "ingest table without namespace",
@@ -118,6 +122,8 @@ def test_ordinary_mistakes_are_one_line(
     env = {name: value.format(port=free_port()) for name, value in env.items()}
     if args[0] == "serve":
         args += ["--warehouse", str(tmp_path / "warehouse")]
+        if "--port" not in args and "ISBRE_PORT" not in env:  # never the default: `make run` may hold it
+            args += ["--port", str(free_port())]
         env["ISBRE_STATE_DIR"] = str(tmp_path / "state")
     one_line_error(isbre(*args, env=env), *words)
 
@@ -245,3 +251,42 @@ def test_a_port_in_use_is_named_with_how_to_choose_another(tmp_path: Path) -> No
         result = isbre("serve", "--port", str(port), "--warehouse", str(tmp_path / "w"), "--workers", "1")
     one_line_error(result, f"port {port}", "in use", "--port", "ISBRE_PORT")
     assert "Application startup" not in result.stderr
+
+
+def test_the_client_commands_find_the_server_that_the_settings_start(
+    secured: IsbreServer, tmp_path: Path
+) -> None:
+    """`lineage status`, `events tail` and `ingest` reach the server on the port `ISBRE_PORT` or the
+    TOML file names, without a URL; `--url` and `--uri` are one flag in each."""
+    from isbre.rest import cli, settings
+
+    assert (cli.DEFAULT_HOST, cli.DEFAULT_PORT) == ("127.0.0.1", settings.DEFAULT_PORT)
+    port = secured.url.rsplit(":", 1)[1]
+    token = {"ISBRE_TOKEN": "root-token"}
+    assert isbre("lineage", "status", env={"ISBRE_PORT": port, **token}).returncode == 0
+    config = tmp_path / "isbre.toml"
+    config.write_text(f'host = "0.0.0.0"\nport = {port}\n')
+    assert isbre("lineage", "status", "--config", str(config), env=token).returncode == 0
+    for flag in ("--url", "--uri"):
+        assert isbre("lineage", "status", flag, secured.url, env=token).returncode == 0
+    rows = tmp_path / "rows.csv"
+    rows.write_text("n\n1\n2\n")
+    for flag in ("--url", "--uri"):
+        ingested = isbre("ingest", str(rows), "--table", f"cli.t{flag[2:]}", flag, secured.url, env=token)
+        assert ingested.returncode == 0, ingested.stderr
+    by_port = isbre("ingest", str(rows), "--table", "cli.byport", env={"ISBRE_PORT": port, **token})
+    assert by_port.returncode == 0, by_port.stderr
+    tail = subprocess.Popen(
+        [sys.executable, "-m", "isbre.rest.cli", "events", "tail", "--after", "0", "--config", str(config)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**{k: v for k, v in os.environ.items() if not k.startswith("ISBRE_")}, **token},
+    )
+    try:
+        assert tail.stdout is not None
+        first = json.loads(tail.stdout.readline())
+        assert first["commit_seq"] >= 1
+    finally:
+        tail.kill()
+        tail.wait()
