@@ -167,6 +167,8 @@ def _ingest_file(
     task: TaskID,
 ) -> tuple[int, int, str]:
     fmt = file_format(path, args.format)
+    if path.stat().st_size == 0:  # no header, no rows: nothing to read in any format
+        return 0, 0, f"{path}: empty, 0 rows"
     progress.update(task, total=row_count(path, fmt))
     read = written = 0
     span = None

@@ -182,3 +182,18 @@ def test_ingest_quarantines_the_lines_that_do_not_parse(
     assert diverted[0]["record"] == "2,oops,b" and '"eleven"' in diverted[1]["record"]
     coverage = http.get(f"{server.url}/v1/isbre/namespaces/lenient/tables/orders/coverage").json()
     assert coverage["rows"] == {"accepted": 5, "quarantined.contract": 2, "quarantined.decode": 1}  # once
+
+
+def test_an_empty_file_is_no_rows_in_every_run(
+    server: IsbreServer, rest_catalog: RestCatalog, tmp_path: Path
+) -> None:
+    rows = tmp_path / "rows.csv"
+    rows.write_text("id\n1\n2\n")
+    empties = [tmp_path / name for name in ("empty.csv", "empty.jsonl", "empty.parquet")]
+    for empty in empties:
+        empty.write_bytes(b"")
+    for quarantine in ([], ["--quarantine", "files.empty_refused"]):
+        for run in range(2):
+            done = ingest(server, str(rows), *map(str, empties), "--table", "files.empty", *quarantine)
+            assert done.returncode == 0, (run, done.stderr)
+    assert rest_catalog.load_table("files.empty").scan().to_arrow().num_rows == 2
