@@ -74,18 +74,29 @@ def live_data_files(io: FileIO, metadata: TableMetadata) -> LiveFiles:
     return LiveFiles(snapshot.snapshot_id, files)
 
 
+def _small_by_partition(
+    files: tuple[DataFile, ...], properties: dict[str, str]
+) -> dict[tuple[int, Record], list[DataFile]]:
+    small = int(target_file_size(properties) * SMALL_SHARE)
+    partitions: dict[tuple[int, Record], list[DataFile]] = defaultdict(list)
+    for data_file in files:
+        if data_file.file_size_in_bytes < small:
+            partitions[(data_file.spec_id, data_file.partition)].append(data_file)
+    return partitions
+
+
+def most_small_files(files: tuple[DataFile, ...], properties: dict[str, str]) -> int:
+    """The most small files one partition holds (what compaction waits for, when it waits)."""
+    return max((len(each) for each in _small_by_partition(files, properties).values()), default=0)
+
+
 def plan_compaction(files: tuple[DataFile, ...], properties: dict[str, str]) -> list[list[DataFile]]:
     """Groups of small files to rewrite together: per partition (and spec), once it holds
     `min-input-files` small ones, packed into groups whose inputs add up to the target size at
     most. A group of one file is not worth rewriting."""
     target = target_file_size(properties)
-    small = int(target * SMALL_SHARE)
-    partitions: dict[tuple[int, Record], list[DataFile]] = defaultdict(list)
-    for data_file in files:
-        if data_file.file_size_in_bytes < small:
-            partitions[(data_file.spec_id, data_file.partition)].append(data_file)
     groups: list[list[DataFile]] = []
-    for candidates in partitions.values():
+    for candidates in _small_by_partition(files, properties).values():
         if len(candidates) < min_input_files(properties):
             continue
         group: list[DataFile] = []

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -46,6 +46,11 @@ log = logging.getLogger(__name__)
 LEASE = "maintenance"
 # A table whose jobs failed this many times in a row turns /health degraded.
 FAILING_AFTER = 3
+# Tables the catalog maintains are looked at again without a commit, every this many intervals of
+# the maintenance thread: a quiet table's snapshots age past its policy too. At most WATCHED are
+# remembered (those committed to last).
+RECHECK_INTERVALS = 10
+WATCHED = 10_000
 
 
 @dataclass
@@ -87,6 +92,8 @@ class Maintainer:
         self._thread = threading.Thread(target=self._run, name="isbre-maintenance", daemon=True)
         self.stats = MaintenanceStats()
         self.holding = False  # this process holds the lease: it is the one that maintains
+        # The maintained tables this process saw a commit to, and when it last looked at each.
+        self._watched: OrderedDict[tuple[str, Identifier], float] = OrderedDict()
 
     def start(self) -> None:
         self._thread.start()
@@ -106,6 +113,7 @@ class Maintainer:
                     cursor = self._log.commit_seq()  # from now on: a table is due at its next commit
                 else:
                     cursor = self._follow(cursor)
+                    self._recheck()
             except Exception as exc:  # e.g. a database store that is down: try again later
                 log.warning("maintenance: %s: %s", type(exc).__name__, exc)
             self._stop.wait(self._interval)
@@ -127,52 +135,84 @@ class Maintainer:
                 self.run_due(service, ident)
         return records[-1].commit_seq if records else cursor
 
-    def run_due(self, service: CatalogService, ident: Identifier) -> list[JobReport]:
-        """Run what the table's policies make due now, if it is maintained by the catalog."""
+    def _recheck(self) -> None:
+        """Run what time alone makes due (snapshots aging past the policy, the orphan interval) on
+        the maintained tables not looked at for RECHECK_INTERVALS intervals: commits make the rest
+        due."""
+        now = time.monotonic()
+        for (warehouse, ident), looked in list(self._watched.items()):
+            if self._stop.is_set():
+                return
+            service = self._services.get(warehouse)
+            if now - looked >= RECHECK_INTERVALS * self._interval and service is not None:
+                self.run_due(service, ident, after_commit=False)
+
+    def run_due(
+        self, service: CatalogService, ident: Identifier, after_commit: bool = True
+    ) -> list[JobReport]:
+        """Run what the table's policies make due now, if it is maintained by the catalog; on every
+        table, remove the metadata files its `write.metadata.delete-after-commit.enabled` lets go,
+        as Iceberg's own catalogs do after a commit. `after_commit`: a commit to the table made it
+        worth a look (else only time did, and only what time makes due is looked at)."""
+        key = (service.name, ident)
         try:
             metadata = service.load_table(ident).metadata
         except NoSuchTableError:
+            self._watched.pop(key, None)
             return []  # dropped since
+        cleans = metadata.properties.get(DELETE_AFTER_COMMIT, "false").lower() == "true"
         if not enabled(metadata.properties):
-            return []
+            self._watched.pop(key, None)
+            return self._run_each(service, ident, [REMOVE_METADATA_FILES]) if cleans and after_commit else []
+        self._watched[key] = time.monotonic()
+        self._watched.move_to_end(key)
+        while len(self._watched) > WATCHED:
+            self._watched.popitem(last=False)
         jobs = []
         if plan_expiry(metadata, int(time.time() * 1000)):
             jobs.append(EXPIRE_SNAPSHOTS)
-        if metadata.properties.get(DELETE_AFTER_COMMIT, "false").lower() == "true":
+        if cleans and (after_commit or jobs):
             jobs.append(REMOVE_METADATA_FILES)
-        current = metadata.current_snapshot()
-        # One read of the manifest list, if it is the table's: a table appended to a manifest a commit
-        # needs merging (one whose list is elsewhere is left to the job, which says so).
-        try:
-            manifests = len(current.manifests(service.confined_io(metadata))) if current is not None else 0
-        except ForeignPathError:
-            manifests = min_count_to_merge(metadata.properties)
-        if manifests >= min_count_to_merge(metadata.properties):
-            jobs.append(REWRITE_MANIFESTS)
         table = f"{service.name}.{ident}"
         files, size = data_file_totals(metadata)
-        new_files = files - self.stats.compaction_seen.get(table, 0)
-        if compaction_due(metadata.properties, files, size) and new_files >= min_input_files(
-            metadata.properties
-        ):
-            # Late: it takes longest, and the others need not wait for it.
-            jobs.append(COMPACT_DATA_FILES)
+        if after_commit:
+            current = metadata.current_snapshot()
+            # One read of the manifest list, if it is the table's: a table appended to a manifest a
+            # commit needs merging (one whose list is elsewhere is left to the job, which says so).
+            try:
+                manifests = (
+                    len(current.manifests(service.confined_io(metadata))) if current is not None else 0
+                )
+            except ForeignPathError:
+                manifests = min_count_to_merge(metadata.properties)
+            if manifests >= min_count_to_merge(metadata.properties):
+                jobs.append(REWRITE_MANIFESTS)
+            new_files = files - self.stats.compaction_seen.get(table, 0)
+            if compaction_due(metadata.properties, files, size) and new_files >= min_input_files(
+                metadata.properties
+            ):
+                # Late: it takes longest, and the others need not wait for it.
+                jobs.append(COMPACT_DATA_FILES)
         now = time.time()
         looked = self.stats.orphans_looked.setdefault(table, now)
         if (now - looked) * 1000 >= orphan_interval_ms(metadata.properties):
             jobs.append(REMOVE_ORPHAN_FILES)  # after compaction: it reads every manifest kept
             self.stats.orphans_looked[table] = now  # done or failed, due again an interval later
+        reports = self._run_each(service, ident, jobs)
+        if COMPACT_DATA_FILES in jobs:  # done or failed, looked at again after more files
+            compacted = next((r for r in reports if r.job == COMPACT_DATA_FILES), None)
+            self.stats.compaction_seen[table] = (
+                files - compacted.rewritten_files + compacted.added_files if compacted else files
+            )
+        return reports
+
+    def _run_each(self, service: CatalogService, ident: Identifier, jobs: list[str]) -> list[JobReport]:
         reports = []
         for job in jobs:  # one failing job does not keep the others from running
             try:
                 reports += self.run(service, ident, [job])
             except Exception:
                 continue  # counted and logged; tried again at the table's next commit
-        if COMPACT_DATA_FILES in jobs:  # done or failed, looked at again after more files
-            compacted = next((r for r in reports if r.job == COMPACT_DATA_FILES), None)
-            self.stats.compaction_seen[table] = (
-                files - compacted.rewritten_files + compacted.added_files if compacted else files
-            )
         return reports
 
     def run(self, service: CatalogService, ident: Identifier, jobs: list[str]) -> list[JobReport]:

@@ -340,6 +340,8 @@ class JobReport:
     rewritten_bytes: int = 0
     # Paths the table's metadata names outside the table, which the job left alone.
     foreign_paths: list[str] = field(default_factory=list)
+    # Why a job that ran found nothing to do (None when it did something, or failed).
+    nothing_to_do: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -361,6 +363,8 @@ class JobReport:
             body["problems"] = self.problems[:20]
         if self.foreign_paths:
             body["foreign-paths"] = self.foreign_paths[:20]
+        if self.nothing_to_do is not None:
+            body["nothing-to-do"] = self.nothing_to_do
         return body
 
     @classmethod
@@ -379,6 +383,7 @@ class JobReport:
             added_files=found.get("added-files", 0),
             rewritten_bytes=found.get("rewritten-bytes", 0),
             foreign_paths=found.get("foreign-paths", []),
+            nothing_to_do=found.get("nothing-to-do"),
         )
 
 

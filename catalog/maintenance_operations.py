@@ -18,9 +18,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from isbre.catalog.compaction import (
+    MIN_INPUT_FILES,
     WRITE_TARGET_FILE_SIZE,
     NotCompactedError,
     live_data_files,
+    min_input_files,
+    most_small_files,
     plan_compaction,
     target_file_size,
 )
@@ -135,6 +138,7 @@ class MaintenanceOperations(TableOperations):
             before = self.load_table(ident)
             plan = plan_expiry(before.metadata, now_ms)
             if not plan:
+                report.nothing_to_do = "no snapshot or ref is past the table's retention (history.expire.*)"
                 return report
             requirements: list[TableRequirement] = [AssertTableUUID(uuid=before.metadata.table_uuid)]
             requirements += [
@@ -180,6 +184,7 @@ class MaintenanceOperations(TableOperations):
         state = self.load_table(ident)
         assert state.metadata_location is not None
         if state.metadata.properties.get(DELETE_AFTER_COMMIT, "false").lower() != "true":
+            report.nothing_to_do = f"the table's {DELETE_AFTER_COMMIT} is not true"
             return report
         directory = state.metadata_location.rsplit("/", 1)[0]
         local = local_path(directory)
@@ -238,6 +243,11 @@ class MaintenanceOperations(TableOperations):
             return report
         groups = plan_compaction(live.files, state.metadata.properties)
         if not groups:
+            most = most_small_files(live.files, state.metadata.properties)
+            report.nothing_to_do = (
+                f"no partition holds {MIN_INPUT_FILES} = {min_input_files(state.metadata.properties)} "
+                f"small data files (the most: {most})"
+            )
             return report
         removed = [data_file for group in groups for data_file in group]
         for data_file in removed:  # all of them before any is read
@@ -287,6 +297,7 @@ class MaintenanceOperations(TableOperations):
         current = state.metadata.current_snapshot()
         before = current.manifests(io) if current is not None else []
         if len(before) < 2:
+            report.nothing_to_do = f"the current snapshot has {len(before)} manifest(s): nothing to merge"
             return report
         for manifest in before:  # all of them before any is read
             io.check(manifest.manifest_path)
@@ -303,7 +314,10 @@ class MaintenanceOperations(TableOperations):
 
         after = self._commit_rewrite(ident, state, REWRITE_MANIFESTS, make, io)
         if after is None:
-            return report  # nothing to merge
+            report.nothing_to_do = (
+                "the manifests are merged as far as commit.manifest.target-size-bytes allows"
+            )
+            return report
         made = after.metadata.current_snapshot()
         assert made is not None
         written = {m.manifest_path for m in made.manifests(io) if m.added_snapshot_id == made.snapshot_id}

@@ -856,3 +856,72 @@ def test_kill_9_of_a_job_s_process_at_each_step_leaves_the_table_whole(
     assert not report.problems, (report, caplog.text)
     table = table.refresh()
     assert FINISHED[job](table, orphans) and numbers(table) == expected
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A server whose maintenance thread looks at quiet tables every 2 s (ten 0.2 s intervals)."""
+    warehouse = tmp_path_factory.mktemp("quick") / "warehouse"
+    server = InProcessServer(warehouse, env={"ISBRE_MAINTENANCE_INTERVAL_SECONDS": "0.2"}).start()
+    yield server
+    server.stop()
+
+
+def test_a_quiet_table_reaches_its_policy_without_another_commit(quick: IsbreServer) -> None:
+    catalog = RestCatalog("isbre", uri=quick.url)
+    catalog.create_namespace_if_not_exists("q")
+    policy = {
+        "isbre.maintenance.enabled": "true",
+        "history.expire.max-snapshot-age-ms": "5000",
+        "history.expire.min-snapshots-to-keep": "2",
+    }
+    table = catalog.create_table("q.quiet", schema=batch(0).schema, properties=policy)
+    for i in range(6):
+        table.append(batch(2 * i))
+    high = quick.high_water()
+    eventually(lambda: len(table.refresh().metadata.snapshots) == 2, "expired while quiet", timeout=60)
+    commits = list(http.get(f"{quick.url}/v1/isbre/namespaces/q/tables/quiet/maintenance").json()["due"])
+    assert commits == [] and numbers(table) == list(range(12))
+    assert quick.high_water() == high + 1  # the expiry's own commit, and no other
+
+
+def test_metadata_files_past_previous_versions_max_go_on_every_table(quick: IsbreServer) -> None:
+    """Iceberg's own `write.metadata.delete-after-commit.enabled` is honoured on a table that does
+    not ask for the catalog's maintenance, as Iceberg's own catalogs honour it after a commit."""
+    catalog = RestCatalog("isbre", uri=quick.url)
+    catalog.create_namespace_if_not_exists("q")
+    properties = {
+        "write.metadata.delete-after-commit.enabled": "true",
+        "write.metadata.previous-versions-max": "3",
+    }
+    table = catalog.create_table("q.cleaned", schema=batch(0).schema, properties=properties)
+    url = f"{quick.url}/v1/isbre/namespaces/q/tables/cleaned"
+    for i in range(20):
+        body = {"updates": [{"action": "set-properties", "updates": {"i": str(i)}}]}
+        assert http.post(url, json=body).status_code == 200
+    directory = local_path(f"{table.location()}/metadata")
+    assert directory is not None
+    eventually(
+        lambda: len(list(directory.glob("*.metadata.json"))) == 4, "3 previous versions and the current"
+    )
+    assert catalog.load_table("q.cleaned").properties["i"] == "19"
+
+
+def test_a_job_that_finds_nothing_to_do_says_why(maintained: IsbreServer, rest: Catalog) -> None:
+    table = rest.create_table(
+        "m.idle", schema=batch(0).schema, properties={"isbre.maintenance.compact.min-input-files": "50"}
+    )
+    for i in range(5):
+        table.append(batch(i))
+    answer = http.post(
+        f"{table_url(maintained, 'idle')}/maintenance",
+        json={"jobs": ["expire-snapshots", "compact-data-files", "remove-metadata-files"]},
+        timeout=60,
+    )
+    assert answer.status_code == 200, answer.text
+    expire, compact, metadata = answer.json()["jobs"]
+    assert "retention" in expire["nothing-to-do"]
+    assert compact["nothing-to-do"] == (
+        "no partition holds isbre.maintenance.compact.min-input-files = 50 small data files (the most: 5)"
+    )
+    assert "write.metadata.delete-after-commit.enabled" in metadata["nothing-to-do"]
