@@ -144,12 +144,28 @@ def _announce_when(up: Callable[[], bool], settings: Settings, workers: int) -> 
     def wait() -> None:
         while not up():
             time.sleep(0.05)
-        plural = "s" if workers > 1 else ""
-        log.info(
-            "isbre up: http://%s:%d answers (%d worker%s)", settings.host, settings.port, workers, plural
-        )
+        log.info("%s", up_line(settings, workers))
 
     threading.Thread(target=wait, name="isbre-announce", daemon=True).start()
+
+
+def up_line(settings: Settings, workers: int) -> str:
+    """What a newcomer needs once the server answers: where it answers, its console, where its
+    tables and its store are (a database URL without its password)."""
+    url = f"http://{settings.host}:{settings.port}"
+    plural = "s" if workers > 1 else ""
+    said = [f"isbre up: {url} answers ({workers} worker{plural})"]
+    if settings.console:
+        said.append(f"console {url}/ui/")
+    served = [(w.name, str(w.local_root() or w.root)) for w in warehouses(settings)]
+    said.append("warehouse " + ", ".join(f"{name} at {root}" for name, root in served))
+    store = settings.store_location()
+    if settings.shares_store():
+        from sqlalchemy.engine import make_url
+
+        store = make_url(store).render_as_string(hide_password=True)
+    said.append(f"store {store}")
+    return "; ".join(said)
 
 
 def claim_state(state: Path) -> str | None:

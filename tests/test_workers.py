@@ -155,7 +155,12 @@ def test_the_server_says_it_is_up_once_every_worker_answers(tmp_path: Path) -> N
         assert http.get(f"{server.url}/ready").json() == {"status": "ok"}
         assert len(connections_to_each_worker(server, each=1)) == 2  # both answer
         up = [line for line in server.log().splitlines() if "isbre up:" in line]
-        assert len(up) == 1 and up[0].endswith(f"isbre up: {server.url} answers (2 workers)"), up
+        warehouse = (tmp_path / "warehouse").resolve()
+        said = (
+            f"isbre up: {server.url} answers (2 workers); console {server.url}/ui/; "
+            f"warehouse isbre at {warehouse}; store {warehouse / 'isbre.lmdb'}"
+        )
+        assert len(up) == 1 and up[0].endswith(said), up
     finally:
         server.stop()
 
