@@ -179,9 +179,11 @@ class Subscription:
         token: str | None = None,
         credential: str | None = None,
         on_retry: Callable[[Exception, float], None] | None = None,
+        on_connect: Callable[[int], None] | None = None,
     ) -> None:
         """`on_retry(error, delay)` hears of each failed attempt to reach the server before the
-        client waits `delay` seconds and tries again."""
+        client waits `delay` seconds and tries again; `on_connect(cursor)` of each stream opened,
+        with the commit_seq its events come after."""
         credentials = Credentials(token, credential)
         self._options = (
             url,
@@ -194,8 +196,13 @@ class Subscription:
             credentials,
         )
         self._on_retry = on_retry
+        self._on_connect = on_connect
         # Keep-alive comments arrive every few seconds; silence longer than this means a dead connection.
         self._timeout = httpx.Timeout(10.0, read=idle_timeout)
+
+    def _connected(self, state: _Resume) -> None:
+        if self._on_connect is not None and state.cursor is not None:
+            self._on_connect(state.cursor)
 
     def _retrying(self, state: _Resume, error: Exception) -> float:
         delay = state.backoff()
@@ -217,6 +224,7 @@ class Subscription:
                     with connect_sse(client, "GET", f"{state.url}/v1/events", **state.request()) as source:
                         body = b"" if source.response.is_success else source.response.read()
                         state.check(source.response, body)
+                        self._connected(state)
                         for sse in source.iter_sse():
                             if (event := state.event(sse)) is not None:
                                 yield event
@@ -244,6 +252,7 @@ class Subscription:
                     ) as source:
                         body = b"" if source.response.is_success else await source.response.aread()
                         state.check(source.response, body)
+                        self._connected(state)
                         async for sse in source.aiter_sse():
                             if (event := state.event(sse)) is not None:
                                 yield event

@@ -77,6 +77,9 @@ def _tail(args: argparse.Namespace) -> int:
     def retrying(error: Exception, delay: float) -> None:
         print(f"{args.prog}: {describe(error, args.url)}; retrying in {delay:g} s", file=sys.stderr)
 
+    def connected(cursor: int) -> None:
+        print(f"{args.prog}: connected to {args.url}, events after commit_seq {cursor}", file=sys.stderr)
+
     events = subscribe(
         args.url,
         after=args.after,
@@ -86,6 +89,7 @@ def _tail(args: argparse.Namespace) -> int:
         token=args.token,
         credential=args.credential,
         on_retry=retrying,
+        on_connect=connected,
     )
     for event in events:
         print(json.dumps(event.record, separators=(",", ":")), flush=True)

@@ -117,7 +117,12 @@ async def _handle(request: Request, exc: Exception) -> JSONResponse:
 async def _handle_http(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, HTTPException)  # registered for it alone
     error_type = _HTTP_TYPES.get(exc.status_code, "RESTException")
-    return error_response(exc.status_code, error_type, str(exc.detail))
+    message = str(exc.detail)
+    if exc.status_code == 404 and request.url.path.startswith("/v1/v1/"):
+        # A client configured with ".../v1" as the catalog's URI adds its own /v1.
+        root = str(request.base_url).rstrip("/")
+        message = f"No route {request.url.path}: the catalog's URI is {root}, without /v1 (clients add it)"
+    return error_response(exc.status_code, error_type, message)
 
 
 def install(app: FastAPI) -> None:

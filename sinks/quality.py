@@ -45,10 +45,12 @@ ENFORCEMENTS = ("strict", "quarantine", "annotate")
 @dataclass(frozen=True)
 class Rule:
     name: str
-    version: str
+    version: str  # a number is taken as what str() makes of it
     check: Callable[[pa.RecordBatch], Any]  # one boolean per row: a PyArrow or NumPy array, a list
 
     def __post_init__(self) -> None:
+        if isinstance(self.version, int | float) and not isinstance(self.version, bool):
+            object.__setattr__(self, "version", str(self.version))  # Rule("name", 1, check)
         for what, value in (("name", self.name), ("version", self.version)):
             if not isinstance(value, str) or not value:
                 raise ValueError(f"A rule's {what} must be a non-empty string: {value!r}")

@@ -284,9 +284,20 @@ def test_the_client_commands_find_the_server_that_the_settings_start(
         env={**{k: v for k, v in os.environ.items() if not k.startswith("ISBRE_")}, **token},
     )
     try:
-        assert tail.stdout is not None
+        assert tail.stdout is not None and tail.stderr is not None
+        said = tail.stderr.readline().rstrip()
+        assert said == f"isbre events tail: connected to {secured.url}, events after commit_seq 0", said
         first = json.loads(tail.stdout.readline())
         assert first["commit_seq"] >= 1
     finally:
         tail.kill()
         tail.wait()
+
+
+def test_the_benchmarks_help_names_every_benchmark() -> None:
+    from tests.bench.__main__ import BENCHMARKS
+
+    said = subprocess.run(
+        [sys.executable, "-m", "tests.bench", "--help"], capture_output=True, text=True, timeout=60
+    ).stdout
+    assert all(name in said for name in BENCHMARKS), said

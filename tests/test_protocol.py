@@ -314,3 +314,16 @@ def test_metrics_histogram_of_group_commit_batch_sizes(server: IsbreServer, name
     }
     assert buckets["+Inf"] == sample("isbre_commit_batch_size_count")
     assert buckets["1"] < buckets["+Inf"], "no transaction ever held two of 8 writers' commits"
+
+
+def test_a_client_given_the_v1_path_as_its_uri_is_told_the_right_one(server: IsbreServer) -> None:
+    from pyiceberg.catalog.rest import RestCatalog
+    from pyiceberg.exceptions import RESTError
+
+    answer = http.get(f"{server.url}/v1/v1/config")
+    assert answer.status_code == 404
+    assert answer.json()["error"]["message"].endswith(
+        f"the catalog's URI is {server.url}, without /v1 (clients add it)"
+    )
+    with pytest.raises(RESTError, match="without /v1"):
+        RestCatalog("isbre", uri=f"{server.url}/v1")

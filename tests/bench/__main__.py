@@ -57,7 +57,13 @@ BENCHMARKS: dict[str, tuple[Callable[[Path], Report | list[Report]], str]] = {
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m tests.bench", description=__doc__.splitlines()[0])
+    named = "\n".join(f"  {name:15} {what}" for name, (_, what) in BENCHMARKS.items())
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.bench",
+        description=__doc__.splitlines()[0],
+        epilog=f"benchmarks:\n{named}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("names", nargs="*", metavar="NAME", help="benchmarks to run (default: all)")
     parser.add_argument("--list", action="store_true", help="name the benchmarks and stop")
     arguments = parser.parse_args(argv)
