@@ -23,7 +23,7 @@ from isbre.sinks.files import (
 from isbre.sinks.iceberg import TableWriter
 from pydantic import TypeAdapter
 from pyiceberg.catalog import Catalog, load_catalog
-from pyiceberg.exceptions import NoSuchTableError
+from pyiceberg.exceptions import ForbiddenError, NoSuchTableError
 from pyiceberg.schema import Schema
 from pyiceberg.types import IcebergType, NestedField
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
         if not namespace:  # before anything is asked of the server
             raise SinkError(f"--table needs a namespace: {args.table!r}")
         catalog = open_catalog(args.url, args.warehouse, args.token, args.credential)
-        catalog.create_namespace_if_not_exists(namespace)
+        _ensure_namespace(catalog, namespace)
         types = run_types(files, args.format, column_types(catalog, args.table, args.prefix, args.types))
         writer = TableWriter(
             catalog,
@@ -144,12 +144,25 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _ensure_namespace(catalog: Catalog, namespace: tuple[str, ...]) -> None:
+    """Create the namespace where it is missing, saying so when the caller may not."""
+    if catalog.namespace_exists(namespace):  # a writer may ingest there; creating needs an admin
+        return
+    try:
+        catalog.create_namespace_if_not_exists(namespace)
+    except ForbiddenError as exc:
+        raise SinkError(
+            f"namespace {'.'.join(namespace)!r} does not exist, and creating it was refused ({exc}): "
+            "creating a namespace needs the admin role; ingesting into an existing one, the writer role"
+        ) from exc
+
+
 def _quarantine(catalog: Catalog, args: argparse.Namespace) -> TableWriter:
     """The writer of `--quarantine`: records as text, with `<prefix>reason` and `<prefix>error`."""
     namespace = tuple(args.quarantine.split(".")[:-1])
     if not namespace:
         raise SinkError(f"--quarantine needs a namespace: {args.quarantine!r}")
-    catalog.create_namespace_if_not_exists(namespace)
+    _ensure_namespace(catalog, namespace)
     quarantine = TableWriter(
         catalog, args.quarantine, prefix=args.prefix, metadata_policy=args.metadata_policy
     )

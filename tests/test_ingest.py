@@ -105,7 +105,10 @@ def test_a_refused_file_names_its_line_and_column_and_the_others_still_land(
 
 
 def test_ingest_authenticates_from_the_environment(tmp_path: Path) -> None:
-    principals = [{"name": "etl", "roles": ["admin"], "client_id": "etl", "secret_sha256": sha256_hex("s3")}]
+    principals = [
+        {"name": "etl", "roles": ["admin"], "client_id": "etl", "secret_sha256": sha256_hex("s3")},
+        {"name": "loader", "roles": ["writer"], "client_id": "loader", "secret_sha256": sha256_hex("w")},
+    ]
     server = secured_server(tmp_path / "warehouse", principals)
     try:
         data = tmp_path / "d.csv"
@@ -127,6 +130,15 @@ def test_ingest_authenticates_from_the_environment(tmp_path: Path) -> None:
         done = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
         assert done.returncode == 0, done.stderr
         assert "sec.t: 1 of 1 rows written" in done.stdout
+        # A writer: into a namespace that exists, yes; a new one, refused, saying what was tried.
+        writer = {**os.environ, "ISBRE_CREDENTIAL": "loader:w"}
+        into_existing = [*command[:6], "sec.by_writer", *command[7:]]
+        done = subprocess.run(into_existing, capture_output=True, text=True, timeout=120, env=writer)
+        assert done.returncode == 0, done.stderr
+        into_new = [*command[:6], "fresh.t", *command[7:]]
+        refused = subprocess.run(into_new, capture_output=True, text=True, timeout=120, env=writer)
+        assert refused.returncode != 0 and "namespace 'fresh' does not exist" in refused.stderr
+        assert "creating a namespace needs the admin role" in refused.stderr, refused.stderr
     finally:
         server.stop()
 
