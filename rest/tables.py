@@ -56,15 +56,15 @@ def _refs_only(state: TableState) -> bytes:
     return metadata_json(metadata)
 
 
-# Whatever else shapes an answer: the server's version (what it writes in one), and its start.
-_ANSWERS = f"{version('isbre')}|{uuid.uuid4()}"
+# How a server version writes its answers: an upgrade may write the same metadata otherwise.
+_ANSWERS = version("isbre")
 
 
 def etag(metadata_location: str, snapshots: str, config: dict[str, str] | None) -> str:
     """The entity tag of a loadTable answer: it changes whenever anything the answer carries
     does (metadata files never change in place, so their location names their contents; the
-    config; the snapshots asked for), and with every start of the server, whose settings the
-    answer reflects."""
+    config, which carries what the server's storage settings say; the snapshots asked for; the
+    server's version), and is the same from every worker and replica that would answer alike."""
     found = json.dumps([metadata_location, snapshots, config or {}, _ANSWERS], sort_keys=True)
     return '"' + hashlib.sha256(found.encode()).hexdigest()[:32] + '"'
 
