@@ -16,7 +16,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any, TypeVar
 
 from isbre.catalog.records import TABLE_KINDS, CommitRecord
-from isbre.lineage.names import LineageNames
+from isbre.lineage.names import LineageNames, transaction_job
 from openlineage.client.event_v2 import InputDataset, Job, OutputDataset, Run, RunEvent, RunState
 from openlineage.client.facet_v2 import (
     column_lineage_dataset,
@@ -230,7 +230,7 @@ class LineageMapper:
         elif first.job:  # the catalog's own maintenance
             job_name = f"isbre.maintenance.{first.job}.{dataset}"
         elif first.txn:
-            job_name = f"isbre.transaction.{first.txn}"
+            job_name = transaction_job([self.names.dataset_name(r.namespace, r.name or "") for r in records])
         else:
             job_name = f"isbre.{first.kind}.{dataset}"
         event_time = datetime.fromtimestamp(first.ts / 1_000_000, UTC).isoformat()

@@ -4,15 +4,31 @@ server's own processes need, kept apart from openlineage-python (which only the 
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any
+
+# A transaction's job is named by its tables while their names fit in this many characters.
+MAX_TRANSACTION_NAMES = 200
+
+
+def transaction_job(tables: list[str]) -> str:
+    """The job of a multi-table transaction: the same for every transaction over the same tables
+    (`isbre.transaction.a.t,b.u`), so a job's history is that of the tables it changes together;
+    past MAX_TRANSACTION_NAMES characters, the first table, how many more, and a digest of all."""
+    named = sorted(set(tables))
+    joined = ",".join(named)
+    if len(joined) <= MAX_TRANSACTION_NAMES:
+        return f"isbre.transaction.{joined}"
+    digest = hashlib.sha256(joined.encode()).hexdigest()[:12]
+    return f"isbre.transaction.{named[0]}+{len(named) - 1}.{digest}"
 
 
 @dataclass(frozen=True)
 class LineageNames:
     """Where isbre's datasets and jobs live in OpenLineage's naming."""
 
-    namespace: str  # dataset and job namespace, e.g. isbre://127.0.0.1:8181/isbre
+    namespace: str  # dataset and job namespace, e.g. file:///srv/lake or s3://bucket/lake
     # The namespaces of other warehouses than the default one, by warehouse name.
     warehouses: dict[str, str] = field(default_factory=dict)
 

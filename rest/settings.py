@@ -223,7 +223,7 @@ class Settings(BaseSettings):
     )
     lineage_namespace: str | None = Field(
         None,
-        description="OpenLineage namespace of isbre's datasets and jobs (default isbre://<host>:<port>/<prefix>).",
+        description="OpenLineage namespace of isbre's datasets and jobs (default: each warehouse's root).",
     )
     events_trim_interval_seconds: float = Field(
         60.0, gt=0, description="How often the log is checked for trimming."

@@ -15,6 +15,7 @@ from dataclasses import replace
 from isbre.catalog import CatalogService
 from isbre.catalog.commit_log import CommitLog
 from isbre.catalog.feed import CommitFeed
+from isbre.catalog.file_uris import file_uri
 from isbre.catalog.job_process import JobProcesses
 from isbre.catalog.limits import Limits
 from isbre.catalog.maintainer import Maintainer
@@ -34,11 +35,15 @@ log = logging.getLogger(__name__)
 
 
 def lineage_names(settings: Settings) -> LineageNames:
-    """The default warehouse's namespace is `lineage_namespace` (or isbre://host:port/prefix);
-    another warehouse's adds its name to it."""
-    default = settings.lineage_namespace or f"isbre://{settings.host}:{settings.port}/{settings.prefix}"
-    base = settings.lineage_namespace or f"isbre://{settings.host}:{settings.port}"
-    return LineageNames(default, {name: f"{base}/{name}" for name in settings.warehouses})
+    """The default warehouse's namespace is `lineage_namespace`, and another warehouse's that with
+    its name added; without the setting each warehouse's is its root (`file:///srv/lake`,
+    `s3://bucket/prefix`): where its tables are, whatever host or port serves them."""
+    served = warehouses(settings)
+    roots = {w.name: w.root if (local := w.local_root()) is None else file_uri(local) for w in served}
+    if settings.lineage_namespace is None:
+        return LineageNames(roots[settings.prefix], {name: roots[name] for name in settings.warehouses})
+    base = settings.lineage_namespace
+    return LineageNames(base, {name: f"{base}/{name}" for name in settings.warehouses})
 
 
 def lineage_delivery(settings: Settings) -> dict[str, str] | None:

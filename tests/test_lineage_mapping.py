@@ -110,3 +110,25 @@ def test_a_maintenance_job_s_run_is_named_after_the_job(catalog: LmdbCatalog) ->
         for run in (appends[-1], compaction)
     ]
     assert names == ["isbre.table.commit.db.t", "isbre.maintenance.compact-data-files.db.t"]
+
+
+def test_names_last_across_ports_hosts_and_transactions(tmp_path: Path) -> None:
+    """The default namespace is the warehouse's root, whatever serves it; a transaction's job is
+    named by the tables it changes, the same for every transaction over them."""
+    from isbre.lineage.names import MAX_TRANSACTION_NAMES, transaction_job
+    from isbre.rest.settings import Settings
+    from isbre.rest.startup import lineage_names
+
+    warehouse = tmp_path / "lake"
+    seen = set()
+    for host, port in (("127.0.0.1", 8181), ("127.0.0.1", 8383), ("0.0.0.0", 9000)):
+        names = lineage_names(Settings(host=host, port=port, warehouse=str(warehouse)))
+        seen.add((names.namespace, tuple(names.warehouses.items())))
+    assert seen == {(warehouse.resolve().as_uri(), ())}
+    named = lineage_names(Settings(warehouse=str(warehouse), lineage_namespace="isbre_lake"))
+    assert named.namespace == "isbre_lake"
+    assert transaction_job(["b.u", "a.t", "b.u"]) == "isbre.transaction.a.t,b.u"
+    many = [f"ns.table_{i:03d}" for i in range(40)]
+    long = transaction_job(many)
+    assert long.startswith("isbre.transaction.ns.table_000+39.") and long == transaction_job(many[::-1])
+    assert len(long) < MAX_TRANSACTION_NAMES
