@@ -81,6 +81,7 @@ _CSV_ERROR = re.compile(r"In CSV column #(\d+): Row #(\d+): (.*)", re.S)
 _CSV_RECORD_ERROR = re.compile(r"In CSV column #(\d+): (?:Row #\d+: )?(.*)", re.S)  # one record's
 REFUSED_COLUMNS = ("record", "reason", "error")
 _JSON_ERROR = re.compile(r"JSON parse error: (.*) in row (\d+)", re.S)
+_CSV_ROW_ERROR = re.compile(r"CSV parse error: Row #(\d+): (.*)", re.S)  # a row that is no record
 
 
 def _column_named(header: list[str], index: str) -> str:
@@ -104,7 +105,13 @@ def _unparsable(path: Path, fmt: str, error: pa.ArrowInvalid) -> SinkError:
     if fmt == "json" and (found := _JSON_ERROR.search(text)):
         detail, row = found.groups()
         return UnparsableError(f"{path}: line {int(row) + 1}: {detail.strip()}")
-    return SinkError(f"{path}: cannot read it as {fmt}: {text.strip().splitlines()[-1]}")
+    if fmt == "csv" and (found := _CSV_ROW_ERROR.search(text)):
+        line, detail = found.groups()
+        return UnparsableError(f"{path}: line {line}: {detail.strip()}")
+    # A record that is none (a row of more or fewer fields than the header, broken JSON) is the
+    # record's fault too: read record by record, it is set apart with reason `decode`.
+    kind = UnparsableError if fmt in ("csv", "json") else SinkError
+    return kind(f"{path}: cannot read it as {fmt}: {text.strip().splitlines()[-1]}")
 
 
 def read_file(

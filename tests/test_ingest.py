@@ -209,3 +209,25 @@ def test_an_empty_file_is_no_rows_in_every_run(
             done = ingest(server, str(rows), *map(str, empties), "--table", "files.empty", *quarantine)
             assert done.returncode == 0, (run, done.stderr)
     assert rest_catalog.load_table("files.empty").scan().to_arrow().num_rows == 2
+
+
+def test_a_row_that_is_no_record_goes_to_the_quarantine_or_names_its_line(
+    server: IsbreServer, rest_catalog: RestCatalog, tmp_path: Path
+) -> None:
+    """A CSV row of more fields than the header: with --quarantine it goes there (reason
+    `decode`, its line) and the run goes on; without, the file is refused naming the line."""
+    rows = tmp_path / "five.csv"
+    rows.write_text("id,amount,note,x\n1,2,a,b\n2,3,b,c,EXTRA\n3,4,c,d\n")
+    done = ingest(server, str(rows), "--table", "files.five", "--quarantine", "files.five_bad")
+    assert done.returncode == 0, done.stderr
+    assert f"{rows}: 3 rows read, 2 written, 1 quarantined" in done.stdout, done.stdout
+    (diverted,) = rest_catalog.load_table("files.five_bad").scan().to_arrow().to_pylist()
+    assert (diverted["_twg_reason"], diverted["_twg_source_offset"], diverted["record"]) == (
+        "decode",
+        1,
+        "2,3,b,c,EXTRA",
+    )
+    assert "line 3" in diverted["_twg_error"]
+    refused = ingest(server, str(rows), "--table", "files.five_strict")
+    assert refused.returncode == 1
+    assert f"isbre ingest: {rows}: line 3: Expected 4 columns, got 5" in refused.stderr, refused.stderr
