@@ -143,6 +143,7 @@ class TableWriter:
         self.rows: Counter[str] = Counter()
         self._fitted: pa.Schema | None = None
         self._json_columns: list[str] = []
+        self._exact: dict[str, pa.DataType] = {}
         # Data files (about `target_file_bytes` of Arrow data each) are stamped and written on
         # `write_threads` threads while the caller prepares the next batches: hashing and Parquet
         # encoding release the GIL, so on two cores the sink writes about 1.4 times as fast.
@@ -228,6 +229,7 @@ class TableWriter:
         else:
             raise SinkError(f"{self.identifier}: could not evolve the table: too many concurrent changes")
         self._json_columns = steps.to_json
+        self._exact = steps.exact
         self._fitted = payload
 
     @property
@@ -336,6 +338,7 @@ class TableWriter:
         if source is not None:
             source.check(batch.num_rows)
         self.fit(batch.schema)
+        batch = self._exactly(batch)
         taken = ~self._covered(span.key, offsets)
         self._pending.add(span.as_span())
         if keep is not None:
@@ -355,6 +358,22 @@ class TableWriter:
             now(),
             list(self._json_columns),
         )
+
+    def _exactly(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """`batch` with its integer columns bound for float or double columns as such (SinkError
+        for a value the column's type does not hold exactly)."""
+        for name, kind in self._exact.items():
+            index = batch.schema.get_field_index(name)
+            try:
+                batch = batch.set_column(
+                    index, batch.schema.field(index).with_type(kind), batch.column(index).cast(kind)
+                )
+            except pa.ArrowInvalid as exc:
+                raise SinkError(
+                    f"{self.identifier}: column {name!r}: a whole number its {kind} column cannot hold "
+                    f"exactly: {exc}"
+                ) from exc
+        return batch
 
     def contract_errors(self, batch: pa.RecordBatch) -> np.ndarray | None:
         """Why each row of `batch` cannot be written to the table, None for a row that can (a null

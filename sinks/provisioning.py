@@ -96,6 +96,9 @@ class Plan:
     widen: list[tuple[tuple[str, ...], IcebergType]] = field(default_factory=list)
     docs: dict[str, str] = field(default_factory=dict)  # existing columns whose doc must change
     to_json: list[str] = field(default_factory=list)  # batch columns to write as JSON text
+    # Integer batch columns written to the table's float or double column: whole numbers are, as
+    # long as the type holds each exactly.
+    exact: dict[str, pa.DataType] = field(default_factory=dict)
     properties: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -196,6 +199,13 @@ def _fit_type(
             f"Column {_named(path)}: the batch has a {aware} timestamp ({kind}) but the table column is "
             f"{have}; convert the values before they reach the sink"
         )
+    if (
+        len(path) == 1
+        and isinstance(kind, IntegerType | LongType)
+        and isinstance(have, FloatType | DoubleType)
+    ):
+        result.exact[path[0]] = pa.float32() if isinstance(have, FloatType) else pa.float64()
+        return
     if lossless(have, kind):
         if widen:
             result.widen.append((path, kind))

@@ -219,6 +219,21 @@ def test_widening_only_when_opted_in_and_narrowing_never(rest_catalog: RestCatal
     assert sorted(rest_catalog.load_table(ident).scan().to_arrow()["amount"].to_pylist()) == [0, 1, 2]
 
 
+def test_whole_numbers_go_into_a_double_column_when_it_holds_them_exactly(
+    rest_catalog: RestCatalog, namespace: str
+) -> None:
+    ident = f"{namespace}.doubles"
+    write_once(rest_catalog, ident, pa.RecordBatch.from_pydict({"amount": [1.5]}), span(0, 1))
+    ints = pa.RecordBatch.from_pydict({"amount": pa.array([2, 3], pa.int64())})
+    write_once(rest_catalog, ident, ints, span(1, 3))
+    table = rest_catalog.load_table(ident)
+    assert str(table.schema().find_field("amount").field_type) == "double"
+    assert sorted(table.scan().to_arrow()["amount"].to_pylist()) == [1.5, 2.0, 3.0]
+    inexact = pa.RecordBatch.from_pydict({"amount": pa.array([2**53 + 1], pa.int64())})
+    with pytest.raises(SinkError, match=r"column 'amount': a whole number its double column cannot hold"):
+        IcebergSink(rest_catalog, ident).push(inexact, span(3, 4))
+
+
 def test_write_boundary_mismatches_fail_loudly(rest_catalog: RestCatalog, namespace: str) -> None:
     ident = f"{namespace}.boundary"
     initial = pa.RecordBatch.from_pydict(
