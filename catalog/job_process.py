@@ -19,7 +19,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 # Nothing heavier than the standard library before the process is bound to its server's life.
 from isbre.catalog.processes import die_with_parent
@@ -96,16 +96,16 @@ class JobProcesses:
             log.log(
                 logging.WARNING if done.returncode else logging.DEBUG, "%s on %s: %s", job, ident, done.stderr
             )
-        answer = _last_json(done.stdout)
-        if done.returncode == 0 and answer is not None and "job" in answer:
+        answer = _last_json(done.stdout) or {}
+        if "job" in answer:  # it reported what it did (a kill after that changes none of it)
             return JobReport.from_json(answer)
-        if answer is not None and answer.get("failed") == _DISK_FULL:
+        if answer.get("failed") == _DISK_FULL:
             raise InsufficientStorageError(f"{job} on {ident}: {answer['message']}")
-        said = answer["message"] if answer else f"the process ended ({done.returncode}) without a report"
+        said = answer.get("message") or f"the process ended ({done.returncode}) without a report"
         raise JobProcessError(f"{job} on {ident} failed: {said}")
 
 
-def _last_json(stdout: str) -> dict[str, object] | None:
+def _last_json(stdout: str) -> dict[str, Any] | None:
     lines = stdout.strip().splitlines()
     try:
         found = json.loads(lines[-1]) if lines else None
