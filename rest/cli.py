@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -36,7 +37,6 @@ STORE_HELP = (
 def server_url(config: Path | None = None) -> str:
     """The URL of the server these settings start: the environment's host and port first, then
     the TOML file's, as `isbre serve` reads them; a wildcard address is reached on loopback."""
-    import os
     import tomllib
 
     found: dict[str, Any] = {}
@@ -173,8 +173,6 @@ def _store_migrate(args: argparse.Namespace) -> int:
 def _store_copy(args: argparse.Namespace) -> int:
     """Copy an LMDB catalog (pointers, the log with its commit_seqs, coverage, cursors, keys) into an
     empty PostgreSQL store."""
-    import os
-
     from isbre.catalog.lmdb_store import LmdbStore
     from isbre.catalog.postgres.store import PostgresStore
     from isbre.catalog.stores import is_database_url
@@ -363,6 +361,11 @@ def main(argv: list[str] | None = None) -> int:
         return args.handler(args)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader of the output went away (`isbre events tail | head`): nothing is wrong. Python
+        # flushes stdout once more at exit; pointed elsewhere, that flush fails no more.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except Exception as error:
         if args.debug:
             raise

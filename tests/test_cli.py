@@ -301,3 +301,22 @@ def test_the_benchmarks_help_names_every_benchmark() -> None:
         [sys.executable, "-m", "tests.bench", "--help"], capture_output=True, text=True, timeout=60
     ).stdout
     assert all(name in said for name in BENCHMARKS), said
+
+
+def test_a_reader_that_goes_away_ends_events_tail_quietly(secured: IsbreServer) -> None:
+    namespaces = f"{secured.url}/v1/isbre/namespaces"
+    http.post(namespaces, json={"namespace": ["reader_here"]}, headers=ROOT).raise_for_status()
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("ISBRE_")}
+    tail = subprocess.Popen(
+        [sys.executable, "-m", "isbre.rest.cli", "events", "tail", "--after", "0", "--url", secured.url],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**clean, "ISBRE_TOKEN": "root-token"},
+    )
+    assert tail.stdout is not None and tail.stderr is not None
+    assert json.loads(tail.stdout.readline())["commit_seq"] >= 1
+    tail.stdout.close()  # as `| head -1` does; the next event written finds the pipe closed
+    http.post(namespaces, json={"namespace": ["reader_gone"]}, headers=ROOT).raise_for_status()
+    assert tail.wait(timeout=30) == 0
+    assert "Broken pipe" not in tail.stderr.read()
