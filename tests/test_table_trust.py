@@ -188,7 +188,9 @@ def test_a_manifest_naming_another_namespace_s_file_is_never_read_by_compaction(
     assert committed.status_code == 200, committed.text  # data files are the engines' to name
     before = {p for p in (root / "data").iterdir()}
 
-    answer = http.post(f"{url(trusted, 'thief')}/maintenance", json={"jobs": ["compact-data-files"]})
+    answer = http.post(
+        f"{url(trusted, 'thief')}/maintenance", json={"jobs": ["compact-data-files"]}, timeout=60
+    )
     assert answer.status_code == 200, answer.text
     (job,) = answer.json()["jobs"]
     assert not job["committed"] and set(job["foreign-paths"]) & set(secret_files), job
@@ -248,7 +250,9 @@ def test_compaction_writes_where_write_data_path_says_inside_the_table(
     table = new_table(catalog, "a.aimed", COMPACTING)
     aimed = f"{table.location()}/aimed"
     assert set_properties(trusted, "aimed", {"write.data.path": aimed}).status_code == 200
-    answer = http.post(f"{url(trusted, 'aimed')}/maintenance", json={"jobs": ["compact-data-files"]})
+    answer = http.post(
+        f"{url(trusted, 'aimed')}/maintenance", json={"jobs": ["compact-data-files"]}, timeout=60
+    )
     (job,) = answer.json()["jobs"]
     assert job["committed"], job
     files = [task.file.file_path for task in table.refresh().scan().plan_files()]
