@@ -117,7 +117,10 @@ class LocationPolicy:
     def check(self, location: str, what: str = "Location") -> str:
         if self._parent is not None:
             self._parent.check(location, what)
-        found = normalized(location)
+        try:
+            found = normalized(location)
+        except LocationNotAllowedError as exc:  # say which of a table's places it was
+            raise LocationNotAllowedError(f"{what}: {exc}") from exc
         if not any(inside(found, root) and _resolves_inside(found, root) for root in self.roots):
             hint = " (the allowed_locations setting adds more)" if self._parent is None else ""
             raise self._refusal(

@@ -77,6 +77,13 @@ def new_table(catalog: RestCatalog, name: str, properties: dict[str, str] | None
     return table.refresh()
 
 
+def secrets(catalog: RestCatalog) -> Table:
+    """Another namespace's table with rows, whichever test asks first."""
+    if catalog.table_exists("b.secrets"):
+        return catalog.load_table("b.secrets")
+    return new_table(catalog, "b.secrets")
+
+
 def set_properties(server: IsbreServer, name: str, updates: dict[str, str]) -> Any:
     body = {"updates": [{"action": "set-properties", "updates": updates}]}
     return http.post(url(server, name), json=body)
@@ -173,7 +180,7 @@ def _ident(namespace: str, name: str) -> Any:
 def test_a_manifest_naming_another_namespace_s_file_is_never_read_by_compaction(
     trusted: IsbreServer, catalog: RestCatalog
 ) -> None:
-    other = new_table(catalog, "b.secrets")
+    other = secrets(catalog)
     secret_files = [task.file.file_path for task in other.scan().plan_files()]
     mine = catalog.create_table("a.thief", schema=numbers(0).schema, properties=COMPACTING)
     mine.append(numbers(0))
@@ -208,7 +215,7 @@ def test_a_manifest_list_outside_the_table_is_refused_at_commit(
     table = catalog.create_table("a.lister", schema=numbers(0).schema)
     for manifest_list in (
         "file:///etc/passwd",
-        f"{catalog.load_table('b.secrets').location()}/metadata/x.avro",
+        f"{secrets(catalog).location()}/metadata/x.avro",
     ):
         updates = crafted_snapshot(
             table.metadata, manifest_list, [], write_list_at=f"{table.location()}/metadata/l.avro"
@@ -229,8 +236,9 @@ def test_location_properties_stay_inside_the_table_or_an_allowed_place(
 ) -> None:
     name = f"placed_{uuid.uuid4().hex[:8]}"
     table = catalog.create_table(f"a.{name}", schema=numbers(0).schema)
-    other = catalog.load_table("b.secrets").location()
-    for place in (tmp_path.as_uri(), f"{other}/data", other, "file:///etc"):
+    other = secrets(catalog).location()
+    hostile = (f"{table.location()}/../{name}_out", f"{table.location()}/%2e%2e/x", f"{table.location()}/a;b")
+    for place in (tmp_path.as_uri(), f"{other}/data", other, "file:///etc", *hostile):
         refused = set_properties(trusted, name, {key: place})
         assert refused.status_code == 400 and key in refused.json()["error"]["message"], (place, refused.text)
     inside = f"{table.location()}/elsewhere"
