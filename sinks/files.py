@@ -219,9 +219,11 @@ def run_types(files: list[Path], forced: str | None, known: pa.Schema | None) ->
     """`known` (the table's columns, types named on the command line), with the columns of the run's
     untyped files (CSV, JSON lines) that it lacks typed from every file of the run: a column that
     holds whole numbers in one file and fractions in another is a double for all of them, as
-    two runs would make it. Columns the files cannot agree on are left to each file (and refused
-    there, saying why)."""
-    inferred = []
+    two runs would make it. A column of CSV files alone that the files cannot agree on is text
+    in all of them (so which file comes first does not decide its type); other columns the files
+    cannot agree on are left to each file (and refused there, saying why)."""
+    inferred: list[pa.Schema] = []
+    untyped_text: list[bool] = []  # per inferred schema: read from CSV, where any value is text
     for path in files:
         try:
             fmt = file_format(path, forced)
@@ -231,6 +233,7 @@ def run_types(files: list[Path], forced: str | None, known: pa.Schema | None) ->
         except (SinkError, pa.ArrowInvalid):
             continue  # reading the file says what is wrong with it, in its turn
         inferred.append(reader.schema)
+        untyped_text.append(fmt == "csv")
     if not inferred:
         return known
     names = set(known.names) if known is not None else set()
@@ -238,14 +241,18 @@ def run_types(files: list[Path], forced: str | None, known: pa.Schema | None) ->
     for name in dict.fromkeys(field.name for schema in inferred for field in schema):
         if name in names:
             continue
+        holding = [
+            (s.field(name), csv) for s, csv in zip(inferred, untyped_text, strict=True) if name in s.names
+        ]
         try:
             agreed = pa.unify_schemas(
-                [pa.schema([s.field(name)]) for s in inferred if name in s.names],
-                promote_options="permissive",
-            )
+                [pa.schema([f]) for f, _ in holding], promote_options="permissive"
+            ).field(0)
         except (pa.ArrowInvalid, pa.ArrowTypeError):
-            continue
-        fields.append(agreed.field(0))
+            if not all(csv for _, csv in holding):
+                continue
+            agreed = pa.field(name, pa.string())
+        fields.append(agreed)
     return pa.schema(fields) if fields else None
 
 

@@ -181,10 +181,7 @@ class TableWriter:
         if payload == self._fitted:
             return
         self.start_write()  # a data file holds batches of one schema, written under that schema
-        if self._table is None:
-            with contextlib.suppress(NoSuchTableError):
-                self._table = self.catalog.load_table(self.identifier)
-        existing = self._table.properties if self._table is not None else None
+        existing = table.properties if (table := self.existing()) is not None else None
         policy = table_policy(existing, self.metadata_policy)
         self.columns = MetadataColumns(self.columns.prefix, policy)
         self.columns.check_payload(payload, self.quality_columns)
@@ -231,6 +228,13 @@ class TableWriter:
         self._json_columns = steps.to_json
         self._exact = steps.exact
         self._fitted = payload
+
+    def existing(self) -> Table | None:
+        """The table, None while it does not exist."""
+        if self._table is None:
+            with contextlib.suppress(NoSuchTableError):
+                self._table = self.catalog.load_table(self.identifier)
+        return self._table
 
     @property
     def table(self) -> Table:

@@ -122,7 +122,9 @@ def run(args: argparse.Namespace) -> int:
                     writer.abort()  # nothing of a refused file is committed; the next file starts clean
                     if quarantine is not None:
                         quarantine.abort()
-                    print(f"isbre ingest: {e}", file=sys.stderr)
+                    # Every refusal names its file, as those found reading it do.
+                    named = str(e) if str(e).startswith(f"{path}:") else f"{path}: {e}"
+                    print(f"isbre ingest: {named}", file=sys.stderr)
                     refused.append(path)
                     continue
                 finally:

@@ -219,6 +219,12 @@ def _fit_type(
     )
 
 
+def fit_column(column: NestedField, have: NestedField, widen: bool) -> None:
+    """Raise SchemaDriftError, naming why, when the table's top-level column `have` cannot take
+    `column`'s values as they are."""
+    _fit_type((column.name,), column.field_type, have.field_type, Plan(), widen, fill_missing=False)
+
+
 def plan(
     table_schema: Schema,
     table_properties: dict[str, str],

@@ -8,7 +8,8 @@ passes; a null fails). The sink's `enforcement` decides what a failing row does:
 - `quarantine`: failing rows go to the quarantine sink, a table with coverage of its own, with
   `<prefix>reason` (`dq`), `<prefix>rule` and `<prefix>rule_version` (the first rule the row
   failed); so do rows the table cannot hold (`contract`, with `<prefix>error`: a null in a
-  required column), which any other enforcement refuses with the batch; passing rows go on.
+  required column, or a value that does not take its column's type, sinks/conform.py), which
+  any other enforcement refuses with the batch; passing rows go on.
   The quarantine is written on a lane of its own (sinks/quarantine_lane.py) that the sink's
   commit waits for, for a bounded time, so a span the sink's own table covers is in both or its
   quarantined rows are counted as shed; a replay writes nothing twice on either side, as each
@@ -32,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 from isbre.catalog.sink_rows import ACCEPTED, ANNOTATED
+from isbre.sinks.conform import conform
 from isbre.sinks.contract import OffsetSpan, SinkError, SourceFields, row_offsets
 from isbre.sinks.record_id import record_ids
 
@@ -70,6 +72,13 @@ class Rule:
                 f"{len(verdicts)} values of type {verdicts.type} for {batch.num_rows} rows"
             )
         return np.asarray(verdicts.fill_null(False), dtype=bool)
+
+
+def _first_errors(first: np.ndarray | None, then: np.ndarray | None) -> np.ndarray | None:
+    """Per row, its error in `first`, else its error in `then` (None: no row has one)."""
+    if first is None or then is None:
+        return first if then is None else then
+    return np.where(first.astype(bool), first, then)
 
 
 def _column(values: Sequence[str | None] | np.ndarray) -> pa.Array:
@@ -128,15 +137,19 @@ class Quality:
     ) -> int:
         """Judge `batch` and hand its rows on; returns how many rows `writer` took."""
         offsets = row_offsets(batch.num_rows, span, offsets)
+        errors = None
+        if self.enforcement == "quarantine" and (table := writer.existing()) is not None:
+            # Values the table's columns cannot take are judged row by row, before the rules
+            # (which see them as nulls).
+            batch, errors = conform(batch, table.schema(), writer.widen)
         verdicts = np.array([rule.judge(batch) for rule in self.rules], dtype=bool).reshape(
             len(self.rules), batch.num_rows
         )
         passed: np.ndarray = np.asarray(verdicts.all(axis=0), dtype=bool)
         # Rows the table cannot hold are quarantined too, instead of refusing the batch.
-        errors = None
         if self.enforcement == "quarantine":
             writer.fit(batch.schema)
-            errors = writer.contract_errors(batch)
+            errors = _first_errors(errors, writer.contract_errors(batch))
         if errors is not None:
             passed &= ~errors.astype(bool)
         if self.enforcement == "strict" and not passed.all():

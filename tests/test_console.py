@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -72,6 +73,14 @@ def fits_the_window(page: Page) -> None:
     """Nothing on the page is wider than the window: no sideways scrolling."""
     width = page.evaluate("document.documentElement.scrollWidth")
     assert width <= page.viewport_size["width"], f"{page.url} is {width} px wide"
+
+
+def headers_are_whole(page: Page) -> None:
+    """No column header is cut short (an ellipsis, or text under its neighbour)."""
+    cut = page.locator("main th").evaluate_all(
+        "cells => cells.filter(c => c.offsetParent && c.scrollWidth > c.clientWidth).map(c => c.textContent)"
+    )
+    assert cut == [], f"{page.url} cuts the headers {cut}"
 
 
 def feed_seqs(page: Page) -> list[int]:
@@ -254,6 +263,7 @@ def test_every_page_loads_clean(server: IsbreServer, seen: Watched, tmp_path: Pa
             assert page.evaluate(f"{stray}.map(n => n.textContent)") == [], name
             assert "undefined" not in page.locator("main").inner_text(), name
             fits_the_window(page)
+            headers_are_whole(page)
             screenshot(page, name + suffix, tmp_path)
     seen.clean()
 
@@ -343,6 +353,26 @@ def test_a_commit_appears_in_the_feed_within_a_second(server: IsbreServer, seen:
     assert time.monotonic() - acknowledged < 1.0
     cells = row.locator("td").all_inner_texts()
     assert cells[2:7] == ["table.commit", "sales.orders", "append", "10", "1"]
+    seen.clean()
+
+
+@browser_tests
+def test_the_feeds_rate_is_the_last_point_of_its_line(server: IsbreServer, seen: Watched) -> None:
+    """The figure beside the sparkline is its last whole second, and its peak the line's peak; every
+    commit the page saw arrive is on the line."""
+    page = open_page(seen, server, "feed")
+    live(page)
+    with httpx.Client(base_url=f"{server.url}/v1/isbre") as client:
+        for i in range(20):
+            answer = client.post("/namespaces/raw/properties", json={"updates": {"burst": str(i)}})
+            assert answer.status_code == 200
+    counted = "JSON.parse(document.querySelector('.rate').dataset.values || '[]').reduce((a, b) => a + b, 0)"
+    page.wait_for_function(f"() => {counted} === 20", timeout=5000)
+    shown = page.locator(".rate").evaluate("r => [r.textContent, JSON.parse(r.dataset.values)]")
+    text, values = shown
+    figure, peak = re.fullmatch(r"\s*(\d+)/s · peak (\d+)/s", text).groups()
+    assert (int(figure), int(peak)) == (values[-1], max(values))
+    assert int(peak) > 0
     seen.clean()
 
 

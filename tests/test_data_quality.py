@@ -16,11 +16,12 @@ import pyarrow.compute as pc
 import pytest
 from isbre.catalog.sink_rows import ROWS_PROPERTY
 from isbre.sinks import Rule
-from isbre.sinks.contract import SinkError, SourceFields
+from isbre.sinks.contract import SchemaDriftError, SinkError, SourceFields
 from isbre.sinks.iceberg import IcebergSink
 from isbre.sinks.lane import PipelinedSink
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.exceptions import BadRequestError
+from pyiceberg.types import LongType
 
 from tests.http_client import http
 from tests.server import IsbreServer
@@ -29,7 +30,11 @@ from tests.sink_helpers import offsets_in, rows, span
 AMOUNTS = [5, -1, 3, 250, -7, 8]  # row 1 and 4 fail `positive`, row 3 fails `small`
 RULES = [
     Rule("positive", "1", lambda batch: pc.greater(batch["amount"], 0)),
-    Rule("small", "2", lambda batch: [value < 100 for value in batch["amount"].to_pylist()]),
+    Rule(
+        "small",
+        "2",
+        lambda batch: [value is not None and value < 100 for value in batch["amount"].to_pylist()],
+    ),
 ]
 
 
@@ -135,6 +140,23 @@ def metrics_lines(server: IsbreServer, name: str) -> list[str]:
     return [line for line in text.splitlines() if line.startswith(f"isbre_sink_rows_total{{{name}")]
 
 
+def push_judged(
+    catalog: RestCatalog, ident: str, quarantined: str, batch: pa.RecordBatch, first: int
+) -> None:
+    """`batch` from offset `first` through a sink judging RULES, quarantining into `quarantined`."""
+    quarantine = IcebergSink(catalog, quarantined)
+    with IcebergSink(catalog, ident, rules=RULES, enforcement="quarantine", quarantine=quarantine) as sink:
+        sink.push(batch, span(first, first + batch.num_rows))
+        sink.finish()
+
+
+def one_order(catalog: RestCatalog, ident: str) -> None:
+    """The table `ident` made by a sink, holding the first of orders()."""
+    with IcebergSink(catalog, ident) as sink:
+        sink.push(orders().slice(0, 1), span(0, 1))
+        sink.finish()
+
+
 def test_quarantine_takes_the_rows_that_break_the_tables_contract(
     server: IsbreServer, rest_catalog: RestCatalog, namespace: str
 ) -> None:
@@ -142,12 +164,7 @@ def test_quarantine_takes_the_rows_that_break_the_tables_contract(
     ident = f"{namespace}.contract"
     batch = required_orders(rest_catalog, ident)
     for _ in range(2):  # and again, as after a crash: nothing twice
-        quarantine = IcebergSink(rest_catalog, f"{namespace}.contract_quarantine")
-        with IcebergSink(
-            rest_catalog, ident, rules=RULES, enforcement="quarantine", quarantine=quarantine
-        ) as sink:
-            sink.push(batch, span(0, 6))
-            sink.finish()
+        push_judged(rest_catalog, ident, f"{namespace}.contract_quarantine", batch, 0)
         assert [(r["n"], r["customer"]) for r in table_rows(rest_catalog, ident)] == [(0, "a")]
         diverted = table_rows(rest_catalog, f"{namespace}.contract_quarantine")
         null_customer = "'customer' is required and is null"
@@ -180,6 +197,66 @@ def test_a_quarantine_without_rules_takes_contract_failures_alone(
     assert [r["n"] for r in table_rows(rest_catalog, ident)] == [0, 1, 3, 4]
     diverted = table_rows(rest_catalog, f"{namespace}.contract_only_quarantine")
     assert [(r["n"], r["_twg_reason"]) for r in diverted] == [(2, "contract"), (5, "contract")]
+
+
+def text_orders(amounts: list[str]) -> pa.RecordBatch:
+    """Orders numbered from 1 whose amounts came as text (a CSV source, say)."""
+    numbers = pa.array(range(1, len(amounts) + 1), pa.int64())
+    return pa.RecordBatch.from_pydict({"n": numbers, "amount": pa.array(amounts, pa.string())})
+
+
+def test_a_value_that_does_not_take_its_columns_type_is_quarantined_row_by_row(
+    server: IsbreServer, rest_catalog: RestCatalog, namespace: str
+) -> None:
+    """Text into a long column: the values that are whole numbers are written, each other row goes
+    to the quarantine for the contract naming the column and the value; the rules judge the
+    values as the table holds them. A second run writes nothing twice."""
+    ident = f"{namespace}.typed"
+    one_order(rest_catalog, ident)  # the table: n long, amount long
+    batch = text_orders(["7", "x7", "-2", "12.5", "9"])
+    for _ in range(2):
+        push_judged(rest_catalog, ident, f"{namespace}.typed_quarantine", batch, 1)
+        assert [(r["n"], r["amount"]) for r in table_rows(rest_catalog, ident)] == [(0, 5), (1, 7), (5, 9)]
+        diverted = table_rows(rest_catalog, f"{namespace}.typed_quarantine")
+        assert [(r["n"], r["_twg_reason"], r["_twg_rule"], r["_twg_error"]) for r in diverted] == [
+            (2, "contract", None, "'amount' is long; 'x7' is not"),
+            (3, "dq", "positive", None),
+            (4, "contract", None, "'amount' is long; '12.5' is not"),
+        ]
+        assert sink_rows(server, ident) == {"accepted": 3, "quarantined.contract": 2, "quarantined.dq": 1}
+    assert rest_catalog.load_table(ident).schema().find_field("amount").field_type == LongType()
+
+
+def test_values_of_another_type_are_refused_whole_without_a_quarantine(
+    rest_catalog: RestCatalog, namespace: str
+) -> None:
+    ident = f"{namespace}.typed_strict"
+    one_order(rest_catalog, ident)
+    refused = pytest.raises(
+        SchemaDriftError, match="'amount': the batch's string cannot be written to the table's long"
+    )
+    with IcebergSink(rest_catalog, ident) as sink, refused:
+        sink.push(text_orders(["7", "x7"]), span(1, 3))
+    assert len(table_rows(rest_catalog, ident)) == 1
+
+
+def test_the_ack_lane_quarantines_values_of_another_type(rest_catalog: RestCatalog, namespace: str) -> None:
+    ident = f"{namespace}.lane_typed"
+    one_order(rest_catalog, ident)
+    quarantine = IcebergSink(rest_catalog, f"{namespace}.lane_typed_quarantine")
+
+    async def send() -> None:
+        async with PipelinedSink(
+            rest_catalog, ident, enforcement="quarantine", quarantine=quarantine
+        ) as sink:
+            receipt = await sink.send(text_orders(["1", "one", "3"]), span(1, 4))
+            await sink.flush()
+            assert (await receipt).span == span(1, 4)
+
+    asyncio.run(send())
+    assert sorted(r["amount"] for r in table_rows(rest_catalog, ident)) == [1, 3, 5]
+    diverted = table_rows(rest_catalog, f"{namespace}.lane_typed_quarantine")
+    assert [(r["amount"], r["_twg_error"]) for r in diverted] == [(None, "'amount' is long; 'one' is not")]
 
 
 def keyed_orders(push: int) -> tuple[pa.RecordBatch, SourceFields]:

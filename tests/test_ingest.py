@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from isbre.rest.auth import sha256_hex
 from pyiceberg.catalog.rest import RestCatalog
 
@@ -94,11 +95,24 @@ def test_a_refused_file_names_its_line_and_column_and_the_others_still_land(
     bad.write_text("id,amount\n1,5\n2,oops\n")
     good = tmp_path / "b-good.csv"
     good.write_text("id,amount\n3,2.5\n")
-    done = ingest(server, str(bad), str(good), "--table", "typed.mixed", "--types", "amount=double,id=long")
-    assert done.returncode == 1
-    assert f"{bad}: line 3, column 'amount'" in done.stderr, done.stderr
-    assert "1 file(s) refused" in done.stderr
-    assert f"{good}: 1 rows read, 1 written" in done.stdout
+    typed = tmp_path / "c-typed.parquet"  # a type of its own, which no parsing changes
+    pq.write_table(pa.table({"id": pa.array([4], pa.int64()), "amount": pa.array(["six"])}), typed)
+    for run in range(2):  # the second run refuses the same way, naming the same files
+        done = ingest(
+            server,
+            str(bad),
+            str(good),
+            str(typed),
+            "--table",
+            "typed.mixed",
+            "--types",
+            "amount=double,id=long",
+        )
+        assert done.returncode == 1
+        assert f"{bad}: line 3, column 'amount'" in done.stderr, done.stderr
+        assert f"{typed}: Column 'amount': the batch's string cannot be written" in done.stderr, done.stderr
+        assert "2 file(s) refused" in done.stderr
+        assert f"{good}: 1 rows read, {1 - run} written" in done.stdout
     data = rest_catalog.load_table("typed.mixed").scan().to_arrow()
     assert data.column("amount").to_pylist() == [2.5]
     assert data.schema.field("id").type == pa.int64()
@@ -156,6 +170,26 @@ def test_one_run_types_its_new_columns_from_every_file(
     table = rest_catalog.load_table("files.amounts")
     assert str(table.schema().find_field("amount").field_type) == "double"
     assert sorted(table.scan().to_arrow()["amount"].to_pylist()) == [1.0, 1.5, 2.0]
+
+
+@pytest.mark.parametrize("first", ["a.csv", "b.csv"])
+def test_which_file_comes_first_does_not_decide_a_new_columns_type(
+    server: IsbreServer, rest_catalog: RestCatalog, tmp_path: Path, first: str
+) -> None:
+    """Numbers in one CSV file and text in another: the column is text, in either order, and a
+    second run, reading the files as the table's types, writes the same rows and refuses nothing."""
+    files = {"a.csv": "id,code\n1,7\n", "b.csv": "id,code\n2,x7\n"}
+    paths = []
+    for name in (first, *(n for n in files if n != first)):
+        (tmp_path / name).write_text(files[name])
+        paths.append(str(tmp_path / name))
+    ident = f"files.codes_{first[0]}"
+    for _ in range(2):
+        done = ingest(server, *paths, "--table", ident)
+        assert done.returncode == 0, done.stderr
+    table = rest_catalog.load_table(ident)
+    assert str(table.schema().find_field("code").field_type) == "string"
+    assert sorted(table.scan().to_arrow()["code"].to_pylist()) == ["7", "x7"]
 
 
 def test_ingest_quarantines_the_lines_that_do_not_parse(

@@ -116,10 +116,10 @@ export async function feedPage(main, params, shell) {
   }
 
   function receive(records) {
-    for (const record of records) {
-      const second = Math.floor(record.ts / 1e6);
-      perSecond.set(second, (perSecond.get(second) || 0) + 1);
-    }
+    // Counted when they arrive, by this page's clock: the commits' own times are the server's,
+    // whose clock may differ from the browser's by more than the rate's window.
+    const second = Math.floor(Date.now() / 1000);
+    perSecond.set(second, (perSecond.get(second) || 0) + records.length);
     pending.push(...records);
     if (!scheduled) {
       // Drawn at most ten times a second: each draw moves every row on the screen, and a
@@ -130,12 +130,14 @@ export async function feedPage(main, params, shell) {
   }
 
   function drawRate() {
+    // Whole seconds only, the current one still filling: the figure is the line's last point.
     const now = Math.floor(Date.now() / 1000);
     const values = [];
-    for (let s = now - RATE_SECONDS + 1; s <= now; s++) values.push(perSecond.get(s) || 0);
-    for (const second of perSecond.keys()) if (second <= now - RATE_SECONDS) perSecond.delete(second);
-    // The last whole second: the current one is still filling.
-    rate.replaceChildren(sparkline(values), ` ${values[values.length - 2] ?? 0}/s`);
+    for (let s = now - RATE_SECONDS; s < now; s++) values.push(perSecond.get(s) || 0);
+    for (const second of perSecond.keys()) if (second < now - RATE_SECONDS) perSecond.delete(second);
+    rate.dataset.values = JSON.stringify(values);
+    const peak = Math.max(...values);
+    rate.replaceChildren(sparkline(values), ` ${values[values.length - 1]}/s`, h("span", { class: "muted" }, ` · peak ${peak}/s`));
   }
 
   function filters() {
