@@ -21,6 +21,7 @@ from isbre.catalog.file_uris import local_path
 from isbre.catalog.identifiers import Identifier
 from isbre.catalog.service import CatalogService, TableState
 from isbre.catalog.tables import TableChange
+from isbre.catalog.warehouses import open_catalog
 from pyiceberg.catalog import MetastoreCatalog, PropertiesUpdateSummary
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionSpec
 from pyiceberg.schema import Schema
@@ -39,7 +40,7 @@ _open_lock = threading.Lock()
 
 def _acquire(warehouse: Path) -> CatalogService:
     with _open_lock:
-        service, users = _open.get(warehouse) or (CatalogService.open(warehouse), 0)
+        service, users = _open.get(warehouse) or (open_catalog(warehouse), 0)
         _open[warehouse] = (service, users + 1)
         return service
 

@@ -6,9 +6,6 @@ run by the writer, for the caller its `MutationContext` names (see `CatalogServi
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
-
 from isbre.catalog.maintenance_operations import MaintenanceOperations
 from isbre.catalog.namespace_operations import (
     ConflictingPropertiesError,
@@ -31,13 +28,5 @@ __all__ = [
 
 
 class CatalogService(NamespaceOperations, MaintenanceOperations, ViewOperations):
-    """One warehouse's catalog. Services for several warehouses of one store share its writer."""
-
-    @classmethod
-    def open(cls, warehouse: Path, **options: Any) -> CatalogService:
-        """The embedded catalog: LMDB under `<warehouse>/isbre.lmdb`, tables under `<warehouse>/`;
-        `options` are those of `catalog.warehouses.open_warehouses`."""
-        from isbre.catalog.warehouses import Warehouse, open_warehouses
-
-        (service,) = open_warehouses(None, [Warehouse("isbre", str(warehouse))], **options)
-        return service
+    """One warehouse's catalog (`warehouses.open_catalog` opens an embedded one). Services for
+    several warehouses of one store share its writer."""

@@ -8,40 +8,20 @@ that several servers share. `open_store` (in stores.py) picks one by location.
 from __future__ import annotations
 
 import errno
-import json
 from abc import ABC, abstractmethod
-from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from isbre.catalog.coverage import Coverage, Span
 from isbre.catalog.identifiers import Identifier
+from isbre.catalog.pointers import Pointer
 from isbre.catalog.records import CommitRecord
 from isbre.catalog.sink_rows import SinkRows
-
-if TYPE_CHECKING:
-    from isbre.catalog.store_copy import Entry as StoreEntry
+from isbre.catalog.store_entries import Entry
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class Pointer:
-    """What the store keeps for a table or view: where its current metadata is."""
-
-    metadata_location: str
-    uuid: str
-
-    def to_json(self) -> bytes:
-        return json.dumps({"metadata-location": self.metadata_location, "uuid": self.uuid}).encode()
-
-    @classmethod
-    def from_json(cls, raw: bytes) -> Pointer:
-        value = json.loads(raw)
-        return cls(value["metadata-location"], value["uuid"])
 
 
 class StoreGrowthError(Exception):
@@ -304,17 +284,8 @@ class Store(ABC):
         return None
 
     @abstractmethod
-    def export(self) -> Iterator[StoreEntry]:
-        """Everything the store holds, read in one snapshot, as `load` takes it."""
-
-    def load(self, entries: Iterable[StoreEntry]) -> Counter[str]:
-        """Fill this empty store with `entries` (another store's `export`, of either kind), keeping
-        every commit_seq, in one transaction: all of it lands, or nothing. Returns how many of
-        each kind; NotEmptyError when the store already holds a catalog."""
-        from isbre.catalog.store_copy import load_entries
-
-        held = list(entries)  # `transact` may run the load again
-        return self.transact(lambda view: load_entries(view, held))
+    def export(self) -> Iterator[Entry]:
+        """Everything the store holds, read in one snapshot, as `store_copy.load_store` takes it."""
 
     @abstractmethod
     def describe(self) -> dict[str, Any]:

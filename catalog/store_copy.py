@@ -1,113 +1,28 @@
-"""A store's whole state as typed entries: what `Store.export` yields and `Store.load` takes, so a
+"""Filling an empty store with another's entries (`Store.export`, catalog/store_entries.py), so a
 catalog moves between LMDB and PostgreSQL (either way) keeping every commit_seq."""
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Any, ClassVar
 
-from isbre.catalog.coverage import Span, SpanKey
+from isbre.catalog.coverage import Span
 from isbre.catalog.identifiers import Identifier, namespace_from_key
 from isbre.catalog.records import CommitRecord
-from isbre.catalog.sink_rows import SinkRows
-from isbre.catalog.store import Pointer, WriteView
-
-
-@dataclass(frozen=True)
-class NamespaceEntry:
-    kind: ClassVar[str] = "namespace"
-    scope: str
-    key: bytes
-    properties: dict[str, str]
-
-
-@dataclass(frozen=True)
-class PointerEntry:
-    kind: ClassVar[str] = "pointer"
-    scope: str
-    object_kind: str  # "table" or "view"
-    key: bytes
-    pointer: Pointer
-
-
-@dataclass(frozen=True)
-class RecordEntry:
-    kind: ClassVar[str] = "record"
-    record: CommitRecord
-
-
-@dataclass(frozen=True)
-class HighWaterEntry:
-    """The log's high-water: above the last record kept when the newest ones were trimmed."""
-
-    kind: ClassVar[str] = "high_water"
-    commit_seq: int
-
-
-@dataclass(frozen=True)
-class MarkerEntry:
-    kind: ClassVar[str] = "marker"
-    name: str
-
-
-@dataclass(frozen=True)
-class CursorEntry:
-    kind: ClassVar[str] = "cursor"
-    name: str
-    commit_seq: int
-
-
-@dataclass(frozen=True)
-class IdempotencyEntry:
-    kind: ClassVar[str] = "idempotency"
-    key: str
-    response: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class LocationEntry:
-    kind: ClassVar[str] = "location"
-    owner: str
-    location: str
-
-
-@dataclass(frozen=True)
-class CoverageEntry:
-    kind: ClassVar[str] = "coverage"
-    table_uuid: str
-    stream: SpanKey
-    start: int
-    end: int
-
-
-@dataclass(frozen=True)
-class CoverageCommitEntry:
-    kind: ClassVar[str] = "coverage_commit"
-    table_uuid: str
-    snapshot_id: int
-    commit_seq: int
-
-
-@dataclass(frozen=True)
-class SinkRowsEntry:
-    kind: ClassVar[str] = "sink_rows"
-    totals: SinkRows
-
-
-Entry = (
-    NamespaceEntry
-    | PointerEntry
-    | RecordEntry
-    | HighWaterEntry
-    | MarkerEntry
-    | CursorEntry
-    | IdempotencyEntry
-    | LocationEntry
-    | CoverageEntry
-    | CoverageCommitEntry
-    | SinkRowsEntry
+from isbre.catalog.store import Store, WriteView
+from isbre.catalog.store_entries import (
+    CoverageCommitEntry,
+    CoverageEntry,
+    CursorEntry,
+    Entry,
+    HighWaterEntry,
+    IdempotencyEntry,
+    LocationEntry,
+    MarkerEntry,
+    NamespaceEntry,
+    PointerEntry,
+    RecordEntry,
+    SinkRowsEntry,
 )
 
 
@@ -156,3 +71,11 @@ def load_entries(view: WriteView, entries: Iterable[Entry]) -> Counter[str]:
         view.append(record)
     view.set_high_water(max(high, records[-1].commit_seq if records else 0))
     return counts
+
+
+def load_store(store: Store, entries: Iterable[Entry]) -> Counter[str]:
+    """Fill the empty `store` with `entries` (another store's `export`, of either kind), keeping
+    every commit_seq, in one transaction: all of it lands, or nothing. Returns how many of each
+    kind; NotEmptyError when the store already holds a catalog."""
+    held = list(entries)  # `transact` may run the load again
+    return store.transact(lambda view: load_entries(view, held))

@@ -3,54 +3,18 @@ whose namespaces, tables and views live in one shared store, under one commit lo
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from isbre.catalog.file_uris import file_uri, local_path
+from isbre.catalog.file_uris import file_uri
 from isbre.catalog.limits import Limits
 from isbre.catalog.object_storage import ObjectStorageIO, S3Options
 from isbre.catalog.service import CatalogService
 from isbre.catalog.store import FIRST_WAREHOUSE
 from isbre.catalog.stores import open_store, store_files
+from isbre.catalog.warehouse_config import Warehouse, default_store
 from pyiceberg.table.metadata import TableMetadata
-
-STORE_NAME = "isbre.lmdb"
-
-
-@dataclass(frozen=True)
-class Warehouse:
-    name: str
-    root: str  # a directory path, a file: URI, or s3://bucket/prefix
-    s3: S3Options | None = None
-    # Properties a new table gets under its own, by namespace (`()`: the whole warehouse).
-    table_defaults: Mapping[tuple[str, ...], Mapping[str, str]] = field(default_factory=dict)
-
-    @property
-    def on_object_storage(self) -> bool:
-        return self.root.startswith("s3://")
-
-    def local_root(self) -> Path | None:
-        if self.on_object_storage:
-            return None
-        return (local_path(self.root) or Path(self.root)).resolve()
-
-    def for_helper(self) -> dict[str, Any]:
-        """What a helper process (lineage worker, job process) needs to read and write the
-        warehouse's files, as JSON: its name, root and storage settings. Table defaults are for
-        creating tables, which helpers never do."""
-        return {"name": self.name, "root": self.root, "s3": asdict(self.s3) if self.s3 else None}
-
-    @classmethod
-    def in_helper(cls, found: Mapping[str, Any]) -> Warehouse:
-        return cls(found["name"], found["root"], S3Options(**(found["s3"] or {})))
-
-
-def default_store(first: Warehouse) -> Path:
-    """`isbre.lmdb` inside a local warehouse, `./isbre.lmdb` when the warehouse is on object storage."""
-    root = first.local_root()
-    return (root / STORE_NAME) if root is not None else Path(STORE_NAME).resolve()
 
 
 def open_warehouses(
@@ -101,3 +65,10 @@ def read_metadata(services: Sequence[CatalogService], location: str) -> TableMet
     """Table metadata at `location`, read through the warehouse it lies in (the first by default)."""
     holder = next((s for s in services if location.startswith(s.warehouse + "/")), services[0])
     return holder.table_metadata_or_none(location)
+
+
+def open_catalog(warehouse: Path, **options: Any) -> CatalogService:
+    """The embedded catalog: LMDB under `<warehouse>/isbre.lmdb`, tables under `<warehouse>/`;
+    `options` are those of `open_warehouses`."""
+    (service,) = open_warehouses(None, [Warehouse("isbre", str(warehouse))], **options)
+    return service

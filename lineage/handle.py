@@ -12,7 +12,7 @@ from pathlib import Path
 from isbre.catalog.commit_log import CommitLog
 from isbre.catalog.processes import SupervisedProcess
 from isbre.catalog.stores import helper_environment
-from isbre.catalog.warehouses import Warehouse
+from isbre.catalog.warehouse_config import Warehouse
 from isbre.lineage.names import LineageNames
 from isbre.lineage.status import CURSOR, OutboxStatus, read_status, start_from_now
 

@@ -29,7 +29,8 @@ from isbre.catalog.commit_log import CommitLog
 from isbre.catalog.processes import die_with_parent
 from isbre.catalog.store import Lease, StoreUnavailableError
 from isbre.catalog.stores import helper_store
-from isbre.catalog.warehouses import Warehouse, open_warehouses, read_metadata
+from isbre.catalog.warehouse_config import Warehouse
+from isbre.catalog.warehouses import open_warehouses, read_metadata
 from isbre.lineage.config import build_client
 from isbre.lineage.handle import DELIVERY_ENV
 from isbre.lineage.mapping import LineageMapper

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qs, unquote_plus
 
+from isbre.rest.asgi_answers import send_error
 from isbre.rest.roles import RANK
 from isbre.rest.settings import AuthSettings, Principal
-from isbre.rest.wire import send_error
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 PUBLIC = frozenset({"/v1/oauth/tokens", "/live", "/ready", "/health", "/metrics"})

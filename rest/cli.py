@@ -16,6 +16,8 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+from isbre.rest.refusals import RefusedError
+
 # Where a server listens when nothing says otherwise (rest/settings.py's defaults, kept here so
 # that the client commands start without loading the settings model).
 DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 8181
@@ -175,6 +177,7 @@ def _store_copy(args: argparse.Namespace) -> int:
     empty PostgreSQL store."""
     from isbre.catalog.lmdb_store import LmdbStore
     from isbre.catalog.postgres.store import PostgresStore
+    from isbre.catalog.store_copy import load_store
     from isbre.catalog.stores import is_database_url
     from isbre.rest.serve import claim_state
 
@@ -190,7 +193,7 @@ def _store_copy(args: argparse.Namespace) -> int:
     lmdb = LmdbStore(source)
     database = PostgresStore(target, warehouses=tuple(scope for scope in lmdb.scopes() if scope))
     try:
-        counts = database.load(lmdb.export())
+        counts = load_store(database, lmdb.export())
         with database.read() as view:
             high = view.commit_seq()
     finally:
@@ -208,12 +211,6 @@ def _ingest(args: argparse.Namespace) -> int:
     if args.warehouse is None:
         _with_url(args)
     return run(args)
-
-
-class RefusedError(Exception):
-    """What the user asked for cannot be done; the message says why."""
-
-    exit_code = 2
 
 
 def _error_message(response: Any) -> str:

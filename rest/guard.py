@@ -9,7 +9,8 @@ without authentication. Bodies are bounded while they are read, not after.
 
 from __future__ import annotations
 
-from isbre.rest.wire import BodyTooLargeError, send_error
+from isbre.rest.asgi_answers import send_error
+from isbre.rest.wire import BodyTooLargeError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})

@@ -9,7 +9,8 @@ unknown-prefix error in one place.
 
 from __future__ import annotations
 
-from isbre.rest.wire import routed_path, send_error
+from isbre.rest.asgi_answers import send_error
+from isbre.rest.wire import routed_path
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 # First path segments under /v1/ that begin a catalog route.

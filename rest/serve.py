@@ -19,8 +19,8 @@ import uvicorn
 from isbre.catalog.warehouses import open_warehouses
 from isbre.events.fanout import SharedFanout, shared_socket
 from isbre.rest.app import create_app
-from isbre.rest.cli import RefusedError
 from isbre.rest.connections import guarded_protocol
+from isbre.rest.refusals import RefusedError
 from isbre.rest.settings import Settings, warehouses
 from isbre.rest.shared_counters import forget_workers, running_workers
 from isbre.rest.startup import fanout_options, start_lineage

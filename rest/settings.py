@@ -22,7 +22,7 @@ from pydantic_settings import (
 )
 
 if TYPE_CHECKING:
-    from isbre.catalog.warehouses import Warehouse
+    from isbre.catalog.warehouse_config import Warehouse
 
 # A warehouse's name is its catalog prefix: one URL path segment.
 NAME = r"^[A-Za-z0-9_-]+$"
@@ -259,7 +259,7 @@ class Settings(BaseSettings):
 
     def store_location(self) -> str:
         """The store: a database URL, or the LMDB directory's absolute path."""
-        from isbre.catalog.warehouses import default_store
+        from isbre.catalog.warehouse_config import default_store
 
         if self.shares_store():
             assert self.store is not None
@@ -336,7 +336,7 @@ def load_settings(config_file: Path | None = None, **flags: Any) -> Settings:
 
 def _warehouse(name: str, settings: WarehouseSettings) -> Warehouse:
     from isbre.catalog.object_storage import S3Options
-    from isbre.catalog.warehouses import Warehouse
+    from isbre.catalog.warehouse_config import Warehouse
 
     s3 = settings.s3
     options = S3Options(

@@ -19,7 +19,8 @@ from isbre.catalog.file_uris import file_uri
 from isbre.catalog.job_process import JobProcesses
 from isbre.catalog.limits import Limits
 from isbre.catalog.maintainer import Maintainer
-from isbre.catalog.warehouses import Warehouse, open_warehouses
+from isbre.catalog.warehouse_config import Warehouse
+from isbre.catalog.warehouses import open_warehouses
 from isbre.events.broadcast import Broadcaster
 from isbre.events.fanout import FanoutChannel, FanoutOptions, FanoutProcess, shared_socket
 from isbre.events.retention import trim_periodically

@@ -17,9 +17,8 @@ from isbre.catalog.service import MutationContext
 from isbre.rest.runtime import runtime
 from isbre.rest.settings import Settings
 from starlette.convertors import Convertor, register_url_convertor
-from starlette.types import Send
 
-if TYPE_CHECKING:  # rest/auth.py imports this module
+if TYPE_CHECKING:
     from isbre.rest.auth import Caller
 
 M = TypeVar("M", bound=pydantic.BaseModel)
@@ -139,16 +138,6 @@ def json_response(value: Any, status_code: int = 200, headers: dict[str, str] | 
         media_type="application/json",
         headers=headers,
     )
-
-
-async def send_error(
-    send: Send, status: int, error_type: str, message: str, headers: list[tuple[bytes, bytes]] | None = None
-) -> None:
-    """An ErrorModel answer from ASGI middleware, which runs outside FastAPI's error handlers."""
-    body = json.dumps({"error": {"message": message, "type": error_type, "code": status}}).encode()
-    head = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    await send({"type": "http.response.start", "status": status, "headers": head + (headers or [])})
-    await send({"type": "http.response.body", "body": body})
 
 
 def raw_json_response(body: bytes, headers: dict[str, str] | None = None) -> Response:

@@ -20,7 +20,7 @@ from isbre.sinks.files import (
     row_count,
     run_types,
 )
-from isbre.sinks.iceberg import TableWriter
+from isbre.sinks.table_writer import TableWriter
 from pydantic import TypeAdapter
 from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.exceptions import ForbiddenError, NoSuchTableError

@@ -28,9 +28,10 @@ from isbre.sinks.contract import (
     SourceFields,
     Watermarks,
 )
-from isbre.sinks.iceberg import CommitOutcomeUnknownError, IcebergSink, TableWriter, judged
-from isbre.sinks.quality import Rule
+from isbre.sinks.iceberg import IcebergSink
+from isbre.sinks.quality import Rule, judged
 from isbre.sinks.quarantine_lane import QUARANTINE_BUFFER_ROWS, QUARANTINE_DRAIN_S
+from isbre.sinks.table_writer import CommitOutcomeUnknownError, TableWriter
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import CommitStateUnknownException, ServiceUnavailableError
 

@@ -28,18 +28,18 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import pyarrow as pa
 from isbre.catalog.sink_rows import ACCEPTED, ANNOTATED
 from isbre.sinks.conform import conform
 from isbre.sinks.contract import OffsetSpan, SinkError, SourceFields, row_offsets
+from isbre.sinks.quarantine_lane import QUARANTINE_BUFFER_ROWS, QUARANTINE_DRAIN_S, QuarantineLane
 from isbre.sinks.record_id import record_ids
 
 if TYPE_CHECKING:
-    from isbre.sinks.iceberg import TableWriter
-    from isbre.sinks.quarantine_lane import QuarantineLane
+    from isbre.sinks.table_writer import TableWriter
 
 ENFORCEMENTS = ("strict", "quarantine", "annotate")
 
@@ -274,3 +274,35 @@ class Quality:
             self.quarantine.close()
         if self.audit is not None:
             self.audit.close()
+
+
+class WritingSink(Protocol):
+    """A sink over a table writer (an IcebergSink, say): what a quarantine or audit sink is."""
+
+    writer: TableWriter
+
+
+def judged(
+    writer: TableWriter,
+    rules: Sequence[Rule],
+    enforcement: str,
+    quarantine: WritingSink | None,
+    audit: WritingSink | None,
+    quarantine_buffer_rows: int = QUARANTINE_BUFFER_ROWS,
+    quarantine_drain_s: float = QUARANTINE_DRAIN_S,
+) -> Quality | None:
+    """The rules of a sink writing through `writer`, with a lane to the writer of its quarantine
+    sink and the writer of its audit sink; None without rules, quarantine or audit."""
+    if not rules and quarantine is None and audit is None:
+        return None
+    quality = Quality(
+        rules,
+        enforcement,
+        writer.columns.prefix,
+        QuarantineLane(quarantine.writer, quarantine_buffer_rows, quarantine_drain_s)
+        if quarantine is not None
+        else None,
+        audit.writer if audit is not None else None,
+    )
+    writer.quality_columns = quality.columns
+    return quality

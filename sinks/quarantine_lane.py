@@ -27,7 +27,7 @@ import pyarrow as pa
 from isbre.sinks.contract import OffsetSpan, SourceFields, continue_span
 
 if TYPE_CHECKING:
-    from isbre.sinks.iceberg import TableWriter
+    from isbre.sinks.table_writer import TableWriter
 
 log = logging.getLogger(__name__)
 # The defaults: a quarantine that a sink's commit waits a second for, holding up to 100,000 rows.

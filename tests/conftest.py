@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from isbre.catalog import CatalogService
+from isbre.catalog.warehouses import open_catalog
 from isbre.rest.settings import DEFAULT_PORT
 from pyiceberg.catalog.rest import RestCatalog
 
@@ -158,7 +159,7 @@ def warehouse(server: IsbreServer) -> Path:
 @pytest.fixture
 def service(tmp_path: Path) -> Iterator[CatalogService]:
     """The catalog in-process, on a fresh warehouse."""
-    running = CatalogService.open(tmp_path / "wh")
+    running = open_catalog(tmp_path / "wh")
     yield running
     running.close()
 

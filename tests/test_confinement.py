@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from isbre.catalog import CatalogService, Identifier
+from isbre.catalog import Identifier
 from isbre.catalog.file_uris import local_path
 from isbre.catalog.locations import LocationNotAllowedError
+from isbre.catalog.warehouses import open_catalog
 from isbre.rest.auth import sha256_hex
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
@@ -325,7 +326,7 @@ def test_a_purge_through_encoded_separators_dot_dot_and_links_deletes_nothing_ou
 def test_a_store_made_before_the_location_index_gets_one(tmp_path: Path) -> None:
 
     schema = Schema(NestedField(1, "id", LongType(), required=False))
-    service = CatalogService.open(tmp_path / "wh")
+    service = open_catalog(tmp_path / "wh")
     service.create_namespace(("db",), {})
     first = service.create_table(
         Identifier.of(("db",), "a"), schema, UNPARTITIONED_PARTITION_SPEC, UNSORTED_SORT_ORDER
@@ -337,7 +338,7 @@ def test_a_store_made_before_the_location_index_gets_one(tmp_path: Path) -> None
         txn.delete(b"marker:locations", db=store.dbs["meta"])  # type: ignore[attr-defined]
     service.close()
 
-    reopened = CatalogService.open(tmp_path / "wh")
+    reopened = open_catalog(tmp_path / "wh")
     try:
         with pytest.raises(LocationNotAllowedError, match="overlaps"):
             reopened.create_table(

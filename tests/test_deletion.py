@@ -26,6 +26,7 @@ from isbre.catalog import CatalogService, Identifier, TableChange
 from isbre.catalog.deletion import OutsideTableError, TableFiles
 from isbre.catalog.file_uris import local_path
 from isbre.catalog.purge import PurgeIncompleteError
+from isbre.catalog.warehouses import open_catalog
 from pydantic import TypeAdapter
 from pyiceberg.io.pyarrow import PyArrowFileIO
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
@@ -46,7 +47,7 @@ names = itertools.count()
 @pytest.fixture(scope="module")
 def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[CatalogService, Path]]:
     base = tmp_path_factory.mktemp("deletion")
-    service = CatalogService.open(base / "wh")
+    service = open_catalog(base / "wh")
     service.create_namespace(("ns",), {})
     other = service.create_table(Identifier(("ns",), "other"), SCHEMA, *_unpartitioned())
     (local_path(other.metadata.location) / "data").mkdir(parents=True)  # type: ignore[operator]

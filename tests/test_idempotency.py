@@ -17,6 +17,7 @@ from isbre.catalog.records import now_us
 from isbre.catalog.service import MutationContext
 from isbre.catalog.service_core import Stale
 from isbre.catalog.stores import open_store
+from isbre.catalog.warehouses import open_catalog
 from isbre.catalog.writer import Batch
 
 from tests.http_client import http
@@ -156,7 +157,7 @@ def test_an_invalid_key_is_400(server: IsbreServer) -> None:
 
 
 def test_expired_keys_are_trimmed(tmp_path: Path) -> None:
-    service = CatalogService.open(tmp_path / "wh")
+    service = open_catalog(tmp_path / "wh")
     try:
         for i in range(5):
             service.store_idempotent_response(f"k{i}", {"fingerprint": "f", "status": 204, "ts": i})

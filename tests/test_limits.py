@@ -10,8 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from isbre.catalog import CatalogService
 from isbre.catalog.records import CommitRecord
+from isbre.catalog.warehouses import open_catalog
 from isbre.events.broadcast import Broadcaster
 from isbre.rest.auth import sha256_hex
 
@@ -174,7 +174,7 @@ def test_property_values_and_metadata_have_ceilings(guarded: IsbreServer) -> Non
 
 
 def test_the_event_ring_is_bounded_in_bytes(tmp_path: Path) -> None:
-    service = CatalogService.open(tmp_path / "wh")
+    service = open_catalog(tmp_path / "wh")
     try:
         broadcaster = Broadcaster(service.commit_log, capacity=4096, max_bytes=256 << 10)
         for i in range(50):

@@ -24,7 +24,8 @@ from isbre.catalog.embedded import LmdbCatalog
 from isbre.catalog.file_uris import local_path
 from isbre.catalog.job_process import JobProcessError, JobProcesses
 from isbre.catalog.maintenance import STREAMING_DEFAULTS, JobReport, plan_expiry
-from isbre.catalog.warehouses import Warehouse, default_store, open_warehouses
+from isbre.catalog.warehouse_config import Warehouse, default_store
+from isbre.catalog.warehouses import open_warehouses
 from isbre.rest.settings import Settings, warehouses
 from pyiceberg.catalog import Catalog
 from pyiceberg.catalog.rest import RestCatalog
@@ -711,6 +712,13 @@ def test_kill_9_while_maintenance_runs_leaves_no_table_pointing_at_a_deleted_fil
     table = catalog.create_table("db.t", schema=batch(0).schema, properties=eager)
     for i in range(appends):
         table.append(batch(2 * i))
+    # Killed once expiry has run at least once (on a busy machine a job's process starts slowly),
+    # while the jobs the later appends made due are still running or waiting.
+    eventually(
+        lambda: len(catalog.load_table("db.t").metadata.snapshots) < appends,
+        "expiry ran among the appends",
+        timeout=120,
+    )
     server.kill()
     restarted = IsbreServer(server.warehouse).start()
     try:
@@ -828,7 +836,7 @@ def test_kill_9_of_a_job_s_process_at_each_step_leaves_the_table_whole(
     before, reached, ran = _files(root), STEPS[job][step], threading.Event()
 
     def job_process() -> psutil.Process | bool:
-        found = (c for c in psutil.Process().children() if "isbre.catalog.job_process" in c.cmdline())
+        found = (c for c in psutil.Process().children() if "isbre.catalog.job_main" in c.cmdline())
         return next(found, None) or ran.is_set()
 
     def kill_at_the_step() -> None:

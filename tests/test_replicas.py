@@ -19,9 +19,9 @@ import httpx
 import psycopg
 import pyarrow as pa
 import pytest
-from isbre.catalog import CatalogService
 from isbre.catalog.lmdb_store import LmdbStore
 from isbre.catalog.postgres.store import PostgresStore
+from isbre.catalog.warehouses import open_catalog
 from isbre.events.client import subscribe
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.exceptions import CommitFailedException
@@ -487,7 +487,7 @@ def test_store_copy_keeps_history_tables_and_cursors(tmp_path: Path, request: py
     sink_table = catalog.load_table("db.s").metadata.table_uuid
     embedded.stop()
     # A consumer's cursor, and a log trimmed below it: the copy keeps both as they are.
-    service = CatalogService.open(warehouse)
+    service = open_catalog(warehouse)
     service.commit_log.set_consumer_cursor("audit", cursor)
     assert service.commit_log.trim_log(keep_records=1, keep_us=0) > 0
     service.close()

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from isbre.catalog import CatalogService, Identifier, TableChange
 from isbre.catalog.lmdb_store import LmdbStore
+from isbre.catalog.warehouses import open_catalog
 from isbre.catalog.writer import Writer, WriterOverloadedError
 from pyiceberg.exceptions import NamespaceAlreadyExistsError
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
@@ -51,7 +52,7 @@ def test_a_failing_mutation_does_not_spoil_its_batch(service: CatalogService) ->
 
 
 def test_map_grows_instead_of_failing(tmp_path: Path) -> None:
-    service = CatalogService.open(tmp_path / "wh", map_size=1 << 20)
+    service = open_catalog(tmp_path / "wh", map_size=1 << 20)
     try:
         payload = {"blob": "x" * 4000}
         with ThreadPoolExecutor(8) as pool:
@@ -65,11 +66,11 @@ def test_map_grows_instead_of_failing(tmp_path: Path) -> None:
 
 
 def test_commit_seq_continues_after_reopen(tmp_path: Path) -> None:
-    service = CatalogService.open(tmp_path / "wh")
+    service = open_catalog(tmp_path / "wh")
     for i in range(5):
         service.create_namespace((f"a{i}",), {})
     service.close()
-    service = CatalogService.open(tmp_path / "wh")
+    service = open_catalog(tmp_path / "wh")
     try:
         service.create_namespace(("after",), {})
         assert [r.commit_seq for r in service.commit_log.records()] == [1, 2, 3, 4, 5, 6]

@@ -18,6 +18,7 @@ import pytest
 from isbre.catalog import CatalogService
 from isbre.catalog.lmdb_store import LmdbStore
 from isbre.catalog.store import StoreGrowthError, WriteView
+from isbre.catalog.warehouses import open_catalog
 from isbre.catalog.writer import Batch, Writer, WriterClosedError
 
 from tests.disks import fill
@@ -107,7 +108,7 @@ def test_a_writer_that_breaks_fails_its_callers_and_says_so(tmp_path: Path) -> N
 def test_live_reports_a_dead_writer(tmp_path: Path) -> None:
     from isbre.rest.health import liveness
 
-    service = CatalogService.open(tmp_path / "wh")
+    service = open_catalog(tmp_path / "wh")
     try:
         assert liveness(service)[0] == 200
         service.writer.submit(lambda batch: (_ for _ in ()).throw(_Bug("x")))  # kills the loop

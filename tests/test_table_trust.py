@@ -23,7 +23,8 @@ from isbre.catalog import TableChange
 from isbre.catalog.file_uris import local_path
 from isbre.catalog.job_process import JobProcesses
 from isbre.catalog.store import CommitStateUnknownError, StoreUnavailableError
-from isbre.catalog.warehouses import Warehouse, default_store, open_warehouses
+from isbre.catalog.warehouse_config import Warehouse, default_store
+from isbre.catalog.warehouses import open_warehouses
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
 from pyiceberg.schema import Schema
@@ -367,7 +368,7 @@ def test_kill_9_of_the_server_ends_its_job_process_and_commits_nothing(tmp_path:
     server_process = psutil.Process(server.pid)
 
     def job_process() -> psutil.Process | None:
-        found = (c for c in server_process.children() if "isbre.catalog.job_process" in c.cmdline())
+        found = (c for c in server_process.children() if "isbre.catalog.job_main" in c.cmdline())
         return next(found, None)
 
     def ask() -> None:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from isbre.catalog import CatalogService, Identifier, TableChange
+from isbre.catalog import Identifier, TableChange
+from isbre.catalog.warehouses import open_catalog
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
 from pyiceberg.schema import Schema
@@ -70,7 +71,7 @@ def test_transaction_with_one_bad_table_changes_none(
 
 
 def test_transaction_records_share_a_txn_id(tmp_path) -> None:
-    service = CatalogService.open(tmp_path / "warehouse")
+    service = open_catalog(tmp_path / "warehouse")
     try:
         service.create_namespace(("ns",), {})
         idents = [Identifier.of(["ns"], n) for n in ("x", "y", "z")]

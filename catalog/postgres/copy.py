@@ -22,7 +22,7 @@ from isbre.catalog.postgres.view import PostgresView
 from isbre.catalog.records import CommitRecord
 from isbre.catalog.sink_rows import SinkRows
 from isbre.catalog.store import Pointer
-from isbre.catalog.store_copy import (
+from isbre.catalog.store_entries import (
     CoverageCommitEntry,
     CoverageEntry,
     CursorEntry,

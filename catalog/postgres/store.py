@@ -33,7 +33,7 @@ from isbre.catalog.store import (
     StoreUnavailableError,
     WriteView,
 )
-from isbre.catalog.store_copy import Entry
+from isbre.catalog.store_entries import Entry
 from psycopg.conninfo import make_conninfo
 from sqlalchemy import (
     Connection,

@@ -18,7 +18,7 @@ from functools import partial
 from pathlib import Path
 
 import httpx
-from isbre.catalog import CatalogService
+from isbre.catalog.warehouses import open_catalog
 
 from tests.bench.commits import isbre_rate
 from tests.bench.harness import RUNS, Report, median_of, percentile
@@ -117,7 +117,7 @@ def replay_rate(server: IsbreServer, records: int) -> float:
 
 
 def fill_log(warehouse: Path, records: int) -> None:
-    service = CatalogService.open(warehouse)
+    service = open_catalog(warehouse)
     try:
         service.create_namespace(("filler",), {})
         with ThreadPoolExecutor(64) as pool:
