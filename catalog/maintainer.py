@@ -36,6 +36,7 @@ from isbre.catalog.maintenance import (
     plan_expiry,
 )
 from isbre.catalog.records import TABLE_KINDS
+from isbre.catalog.request_context import ANONYMOUS, RequestContext
 from isbre.catalog.store import Lease
 from pyiceberg.exceptions import NoSuchTableError
 
@@ -215,12 +216,15 @@ class Maintainer:
                 continue  # counted and logged; tried again at the table's next commit
         return reports
 
-    def run(self, service: CatalogService, ident: Identifier, jobs: list[str]) -> list[JobReport]:
-        """Run `jobs` now and count what they did (the maintenance endpoint calls this too)."""
+    def run(
+        self, service: CatalogService, ident: Identifier, jobs: list[str], context: RequestContext = ANONYMOUS
+    ) -> list[JobReport]:
+        """Run `jobs` now and count what they did (the maintenance endpoint calls this too, for
+        the caller `context` names)."""
         table = f"{service.name}.{ident}"
         self.stats.last_run_at = time.time()
         try:
-            reports = service.maintain(ident, jobs)
+            reports = service.maintain(ident, jobs, context=context)
         except Exception as exc:
             for job in jobs:
                 times = self.stats.failing.get(f"{table} {job}", (0, ""))[0] + 1

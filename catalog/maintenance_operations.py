@@ -51,6 +51,7 @@ from isbre.catalog.maintenance import (
 )
 from isbre.catalog.pyiceberg_internals import Staging, data_files_of, merged_manifests, replace_files
 from isbre.catalog.rebase import rebased
+from isbre.catalog.request_context import ANONYMOUS, RequestContext
 from isbre.catalog.service_core import MAX_COMMIT_ATTEMPTS
 from isbre.catalog.table_operations import TableOperations, TableState
 from isbre.catalog.tables import TableChange, places_of
@@ -86,10 +87,16 @@ class MaintenanceOperations(TableOperations):
     job_processes: JobProcesses | None = None
 
     def maintain(
-        self, ident: Identifier, jobs: Sequence[str], now_ms: int | None = None, here: bool = False
+        self,
+        ident: Identifier,
+        jobs: Sequence[str],
+        now_ms: int | None = None,
+        here: bool = False,
+        context: RequestContext = ANONYMOUS,
     ) -> list[JobReport]:
         """Run `jobs` (of catalog.maintenance.JOBS) on the table now, in order; what each did.
-        `here`: in this process even if data-file jobs have a process of their own."""
+        `here`: in this process even if data-file jobs have a process of their own; `context`:
+        who asked (the commits of jobs run in this process are theirs)."""
         unknown = [job for job in jobs if job not in JOBS]
         if unknown:
             raise UnknownJobError(
@@ -100,10 +107,10 @@ class MaintenanceOperations(TableOperations):
         # last must not be planned around.
         self.store.catch_up()
         run: dict[str, Callable[[ConfinedIO], JobReport]] = {
-            EXPIRE_SNAPSHOTS: lambda io: self._expire_snapshots(ident, when, io),
+            EXPIRE_SNAPSHOTS: lambda io: self._expire_snapshots(ident, when, io, context),
             REMOVE_METADATA_FILES: lambda io: self._remove_metadata_files(ident),
-            REWRITE_MANIFESTS: lambda io: self._rewrite_manifests(ident, io),
-            COMPACT_DATA_FILES: lambda io: self._compact_data_files(ident, io),
+            REWRITE_MANIFESTS: lambda io: self._rewrite_manifests(ident, io, context),
+            COMPACT_DATA_FILES: lambda io: self._compact_data_files(ident, io, context),
             REMOVE_ORPHAN_FILES: lambda io: self._remove_orphan_files(ident, when, io),
         }
         elsewhere = self.job_processes if not here else None
@@ -132,7 +139,9 @@ class MaintenanceOperations(TableOperations):
             log.error("%s on %s met files outside the table: %s", job, ident, report.foreign_paths[:5])
         return report
 
-    def _expire_snapshots(self, ident: Identifier, now_ms: int, io: ConfinedIO) -> JobReport:
+    def _expire_snapshots(
+        self, ident: Identifier, now_ms: int, io: ConfinedIO, context: RequestContext
+    ) -> JobReport:
         report = JobReport(EXPIRE_SNAPSHOTS)
         for _ in range(MAX_COMMIT_ATTEMPTS):
             before = self.load_table(ident)
@@ -149,7 +158,7 @@ class MaintenanceOperations(TableOperations):
                 updates.append(RemoveSnapshotsUpdate(snapshot_ids=list(plan.snapshot_ids)))
             change = TableChange(ident, tuple(requirements), tuple(updates), job=EXPIRE_SNAPSHOTS)
             try:
-                after = self.commit_table(change)
+                after = self.commit_table(change, context=context)
             except CommitFailedException:
                 continue  # a commit moved a branch meanwhile: it wins, and the plan is made again
             report.committed = True
@@ -227,7 +236,7 @@ class MaintenanceOperations(TableOperations):
         self._delete(report, state.metadata, [(file_uri(Path(path)), what) for path, what in found])
         return report
 
-    def _compact_data_files(self, ident: Identifier, io: ConfinedIO) -> JobReport:
+    def _compact_data_files(self, ident: Identifier, io: ConfinedIO, context: RequestContext) -> JobReport:
         """Rewrite groups of small data files (catalog/compaction.py) as files of the target size,
         in one `replace` snapshot. The new files are written once; if a commit lands meanwhile,
         the snapshot is made again on top of it (an append always wins and is kept), unless the
@@ -273,7 +282,7 @@ class MaintenanceOperations(TableOperations):
             )
 
         try:
-            self._commit_rewrite(ident, state, COMPACT_DATA_FILES, make, io)
+            self._commit_rewrite(ident, state, COMPACT_DATA_FILES, make, io, context)
         except ValidationException as exc:  # a concurrent change removed files being replaced
             report.problems.append(f"not committed: {exc}")
             self._delete(report, state.metadata, unused)
@@ -287,7 +296,7 @@ class MaintenanceOperations(TableOperations):
         report.rewritten_bytes = sum(f.file_size_in_bytes for f in removed)
         return report
 
-    def _rewrite_manifests(self, ident: Identifier, io: ConfinedIO) -> JobReport:
+    def _rewrite_manifests(self, ident: Identifier, io: ConfinedIO, context: RequestContext) -> JobReport:
         """Merge the current snapshot's manifests into as few as `commit.manifest.target-size-bytes`
         allows (8 MiB by default), in one `replace` snapshot: a scan plans over fewer files. Tables
         appended to one manifest a commit (PyIceberg's and Spark's fast appends) need it; a sink
@@ -312,7 +321,7 @@ class MaintenanceOperations(TableOperations):
                 {JOB_PROPERTY: REWRITE_MANIFESTS},
             )
 
-        after = self._commit_rewrite(ident, state, REWRITE_MANIFESTS, make, io)
+        after = self._commit_rewrite(ident, state, REWRITE_MANIFESTS, make, io, context)
         if after is None:
             report.nothing_to_do = (
                 "the manifests are merged as far as commit.manifest.target-size-bytes allows"
@@ -335,6 +344,7 @@ class MaintenanceOperations(TableOperations):
         job: str,
         make: Callable[[TableState], Staging],
         io: ConfinedIO,
+        context: RequestContext,
     ) -> TableState | None:
         """Commit the replace snapshot `make` stages on the table's head; None if it changes no
         manifest (nothing to commit). When a commit lands first, the snapshot is moved onto it if
@@ -356,7 +366,7 @@ class MaintenanceOperations(TableOperations):
                 ident, (AssertTableUUID(uuid=state.metadata.table_uuid), *requirements), updates, job=job
             )
             try:
-                return self.commit_table(change)
+                return self.commit_table(change, context=context)
             except CommitFailedException as exc:
                 lost_to = self.load_table(ident)  # a commit landed first: build on it
                 log.info(

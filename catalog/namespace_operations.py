@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from isbre.catalog.identifiers import check_namespace
 from isbre.catalog.locations import LocationPolicy
 from isbre.catalog.records import CommitRecord
+from isbre.catalog.request_context import ANONYMOUS, RequestContext
 from isbre.catalog.service_core import ServiceCore, require_namespace
 from isbre.catalog.writer import Batch
 from pyiceberg.exceptions import (
@@ -35,7 +37,11 @@ class NamespaceOperations(ServiceCore):
             self._check_protected(properties["location"], "Namespace location")
 
     def create_namespace(
-        self, namespace: tuple[str, ...], properties: dict[str, str], places: LocationPolicy | None = None
+        self,
+        namespace: tuple[str, ...],
+        properties: dict[str, str],
+        places: LocationPolicy | None = None,
+        context: RequestContext = ANONYMOUS,
     ) -> dict[str, str]:
         namespace = check_namespace(namespace)
         self._check_namespace_properties(properties, places)
@@ -49,7 +55,7 @@ class NamespaceOperations(ServiceCore):
             batch.log(CommitRecord("namespace.create", list(namespace), properties=dict(properties)))
             return properties
 
-        return self._mutate(mutation)
+        return self._mutate(mutation, context=context, answer=lambda properties: properties)
 
     def load_namespace(self, namespace: tuple[str, ...]) -> dict[str, str]:
         namespace = check_namespace(namespace)
@@ -67,7 +73,7 @@ class NamespaceOperations(ServiceCore):
                 raise NoSuchNamespaceError(f"Namespace does not exist: {'.'.join(parent)}")
             return view.namespaces(parent, after, limit)
 
-    def drop_namespace(self, namespace: tuple[str, ...]) -> None:
+    def drop_namespace(self, namespace: tuple[str, ...], context: RequestContext = ANONYMOUS) -> None:
         namespace = check_namespace(namespace)
 
         def mutation(batch: Batch) -> None:
@@ -77,7 +83,7 @@ class NamespaceOperations(ServiceCore):
             batch.view.delete_namespace(namespace)
             batch.log(CommitRecord("namespace.drop", list(namespace)))
 
-        self._mutate(mutation)
+        self._mutate(mutation, context=context)
 
     def update_namespace(
         self,
@@ -85,6 +91,7 @@ class NamespaceOperations(ServiceCore):
         removals: list[str],
         updates: dict[str, str],
         places: LocationPolicy | None = None,
+        context: RequestContext = ANONYMOUS,
     ) -> PropertiesChange:
         namespace = check_namespace(namespace)
         overlap = set(removals) & set(updates)
@@ -107,4 +114,4 @@ class NamespaceOperations(ServiceCore):
             )
             return PropertiesChange(sorted(updates), removed, missing)
 
-        return self._mutate(mutation)
+        return self._mutate(mutation, context=context, answer=dataclasses.asdict)

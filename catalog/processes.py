@@ -11,6 +11,8 @@ import sys
 import threading
 import time
 
+from isbre.catalog.backoff import Backoff
+
 log = logging.getLogger(__name__)
 
 # prctl(2)'s option: the signal this process gets when its parent ends.
@@ -56,6 +58,10 @@ RESTART_DELAY_S = 1.0
 MAX_RESTART_DELAY_S = 60.0
 
 
+def restart_delays() -> Backoff:
+    return Backoff(RESTART_DELAY_S, MAX_RESTART_DELAY_S)
+
+
 def terminate(process: subprocess.Popen[bytes] | None, timeout: float) -> None:
     """SIGTERM, and SIGKILL if the process has not ended within `timeout` seconds."""
     if process is not None and process.poll() is None:
@@ -93,19 +99,17 @@ class SupervisedProcess:
                 self._started_at = time.monotonic()
 
     def _watch(self) -> None:
-        delay = RESTART_DELAY_S
+        delays = restart_delays()
         while self._process is not None:
             code = self._process.wait()
             if self._stopping.is_set():
                 return
-            if time.monotonic() - self._started_at > MAX_RESTART_DELAY_S:
-                delay = RESTART_DELAY_S
+            delay = delays.after_run(time.monotonic() - self._started_at)
             log.error("the %s exited (%s); restarting it in %g s (nothing is lost)", self._name, code, delay)
             if self._stopping.wait(delay):
                 return
             self._spawn()
             log.info("%s restarted as process %s", self._name, self.pid)
-            delay = min(2 * delay, MAX_RESTART_DELAY_S)
 
     def stop(self, timeout: float = 30.0) -> None:
         with self._lock:

@@ -1,7 +1,7 @@
 """The catalog's operations: what the REST API and the embedded PyIceberg catalog both call.
 
 Reads go straight to a store read transaction and the metadata cache. Every write is a mutation
-run by the writer, for the caller its `MutationContext` names (see `CatalogService.acting`).
+run by the writer, for the caller the `RequestContext` it is given names (catalog/request_context.py).
 """
 
 from __future__ import annotations
@@ -12,15 +12,16 @@ from isbre.catalog.namespace_operations import (
     NamespaceOperations,
     PropertiesChange,
 )
-from isbre.catalog.service_core import MutationContext
+from isbre.catalog.request_context import ANONYMOUS, RequestContext
 from isbre.catalog.table_operations import TableCoverage, TableState
 from isbre.catalog.view_operations import ViewOperations, ViewState
 
 __all__ = [
+    "ANONYMOUS",
     "CatalogService",
     "ConflictingPropertiesError",
-    "MutationContext",
     "PropertiesChange",
+    "RequestContext",
     "TableCoverage",
     "TableState",
     "ViewState",

@@ -3,17 +3,16 @@ tables and views may live, and how a mutation is run for whoever asked for it.""
 
 from __future__ import annotations
 
-import copy
 import functools
 import logging
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Self, TypeVar
+from typing import Any, TypeVar
 
+from isbre.catalog.backoff import Backoff
 from isbre.catalog.commit_log import CommitLog
 from isbre.catalog.file_uris import local_path
 from isbre.catalog.identifiers import Identifier, check_namespace, path_segment
@@ -23,6 +22,7 @@ from isbre.catalog.lru import Lru
 from isbre.catalog.maintenance import check_policy
 from isbre.catalog.metadata_files import Loaded, MetadataCache, parse_table_metadata, parse_view_metadata
 from isbre.catalog.records import CommitRecord
+from isbre.catalog.request_context import ANONYMOUS, RequestContext
 from isbre.catalog.store import FIRST_WAREHOUSE, Pointer, ReadView, Store, WriteView
 from isbre.catalog.table_properties import METADATA_PATH, PLACE_PROPERTIES, check_no_code
 from isbre.catalog.tables import Place
@@ -46,20 +46,16 @@ TABLE, VIEW = "table", "view"
 # How often a commit is re-staged after losing the pointer swap to a commit from another process
 # (commits from this process take their table's lock and do not race each other).
 MAX_COMMIT_ATTEMPTS = 32
+# Between those attempts a commit waits a random part of a delay that doubles from 10 ms to a
+# second (full jitter): processes racing for one table spread out instead of meeting again at once.
+COMMIT_RETRY_FIRST_S, COMMIT_RETRY_MOST_S = 0.01, 1.0
 LOCK_STRIPES = 64
 TABLE_POINTERS = 65_536
 _MISSING: dict[str, type[Exception]] = {TABLE: NoSuchTableError, VIEW: NoSuchViewError}
 
 
-@dataclass
-class MutationContext:
-    """What the caller of an operation brings to the mutations it runs: who asks (named in their
-    commit records) and what runs inside the transaction of the first one that commits, given its
-    result (the REST layer stores an idempotent response there, atomically with the change it
-    answers). The REST layer makes one per request; the embedded catalog uses the empty one."""
-
-    actor: str | None = None
-    inside: Callable[[Batch, Any], None] | None = None
+def commit_retries() -> Backoff:
+    return Backoff(COMMIT_RETRY_FIRST_S, COMMIT_RETRY_MOST_S, jitter=True)
 
 
 class Stale(Exception):
@@ -149,8 +145,8 @@ class ServiceCore:
                 raise ValueError(f"table_defaults of {where!r}: {exc}") from exc
         self.protected = tuple(normalized(location) for location in protected)
         self.io = io or PyArrowFileIO()
-        # close() stops the writer and the store: only the service that made them (not one bound
-        # to a request by `acting`, nor one sharing another's writer).
+        # close() stops the writer and the store: only the service that made them (not one sharing
+        # another's writer).
         self.owns_writer = writer is None
         self.writer = writer or Writer(store, max_batch=max_batch, max_queue=max_queue, on_fatal=on_fatal)
         self.commit_log = CommitLog(store, self.writer)
@@ -159,7 +155,6 @@ class ServiceCore:
         # The pointer of each table as this process last committed or loaded it (maybe stale).
         self._table_pointers: Lru[Identifier, Pointer] = Lru(TABLE_POINTERS)
         self._stripes = [threading.Lock() for _ in range(LOCK_STRIPES)]
-        self.context = MutationContext()
         if not scope:
             self._index_locations()
 
@@ -189,50 +184,45 @@ class ServiceCore:
             self.writer.close()
             self.store.close()
 
-    def acting(self, context: MutationContext) -> Self:
-        """This service, running its mutations for `context` (the caller of one request)."""
-        bound = copy.copy(self)
-        bound.context, bound.owns_writer = context, False
-        return bound
-
-    def _run(self, mutation: Callable[[Batch], T], reads: Sequence[tuple[str, Identifier]] = ()) -> T:
+    def _run(
+        self,
+        mutation: Callable[[Batch], T],
+        reads: Sequence[tuple[str, Identifier]] = (),
+        context: RequestContext = ANONYMOUS,
+    ) -> T:
         """Run `mutation` on the writer, seeing this warehouse and tagging its records with it and
         with the caller; `reads`: the (kind, identifier) pointers it reads first."""
-        origin = Origin(self.scope, self.name, self.context.actor)
+        origin = Origin(self.scope, self.name, context.actor)
         prefetch = [(kind, self.scope, ident) for kind, ident in reads]
         return self.writer.execute(mutation, prefetch, origin)
 
-    def _mutate(self, mutation: Callable[[Batch], T], reads: Sequence[tuple[str, Identifier]] = ()) -> T:
+    def _mutate(
+        self,
+        mutation: Callable[[Batch], T],
+        reads: Sequence[tuple[str, Identifier]] = (),
+        context: RequestContext = ANONYMOUS,
+        answer: Callable[[T], Any] = lambda result: None,
+    ) -> T:
+        """`_run` for a change a request asked for: where the request carries an Idempotency-Key,
+        `answer(result)` is kept under it in the change's own transaction (an attempt that lost a
+        race and is staged again keeps it only when it commits)."""
         self.limits.check_room(self._local_warehouse)
-        inside = self.context.inside
-        if inside is None:
-            return self._run(mutation, reads)
+        idempotency = context.idempotency
+        if idempotency is None:
+            return self._run(mutation, reads, context)
 
-        def with_inside(batch: Batch) -> T:
+        def answered(batch: Batch) -> T:
             result = mutation(batch)
-            inside(batch, result)
+            idempotency.keep(batch.view, answer(result))
             return result
 
-        result = self._run(with_inside, reads)
-        # It belongs to the operation's first mutation that commits: an attempt that lost a race
-        # and is staged again keeps it (a rolled-back attempt stored nothing).
-        self.context.inside = None
-        return result
+        return self._run(answered, reads, context)
 
     # -- idempotent responses
 
     def idempotent_response(self, key: str) -> dict[str, Any] | None:
         with self.store.read(self.scope, snapshot=False) as view:
             return view.idempotent_response(key)
-
-    def store_idempotent_response(self, key: str, response: dict[str, Any]) -> None:
-        """For answers that changed nothing (refusals, staged creates): no atomicity needed."""
-
-        def mutation(batch: Batch) -> None:
-            if batch.view.idempotent_response(key) is None:
-                batch.view.put_idempotent_response(key, response)
-
-        self._run(mutation)
 
     def namespace_location(self, namespace: tuple[str, ...]) -> str:
         """Where the namespace's tables go by default: its `location` property, or under the warehouse."""
@@ -328,7 +318,13 @@ class ServiceCore:
                 raise NoSuchNamespaceError(f"Namespace does not exist: {'.'.join(namespace)}")
             return view.identifiers(kind, namespace, after, limit)
 
-    def _drop(self, kind: str, ident: Identifier, properties: dict[str, Any] | None = None) -> Pointer:
+    def _drop(
+        self,
+        kind: str,
+        ident: Identifier,
+        context: RequestContext,
+        properties: dict[str, Any] | None = None,
+    ) -> Pointer:
         def mutation(batch: Batch) -> Pointer:
             pointer = require_object(batch.view, kind, ident)
             batch.view.delete_pointer(kind, ident)
@@ -347,9 +343,9 @@ class ServiceCore:
             )
             return pointer
 
-        return self._mutate(mutation)
+        return self._mutate(mutation, context=context)
 
-    def _rename(self, kind: str, source: Identifier, target: Identifier) -> None:
+    def _rename(self, kind: str, source: Identifier, target: Identifier, context: RequestContext) -> None:
         def mutation(batch: Batch) -> None:
             pointer = require_object(batch.view, kind, source)
             require_namespace(batch.view, target.namespace)
@@ -367,7 +363,7 @@ class ServiceCore:
                 )
             )
 
-        self._mutate(mutation)
+        self._mutate(mutation, context=context)
 
     # -- where tables and views live
 

@@ -27,12 +27,14 @@ from isbre.catalog.metadata_files import (
 from isbre.catalog.metadata_updates import check_unique_ids
 from isbre.catalog.purge import PurgeIncompleteError, PurgeReport, purge_files
 from isbre.catalog.records import PURGE_INCOMPLETE, CommitRecord
+from isbre.catalog.request_context import ANONYMOUS, RequestContext
 from isbre.catalog.service_core import (
     MAX_COMMIT_ATTEMPTS,
     TABLE,
     VIEW,
     ServiceCore,
     Stale,
+    commit_retries,
     object_of,
     read_for_register,
     require_free,
@@ -133,6 +135,7 @@ class TableOperations(ServiceCore):
         properties: dict[str, str] | None = None,
         stage_only: bool = False,
         places: LocationPolicy | None = None,
+        context: RequestContext = ANONYMOUS,
     ) -> TableState:
         with self.store.read(self.scope) as view:
             require_namespace(view, ident.namespace)
@@ -157,7 +160,7 @@ class TableOperations(ServiceCore):
             return TableState(ident, None, metadata, metadata_json(metadata))
         first = next_metadata_location(location, metadata.properties, None)
         staged = Staged(ident, None, metadata, metadata_json(metadata), first, True)
-        return self._swap([staged], txn=None)[0]
+        return self._swap([staged], None, context)[0]
 
     def coverage(self, ident: Identifier, snapshot_id: int | None = None) -> TableCoverage:
         """The source offsets the table's commits declared (and which commit added `snapshot_id`)."""
@@ -175,11 +178,17 @@ class TableOperations(ServiceCore):
         with self.store.read(self.scope, snapshot=False) as view:
             return view.sink_rows(None)
 
-    def commit_table(self, change: TableChange, places: LocationPolicy | None = None) -> TableState:
-        return self.commit_tables([change], txn=None, places=places)[0]
+    def commit_table(
+        self, change: TableChange, places: LocationPolicy | None = None, context: RequestContext = ANONYMOUS
+    ) -> TableState:
+        return self.commit_tables([change], txn=None, places=places, context=context)[0]
 
     def commit_tables(
-        self, changes: list[TableChange], txn: str | None, places: LocationPolicy | None = None
+        self,
+        changes: list[TableChange],
+        txn: str | None,
+        places: LocationPolicy | None = None,
+        context: RequestContext = ANONYMOUS,
     ) -> list[TableState]:
         """Commit every change or none of them; `txn` tags the records of a multi-table transaction."""
         idents = [change.ident for change in changes]
@@ -192,6 +201,7 @@ class TableOperations(ServiceCore):
             # the store before it is answered (another server may have moved the table).
             remembered = [self._table_pointers.peek(ident) for ident in idents]
             bases = None if None in remembered else remembered
+            retries = commit_retries()
             for _ in range(MAX_COMMIT_ATTEMPTS):
                 from_store = bases is None
                 if bases is None:
@@ -215,14 +225,15 @@ class TableOperations(ServiceCore):
                     bases = None
                     continue
                 try:
-                    return self._swap(staged, txn)
-                except Stale:
+                    return self._swap(staged, txn, context)
+                except Stale:  # another process moved a table first: stage again on what it did
                     bases = None
+                    time.sleep(retries.next())
         raise CommitFailedException(
             f"Gave up after {MAX_COMMIT_ATTEMPTS} attempts lost to concurrent commits"
         )
 
-    def _swap(self, staged: list[Staged], txn: str | None) -> list[TableState]:
+    def _swap(self, staged: list[Staged], txn: str | None, context: RequestContext) -> list[TableState]:
         written: list[str] = []
         for entry in staged:
             if entry.changed:
@@ -264,7 +275,8 @@ class TableOperations(ServiceCore):
                             )
                 return [TableState(e.ident, e.metadata_location, e.metadata, e.json) for e in staged]
 
-            states = self._mutate(mutation, [(TABLE, entry.ident) for entry in staged])
+            reads = [(TABLE, entry.ident) for entry in staged]
+            states = self._mutate(mutation, reads, context, answer=lambda states: states[0].metadata_location)
         except StoreUnavailableError as exc:
             # The transaction may have committed before the store was lost: the new files then are
             # what the tables point at, and must stay. Ask the store, as the Java reference's
@@ -309,12 +321,12 @@ class TableOperations(ServiceCore):
             return None  # moved on since: the new file may be in a later commit's history
         return None
 
-    def drop_table(self, ident: Identifier, purge: bool = False) -> None:
-        pointer = self._drop(TABLE, ident, {"purge": purge})
+    def drop_table(self, ident: Identifier, purge: bool = False, context: RequestContext = ANONYMOUS) -> None:
+        pointer = self._drop(TABLE, ident, context, {"purge": purge})
         if purge:
-            self._purge(ident, pointer)
+            self._purge(ident, pointer, context.unkeyed())
 
-    def _purge(self, ident: Identifier, pointer: Pointer) -> None:
+    def _purge(self, ident: Identifier, pointer: Pointer, context: RequestContext) -> None:
         """Delete a dropped table's files: only those under its own location, never the store's, never
         another table's or view's. Whatever is left behind is recorded in the log and reported."""
         try:
@@ -340,7 +352,7 @@ class TableOperations(ServiceCore):
                 )
             )
 
-        record = self._mutate(mutation)
+        record = self._mutate(mutation, context=context)
         log.warning(
             "purge of %s left files behind (commit_seq %d): %s", ident, record.commit_seq, report.summary()
         )
@@ -381,8 +393,10 @@ class TableOperations(ServiceCore):
         """The FileIO the server's own jobs reach the table's files through: its files alone."""
         return ConfinedIO(self.io, self._table_files(metadata, owner=str(metadata.table_uuid)))
 
-    def rename_table(self, source: Identifier, target: Identifier) -> None:
-        self._rename(TABLE, source, target)
+    def rename_table(
+        self, source: Identifier, target: Identifier, context: RequestContext = ANONYMOUS
+    ) -> None:
+        self._rename(TABLE, source, target, context)
 
     def register_table(
         self,
@@ -390,6 +404,7 @@ class TableOperations(ServiceCore):
         metadata_location: str,
         overwrite: bool = False,
         places: LocationPolicy | None = None,
+        context: RequestContext = ANONYMOUS,
     ) -> TableState:
         loaded = read_for_register(self.table_files, places or self.locations, metadata_location)
         where = named_places(loaded.metadata.location, loaded.metadata.properties)
@@ -433,4 +448,4 @@ class TableOperations(ServiceCore):
                 batch.view.add_sink_rows(SinkRows(pointer.uuid, self.name, str(ident), rows))
             return TableState(ident, metadata_location, loaded.metadata, loaded.json)
 
-        return self._mutate(mutation)
+        return self._mutate(mutation, context=context, answer=lambda state: state.metadata_location)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from dataclasses import dataclass
 
@@ -14,11 +15,13 @@ from isbre.catalog.metadata_files import (
     write_durably,
 )
 from isbre.catalog.records import CommitRecord
+from isbre.catalog.request_context import ANONYMOUS, RequestContext
 from isbre.catalog.service_core import (
     MAX_COMMIT_ATTEMPTS,
     VIEW,
     ServiceCore,
     Stale,
+    commit_retries,
     read_for_register,
     require_free,
     require_namespace,
@@ -67,6 +70,7 @@ class ViewOperations(ServiceCore):
         location: str | None = None,
         properties: dict[str, str] | None = None,
         places: LocationPolicy | None = None,
+        context: RequestContext = ANONYMOUS,
     ) -> ViewState:
         view_uuid = uuid.uuid4()
         location = (location or "").rstrip("/") or self._default_location(
@@ -74,7 +78,7 @@ class ViewOperations(ServiceCore):
         )
         self._check_places(named_places(location, properties or {}), "View", places)
         metadata = new_view_metadata(view_uuid, location, schema, version, dict(properties or {}))
-        return self._swap_view(ident, None, metadata, moved=True)
+        return self._swap_view(ident, None, metadata, True, context)
 
     def replace_view(
         self,
@@ -82,8 +86,10 @@ class ViewOperations(ServiceCore):
         requirements: tuple[ViewRequirement, ...],
         updates: tuple[ViewUpdate, ...],
         places: LocationPolicy | None = None,
+        context: RequestContext = ANONYMOUS,
     ) -> ViewState:
         with self._staging(VIEW, [ident]):
+            retries = commit_retries()
             for _ in range(MAX_COMMIT_ATTEMPTS):
                 current = self.load_view(ident)
                 for requirement in requirements:
@@ -97,15 +103,20 @@ class ViewOperations(ServiceCore):
                     self._check_places(where, "View", places, str(metadata.view_uuid))
                 base = Pointer(current.metadata_location, current.metadata.view_uuid)
                 try:
-                    return self._swap_view(ident, base, metadata, moved)
+                    return self._swap_view(ident, base, metadata, moved, context)
                 except Stale:
-                    continue
+                    time.sleep(retries.next())
         raise CommitFailedException(
             f"Gave up after {MAX_COMMIT_ATTEMPTS} attempts lost to concurrent commits"
         )
 
     def _swap_view(
-        self, ident: Identifier, base: Pointer | None, metadata: ViewMetadata, moved: bool
+        self,
+        ident: Identifier,
+        base: Pointer | None,
+        metadata: ViewMetadata,
+        moved: bool,
+        context: RequestContext,
     ) -> ViewState:
         data = metadata_json(metadata)
         self.limits.check_properties(metadata.properties, "View")
@@ -141,21 +152,27 @@ class ViewOperations(ServiceCore):
             return ViewState(ident, location, metadata, data)
 
         try:
-            state = self._mutate(mutation)
+            state = self._mutate(mutation, context=context, answer=lambda state: state.metadata_location)
         except BaseException:
             remove_quietly(self.io, location)
             raise
         self.view_files.put(location, Loaded(metadata, data))
         return state
 
-    def drop_view(self, ident: Identifier) -> None:
-        self._drop(VIEW, ident)
+    def drop_view(self, ident: Identifier, context: RequestContext = ANONYMOUS) -> None:
+        self._drop(VIEW, ident, context)
 
-    def rename_view(self, source: Identifier, target: Identifier) -> None:
-        self._rename(VIEW, source, target)
+    def rename_view(
+        self, source: Identifier, target: Identifier, context: RequestContext = ANONYMOUS
+    ) -> None:
+        self._rename(VIEW, source, target, context)
 
     def register_view(
-        self, ident: Identifier, metadata_location: str, places: LocationPolicy | None = None
+        self,
+        ident: Identifier,
+        metadata_location: str,
+        places: LocationPolicy | None = None,
+        context: RequestContext = ANONYMOUS,
     ) -> ViewState:
         loaded = read_for_register(self.view_files, places or self.locations, metadata_location)
         where = named_places(loaded.metadata.location, loaded.metadata.properties)
@@ -177,4 +194,4 @@ class ViewOperations(ServiceCore):
             )
             return ViewState(ident, metadata_location, loaded.metadata, loaded.json)
 
-        return self._mutate(mutation)
+        return self._mutate(mutation, context=context, answer=lambda state: state.metadata_location)

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Protocol
 
 from isbre.catalog.commit_log import CommitLog
-from isbre.catalog.processes import SupervisedProcess, terminate
+from isbre.catalog.processes import SupervisedProcess, restart_delays, terminate
 from isbre.catalog.records import CommitRecord
 from isbre.catalog.stores import helper_environment
 from isbre.events.filters import EventFilter
@@ -36,10 +36,6 @@ log = logging.getLogger(__name__)
 
 # The ASGI scope extension under which the HTTP server offers a request's connection.
 DETACHABLE = "isbre.detachable"
-# A process that keeps dying (it cannot start, say) is restarted ever more slowly, up to a minute
-# apart; one that ran for a minute counts as healthy again.
-RESTART_DELAY_S = 1.0
-MAX_RESTART_DELAY_S = 60.0
 # How soon a worker tries again to reach the shared fan-out process.
 RECONNECT_S = 0.2
 
@@ -150,7 +146,8 @@ class FanoutProcess(_Handover):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping = False
         self._started_at = 0.0
-        self._restart_delay = RESTART_DELAY_S
+        # A process that keeps dying (it cannot start, say) is restarted ever more slowly.
+        self._restart_delays = restart_delays()
         self.streams = 0
 
     def start(self) -> None:
@@ -208,16 +205,14 @@ class FanoutProcess(_Handover):
         self._close_channel()
         if not self._stopping:
             code = self._process.wait() if self._process else None
-            if time.monotonic() - self._started_at > MAX_RESTART_DELAY_S:
-                self._restart_delay = RESTART_DELAY_S
+            delay = self._restart_delays.after_run(time.monotonic() - self._started_at)
             log.error(
                 "the event fan-out process exited (%s); streams are served here until it restarts in %g s",
                 code,
-                self._restart_delay,
+                delay,
             )
             assert self._loop is not None
-            self._loop.call_later(self._restart_delay, self._restart)
-            self._restart_delay = min(2 * self._restart_delay, MAX_RESTART_DELAY_S)
+            self._loop.call_later(delay, self._restart)
 
     def _restart(self) -> None:
         if not self._stopping:

@@ -1,12 +1,12 @@
 """Idempotency-Key: a retried mutation is answered again instead of running again.
 
-What a mutation committed is kept, compactly, in the same store transaction as
-the change itself (what the request's mutation context runs inside the transaction), so a commit whose
-answer was lost on the way is never committed twice. Only requests that changed
-something keep their key: a refusal changed nothing, and a retry runs it afresh.
-Keys are indexed by time, so expiring them reads only the expired ones.
-Requests with one key wait for each other in one process; across processes,
-the first to commit wins and the others answer with its outcome.
+What a mutation committed is kept, compactly, in the same store transaction as the change
+itself: the route passes the key in the request's context (catalog/request_context.py) and the
+catalog keeps the operation's answer under it, so a commit whose answer was lost on the way is
+never committed twice. Only requests that changed something keep their key: a refusal changed
+nothing, and a retry runs it afresh. Keys are indexed by time, so expiring them reads only the
+expired ones. Requests with one key wait for each other in one process; across processes, the
+first to commit wins and the others answer with its outcome.
 """
 
 from __future__ import annotations
@@ -15,38 +15,50 @@ import functools
 import hashlib
 import threading
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from fastapi import Request, Response
-from isbre.catalog.records import now_us
-from isbre.catalog.writer import Batch
+from isbre.catalog.request_context import Idempotency
 from isbre.rest.errors import error_response
-from isbre.rest.wire import load_result, mutation_context, service
+from isbre.rest.wire import load_result, service
 from pyiceberg.exceptions import NoSuchTableError, NoSuchViewError
 
 HEADER = "idempotency-key"
-_STRIPES = [threading.Lock() for _ in range(64)]
+# How a route answers again from what its operation kept under the key.
+Render = Callable[[Request, bytes, Any], Response]
 
 
-class _AlreadyFinalized(Exception):
-    """Another process finalized this key first: roll back and replay its answer."""
+class _KeyLocks:
+    """One lock per key in use, so that requests with one key wait for each other and requests with
+    different keys never do."""
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._held: dict[str, tuple[threading.Lock, int]] = {}
+
+    @contextmanager
+    def holding(self, key: str) -> Iterator[None]:
+        with self._guard:
+            lock, users = self._held.get(key) or (threading.Lock(), 0)
+            self._held[key] = (lock, users + 1)
+        try:
+            with lock:
+                yield
+        finally:
+            with self._guard:
+                lock, users = self._held[key]
+                if users == 1:
+                    del self._held[key]
+                else:
+                    self._held[key] = (lock, users - 1)
 
 
-@dataclass(frozen=True)
-class Outcome:
-    """How a route's result is kept (`keep`: small and JSON-able) and answered again (`render`)."""
-
-    keep: Callable[[Any], Any]
-    render: Callable[[Request, bytes, Any], Response]
+_LOCKS = _KeyLocks()
 
 
-def _first(result: Any) -> Any:
-    return result[0] if isinstance(result, list) else result
-
-
-def _rendering(files: str, missing: type[Exception]) -> Callable[[Request, bytes, str], Response]:
+def _rendering(files: str, missing: type[Exception]) -> Render:
     """Answers again with the metadata file a commit produced (`files`: the service's cache of them)."""
 
     def render(request: Request, raw: bytes, location: str) -> Response:
@@ -59,9 +71,13 @@ def _rendering(files: str, missing: type[Exception]) -> Callable[[Request, bytes
     return render
 
 
-NO_CONTENT = Outcome(lambda result: None, lambda request, raw, kept: Response(status_code=204))
-TABLE = Outcome(lambda result: _first(result).metadata_location, _rendering("table_files", NoSuchTableError))
-VIEW = Outcome(lambda result: result.metadata_location, _rendering("view_files", NoSuchViewError))
+def _no_content(request: Request, raw: bytes, kept: Any) -> Response:
+    return Response(status_code=204)
+
+
+NO_CONTENT: Render = _no_content
+TABLE = _rendering("table_files", NoSuchTableError)
+VIEW = _rendering("view_files", NoSuchViewError)
 
 
 def _fingerprint(request: Request, raw: bytes) -> str:
@@ -70,28 +86,29 @@ def _fingerprint(request: Request, raw: bytes) -> str:
 
 
 def _replay(
-    request: Request, raw: bytes, stored: dict[str, Any], fingerprint: str, outcome: Outcome
+    request: Request, raw: bytes, stored: dict[str, Any], fingerprint: str, render: Render
 ) -> Response:
     if stored["fingerprint"] != fingerprint:
         message = "This Idempotency-Key was already used for a different request"
         return error_response(422, "UnprocessableEntityException", message)
-    return outcome.render(request, raw, stored["outcome"])
+    return render(request, raw, stored["outcome"])
 
 
-def idempotent_mutation(outcome: Outcome) -> Callable[[Callable[..., Response]], Callable[..., Response]]:
-    """Make a mutating route honour Idempotency-Key."""
+def idempotent_mutation(render: Render) -> Callable[[Callable[..., Response]], Callable[..., Response]]:
+    """Make a mutating route honour Idempotency-Key (the route passes `wire.context(request)` to
+    the operation, which keeps its answer under the key)."""
 
     def decorate(endpoint: Callable[..., Response]) -> Callable[..., Response]:
         @functools.wraps(endpoint)
         def route(**kwargs: Any) -> Response:
-            return idempotent(kwargs["request"], kwargs.get("raw", b""), lambda: endpoint(**kwargs), outcome)
+            return idempotent(kwargs["request"], kwargs.get("raw", b""), lambda: endpoint(**kwargs), render)
 
         return route
 
     return decorate
 
 
-def idempotent(request: Request, raw: bytes, call: Callable[[], Response], outcome: Outcome) -> Response:
+def idempotent(request: Request, raw: bytes, call: Callable[[], Response], render: Render) -> Response:
     """Answer `call()`, once per Idempotency-Key."""
     key = request.headers.get(HEADER)
     if key is None:
@@ -103,31 +120,17 @@ def idempotent(request: Request, raw: bytes, call: Callable[[], Response], outco
         return error_response(400, "BadRequestException", message)
     fingerprint = _fingerprint(request, raw)
     catalog = service(request)
-    with _STRIPES[hash(key) % len(_STRIPES)]:
+    with _LOCKS.holding(key):
         if (stored := catalog.idempotent_response(key)) is not None:
-            return _replay(request, raw, stored, fingerprint, outcome)
-
-        def keep_with_change(batch: Batch, result: Any) -> None:
-            if batch.view.idempotent_response(key) is not None:
-                raise _AlreadyFinalized
-            record = {"fingerprint": fingerprint, "outcome": outcome.keep(result), "ts": now_us()}
-            batch.view.put_idempotent_response(key, record)
-
-        context = mutation_context(request)
-        context.inside = keep_with_change
+            return _replay(request, raw, stored, fingerprint, render)
+        request.scope.setdefault("state", {})["idempotency"] = Idempotency(key, fingerprint)
         try:
             return call()
-        except _AlreadyFinalized:
-            stored = catalog.idempotent_response(key)
-            assert stored is not None  # the key that aborted this request is there
-            return _replay(request, raw, stored, fingerprint, outcome)
         except Exception:
-            # A twin in another process (a worker, a replica) may have committed first, so that
-            # this attempt failed on what the twin did (the name is taken): the twin's outcome
-            # is the key's answer.
+            # Answered meanwhile (KeyAnsweredError), or a twin in another process (a worker, a
+            # replica) committed first, so that this attempt failed on what the twin did (the
+            # name is taken): the twin's outcome is the key's answer.
             stored = catalog.idempotent_response(key)
             if stored is None:
                 raise
-            return _replay(request, raw, stored, fingerprint, outcome)
-        finally:
-            context.inside = None
+            return _replay(request, raw, stored, fingerprint, render)

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 from isbre.catalog.identifiers import check_namespace
-from isbre.catalog.service import PropertiesChange
 from isbre.rest.access import Admin, ManagesNamespace, Reader, ReadsNamespace
-from isbre.rest.idempotency import NO_CONTENT, Outcome, idempotent_mutation
+from isbre.rest.idempotency import NO_CONTENT, idempotent_mutation
 from isbre.rest.models import CreateNamespaceRequest, UpdateNamespacePropertiesRequest
 from isbre.rest.wire import (
+    context,
     json_response,
     namespace_from_path,
     page,
@@ -63,21 +64,14 @@ def _properties_change(request: Request, raw: bytes, change: dict[str, list[str]
     return json_response(change)
 
 
-def _change(change: PropertiesChange) -> dict[str, list[str]]:
-    return {"updated": change.updated, "removed": change.removed, "missing": change.missing}
-
-
-CREATED = Outcome(lambda properties: properties, _created_namespace)
-CHANGED = Outcome(_change, _properties_change)
-
-
 @router.post("/namespaces")
-@idempotent_mutation(CREATED)
+@idempotent_mutation(_created_namespace)
 def create_namespace(request: Request, access: Admin, raw: bytes = Depends(raw_body)) -> Response:
     body = parse(CreateNamespaceRequest, raw)
     catalog = service(request)
     namespace = access.namespace(tuple(body.namespace))
-    properties = catalog.create_namespace(namespace, body.properties, places=access.places(catalog))
+    places = access.places(catalog)
+    properties = catalog.create_namespace(namespace, body.properties, places=places, context=context(request))
     return json_response({"namespace": body.namespace, "properties": properties})
 
 
@@ -96,15 +90,17 @@ def namespace_exists(request: Request, target: ReadsNamespace) -> Response:
 @router.delete("/namespaces/{namespace:name}")
 @idempotent_mutation(NO_CONTENT)
 def drop_namespace(request: Request, target: ManagesNamespace) -> Response:
-    service(request).drop_namespace(target.namespace)
+    service(request).drop_namespace(target.namespace, context=context(request))
     return Response(status_code=204)
 
 
 @router.post("/namespaces/{namespace:name}/properties")
-@idempotent_mutation(CHANGED)
+@idempotent_mutation(_properties_change)
 def update_properties(request: Request, target: ManagesNamespace, raw: bytes = Depends(raw_body)) -> Response:
     body = parse(UpdateNamespacePropertiesRequest, raw)
     catalog = service(request)
     places = target.access.places(catalog)
-    change = catalog.update_namespace(target.namespace, body.removals, body.updates, places=places)
-    return json_response(_change(change))
+    change = catalog.update_namespace(
+        target.namespace, body.removals, body.updates, places=places, context=context(request)
+    )
+    return json_response(dataclasses.asdict(change))

@@ -31,6 +31,7 @@ from isbre.rest.models import (
 )
 from isbre.rest.runtime import runtime
 from isbre.rest.wire import (
+    context,
     identifiers_page,
     json_response,
     load_result,
@@ -130,6 +131,7 @@ def create_table(request: Request, target: WritesNamespace, raw: bytes = Depends
         properties=body.properties,
         stage_only=body.stage_create,
         places=target.access.places(catalog),
+        context=context(request),
     )
     return _table_result(request, target, body.name, state, state.json)
 
@@ -245,7 +247,7 @@ def commit_table(
         )
     catalog = service(request)
     change = TableChange(ident, body.requirements, body.updates)
-    state = catalog.commit_table(change, places=target.access.places(catalog))
+    state = catalog.commit_table(change, places=target.access.places(catalog), context=context(request))
     return load_result(state.metadata_location, state.json)
 
 
@@ -257,7 +259,7 @@ def drop_table(
     table: str,
     purge: bool = Query(False, alias="purgeRequested"),
 ) -> Response:
-    service(request).drop_table(target.ident(table), purge=purge)
+    service(request).drop_table(target.ident(table), purge=purge, context=context(request))
     return Response(status_code=204)
 
 
@@ -271,6 +273,7 @@ def register_table(request: Request, target: WritesNamespace, raw: bytes = Depen
         body.metadata_location,
         overwrite=body.overwrite,
         places=target.access.places(catalog),
+        context=context(request),
     )
     return _table_result(request, target, body.name, state, state.json)
 
@@ -295,9 +298,9 @@ def run_maintenance(
     catalog, ident = service(request), target.ident(table)
     maintainer = runtime(request).maintainer
     if maintainer is None:  # maintenance after commits is off; asked for, it runs all the same
-        reports = catalog.maintain(ident, body.jobs)
+        reports = catalog.maintain(ident, body.jobs, context=context(request))
     else:  # counted in /metrics and /health with the ones after commits
-        reports = maintainer.run(catalog, ident, body.jobs)
+        reports = maintainer.run(catalog, ident, body.jobs, context(request))
     return json_response({"jobs": [report.to_json() for report in reports]})
 
 
@@ -307,7 +310,7 @@ def rename_table(request: Request, access: Writer, raw: bytes = Depends(raw_body
     body = parse(RenameTableRequest, raw)
     source, destination = body.source.to_identifier(), body.destination.to_identifier()
     access.identifiers([source, destination])
-    service(request).rename_table(source, destination)
+    service(request).rename_table(source, destination, context=context(request))
     return Response(status_code=204)
 
 
@@ -341,5 +344,6 @@ def commit_transaction(request: Request, access: Writer, raw: bytes = Depends(ra
         changes.append(TableChange(change.identifier.to_identifier(), change.requirements, change.updates))
     access.identifiers(change.ident for change in changes)
     catalog = service(request)
-    catalog.commit_tables(changes, txn=str(uuid.uuid4()), places=access.places(catalog))
+    places = access.places(catalog)
+    catalog.commit_tables(changes, txn=str(uuid.uuid4()), places=places, context=context(request))
     return Response(status_code=204)

@@ -7,7 +7,7 @@ from isbre.catalog import ViewState
 from isbre.rest.access import ManagesNamespace, ReadsNamespace, Writer, WritesNamespace
 from isbre.rest.idempotency import NO_CONTENT, VIEW, idempotent_mutation
 from isbre.rest.models import CommitViewRequest, CreateViewRequest, RegisterViewRequest, RenameTableRequest
-from isbre.rest.wire import identifiers_page, load_result, parse, raw_body, referenced_by, service
+from isbre.rest.wire import context, identifiers_page, load_result, parse, raw_body, referenced_by, service
 
 router = APIRouter()
 
@@ -41,6 +41,7 @@ def create_view(request: Request, target: WritesNamespace, raw: bytes = Depends(
         location=body.location,
         properties=body.properties,
         places=target.access.places(catalog),
+        context=context(request),
     )
     return _result(state)
 
@@ -78,13 +79,16 @@ def replace_view(
         )
     catalog = service(request)
     places = target.access.places(catalog)
-    return _result(catalog.replace_view(ident, body.requirements, body.updates, places=places))
+    replaced = catalog.replace_view(
+        ident, body.requirements, body.updates, places=places, context=context(request)
+    )
+    return _result(replaced)
 
 
 @router.delete("/namespaces/{namespace:name}/views/{view:name}")
 @idempotent_mutation(NO_CONTENT)
 def drop_view(request: Request, target: ManagesNamespace, view: str) -> Response:
-    service(request).drop_view(target.ident(view))
+    service(request).drop_view(target.ident(view), context=context(request))
     return Response(status_code=204)
 
 
@@ -94,7 +98,7 @@ def rename_view(request: Request, access: Writer, raw: bytes = Depends(raw_body)
     body = parse(RenameTableRequest, raw)
     source, destination = body.source.to_identifier(), body.destination.to_identifier()
     access.identifiers([source, destination])
-    service(request).rename_view(source, destination)
+    service(request).rename_view(source, destination, context=context(request))
     return Response(status_code=204)
 
 
@@ -104,4 +108,7 @@ def register_view(request: Request, target: WritesNamespace, raw: bytes = Depend
     body = parse(RegisterViewRequest, raw)
     catalog = service(request)
     places = target.access.places(catalog)
-    return _result(catalog.register_view(target.ident(body.name), body.metadata_location, places=places))
+    registered = catalog.register_view(
+        target.ident(body.name), body.metadata_location, places=places, context=context(request)
+    )
+    return _result(registered)

@@ -13,7 +13,7 @@ import pydantic
 from fastapi import Request, Response
 from isbre.catalog import CatalogService, Identifier
 from isbre.catalog.identifiers import check_name, check_namespace
-from isbre.catalog.service import MutationContext
+from isbre.catalog.request_context import Idempotency, RequestContext
 from isbre.rest.runtime import runtime
 from isbre.rest.settings import Settings
 from starlette.convertors import Convertor, register_url_convertor
@@ -64,12 +64,10 @@ def routed_path(scope_path: str, raw_path: bytes | None) -> str | None:
 
 
 def service(request: Request) -> CatalogService:
-    """The catalog of the warehouse the route's `{prefix}` names (the default one for other routes),
-    acting for the request's caller."""
+    """The catalog of the warehouse the route's `{prefix}` names (the default one for other routes)."""
     running = runtime(request)
     prefix = request.path_params.get("prefix")
-    catalog = running.service if prefix is None else running.services[prefix]
-    return catalog.acting(mutation_context(request))
+    return running.service if prefix is None else running.services[prefix]
 
 
 def _request_state(request: Request) -> dict[str, Any]:
@@ -86,15 +84,13 @@ def caller_of(request: Request) -> Caller | None:
     return caller
 
 
-def mutation_context(request: Request) -> MutationContext:
-    """The one context of the request's mutations, made on first use: its caller (rest/auth.py)
-    acts, and rest/idempotency.py adds what runs inside the transaction."""
+def context(request: Request) -> RequestContext:
+    """What the request brings to the catalog's operations: its caller (rest/auth.py), and the
+    Idempotency-Key whose answer the change keeps (rest/idempotency.py checks it first)."""
     state = _request_state(request)
-    context: MutationContext | None = state.get("mutation")
-    if context is None:
-        caller = caller_of(request)
-        context = state["mutation"] = MutationContext(None if caller is None else caller.name)
-    return context
+    caller = caller_of(request)
+    idempotency: Idempotency | None = state.get("idempotency")
+    return RequestContext(None if caller is None else caller.name, idempotency)
 
 
 def warehouse_tags(request: Request) -> tuple[str | None, ...]:

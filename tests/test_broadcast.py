@@ -12,6 +12,8 @@ from isbre.events.broadcast import Broadcaster
 from isbre.events.filters import EventFilter
 from isbre.events.subscription import CursorAheadError, CursorExpiredError, follow, subscribe
 
+from tests.waiting import until
+
 
 async def take(stream, count: int) -> list[int]:
     seqs: list[int] = []
@@ -93,8 +95,7 @@ def test_many_subscribers_share_one_ring(service: CatalogService) -> None:
     async def scenario() -> list[list[int]]:
         streams = [follow(broadcaster, service.commit_log, after=0) for _ in range(20)]
         readers = [asyncio.ensure_future(take(s, 30)) for s in streams]
-        await asyncio.sleep(0.05)
-        assert broadcaster.subscribers_waiting() == 20
+        await until(lambda: broadcaster.subscribers_waiting() == 20, "20 subscribers waiting")
         await asyncio.get_running_loop().run_in_executor(None, create, service, range(30))
         return await asyncio.gather(*readers)
 
@@ -149,7 +150,7 @@ def test_a_filtered_subscriber_sleeps_through_what_it_does_not_want(service: Cat
             broadcaster, service.commit_log, after=0, event_filter=EventFilter(namespace=("keep",))
         )
         reader = asyncio.ensure_future(stream.__anext__())
-        await asyncio.sleep(0.05)  # caught up at 0 and waiting
+        await until(lambda: broadcaster.subscribers_waiting() == 1, "caught up at 0 and waiting")
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, create, service, range(50), "skip")
         assert not reader.done(), "woken by records its filter rejects"

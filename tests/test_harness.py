@@ -8,12 +8,12 @@ import socket
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.postgres import binaries
+from tests.waiting import eventually
 
 ROOT = Path(__file__).parent.parent
 
@@ -59,13 +59,8 @@ def test_servers_of_a_killed_test_run_are_stopped(tmp_path: Path) -> None:
     )
     assert run.returncode == -9, run.stderr
     started = json.loads((tmp_path / "started.json").read_text())
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and (
-        _running(started["isbre"])
-        or _answers(started["postgres_port"])
-        or Path(started["postgres_home"]).exists()
-    ):
-        time.sleep(0.1)
-    assert not _running(started["isbre"]), "the isbre server outlived its test run"
-    assert not _answers(started["postgres_port"]), "PostgreSQL outlived its test run"
-    assert not Path(started["postgres_home"]).exists(), "PostgreSQL's files outlived its test run"
+    eventually(lambda: not _running(started["isbre"]), "the isbre server ended with its test run")
+    eventually(lambda: not _answers(started["postgres_port"]), "PostgreSQL ended with its test run")
+    eventually(
+        lambda: not Path(started["postgres_home"]).exists(), "PostgreSQL's files went with its test run"
+    )

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 import uuid
 from pathlib import Path
+from unittest.mock import ANY
 
 import httpx
 import pytest
@@ -14,7 +14,7 @@ from isbre.catalog import CatalogService
 from isbre.catalog.commit_log import TRIM_CHUNK
 from isbre.catalog.lmdb_store import LmdbStore
 from isbre.catalog.records import now_us
-from isbre.catalog.service import MutationContext
+from isbre.catalog.request_context import Idempotency, KeyAnsweredError, RequestContext
 from isbre.catalog.service_core import Stale
 from isbre.catalog.stores import open_store
 from isbre.catalog.warehouses import open_catalog
@@ -159,9 +159,10 @@ def test_an_invalid_key_is_400(server: IsbreServer) -> None:
 def test_expired_keys_are_trimmed(tmp_path: Path) -> None:
     service = open_catalog(tmp_path / "wh")
     try:
-        for i in range(5):
-            service.store_idempotent_response(f"k{i}", {"fingerprint": "f", "status": 204, "ts": i})
-        service.store_idempotent_response("fresh", {"fingerprint": "f", "status": 204, "ts": now_us()})
+        with service.store.write() as view:
+            for i in range(5):
+                view.put_idempotent_response(f"k{i}", {"fingerprint": "f", "status": 204, "ts": i})
+            view.put_idempotent_response("fresh", {"fingerprint": "f", "status": 204, "ts": now_us()})
         assert service.commit_log.trim_idempotency(keep_us=10**9) == 5
         assert service.idempotent_response("k0") is None
         assert service.idempotent_response("fresh") is not None
@@ -169,36 +170,30 @@ def test_expired_keys_are_trimmed(tmp_path: Path) -> None:
         service.close()
 
 
-def test_trimming_100000_keys_holds_the_writer_under_10_ms_at_a_time(tmp_path: Path) -> None:
+def test_trimming_100000_keys_takes_bounded_steps(tmp_path: Path) -> None:
+    """Each step of a trim removes at most TRIM_CHUNK keys, reading only expired ones, so that it
+    holds the writer briefly (how briefly is measured by `make bench`); the steps remove them all."""
     store = LmdbStore(tmp_path / "s", map_size=1 << 30)
     with store.write() as view:
         for i in range(100_000):
             view.put_idempotent_response(str(uuid.UUID(int=i)), {"fingerprint": "f", "status": 204, "ts": i})
         view.put_idempotent_response("fresh", {"fingerprint": "f", "status": 204, "ts": now_us()})
-    removed, slowest = 0, 0.0
-    while True:
-        # CPU time of the step, the work a trim adds to the writer's transaction: on a machine
-        # whose cores are busy with other work, wall time would measure that work instead.
+    steps = []
+    while not steps or steps[-1] == TRIM_CHUNK:
         with store.write() as view:
-            started = time.thread_time()
-            step = view.trim_idempotency(now_us() - 10**9, TRIM_CHUNK)
-            slowest = max(slowest, time.thread_time() - started)
-        removed += step
-        if step < TRIM_CHUNK:
-            break
-    assert removed == 100_000
-    assert slowest < 0.010, f"one trim step held the writer for {slowest * 1000:.1f} ms"
+            steps.append(view.trim_idempotency(now_us() - 10**9, TRIM_CHUNK))
+    assert sum(steps) == 100_000 and max(steps) <= TRIM_CHUNK
     with store.read() as view:
         assert view.idempotent_response("fresh") is not None
     store.close()
 
 
-def test_the_hook_stays_with_an_operation_whose_first_attempt_lost_a_race(service: CatalogService) -> None:
-    """A commit staged again after another process moved the table keeps what its Idempotency-Key
-    runs inside the transaction: the attempt that commits stores the key (else a second worker
-    could commit it twice)."""
+def test_the_key_is_kept_by_the_attempt_that_commits(service: CatalogService) -> None:
+    """A commit staged again after another process moved the table keeps its Idempotency-Key's
+    answer when the attempt that commits does (else a second worker could commit it twice); a
+    change for the same key after that is refused, and one without the key keeps nothing."""
     attempts: list[int] = []
-    hooked: list[int] = []
+    keyed = RequestContext("alice", Idempotency("k", "f"))
 
     def mutation(batch: Batch) -> int:
         attempts.append(len(attempts))
@@ -206,11 +201,12 @@ def test_the_hook_stays_with_an_operation_whose_first_attempt_lost_a_race(servic
             raise Stale  # lost the pointer swap: rolled back, staged again
         return attempts[-1]
 
-    acting = service.acting(MutationContext(inside=lambda batch, result: hooked.append(result)))
     with pytest.raises(Stale):
-        acting._mutate(mutation)
-    assert acting._mutate(mutation) == 1
-    acting._mutate(lambda batch: None)  # a later mutation of the same operation: nothing runs inside
-    assert hooked == [1]
-    service._mutate(lambda batch: None)  # the service it was bound from runs nothing inside either
-    assert hooked == [1]
+        service._mutate(mutation, context=keyed, answer=lambda result: result)
+    assert service.idempotent_response("k") is None  # the rolled-back attempt kept nothing
+    assert service._mutate(mutation, context=keyed, answer=lambda result: result) == 1
+    assert service.idempotent_response("k") == {"fingerprint": "f", "outcome": 1, "ts": ANY}
+    with pytest.raises(KeyAnsweredError):
+        service._mutate(lambda batch: 2, context=keyed, answer=lambda result: result)
+    assert service.idempotent_response("k")["outcome"] == 1
+    service._mutate(lambda batch: None, context=keyed.unkeyed())

@@ -150,11 +150,11 @@ def test_an_append_that_lands_while_expiry_plans_is_kept(
     commit = service.commit_table
     raced: list[int] = []
 
-    def append_first(change: Any, places: Any = None) -> Any:
+    def append_first(change: Any, **options: Any) -> Any:
         if not raced:  # another writer's append lands between the plan and the expiry's commit
             raced.append(1)
             table.append(batch(1000))
-        return commit(change, places)
+        return commit(change, **options)
 
     monkeypatch.setattr(service, "commit_table", append_first)
     (report,) = service.maintain(Identifier.of(("db",), "t"), ["expire-snapshots"], FAR_FUTURE_MS)

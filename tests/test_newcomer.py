@@ -5,7 +5,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -49,13 +48,13 @@ def test_a_metrics_report_for_a_staged_table_is_accepted_and_counted(
 
 
 @pytest.mark.parametrize("events_process", ["true", "false"], ids=["fan-out process", "in process"])
-def test_a_stream_sees_commits_of_another_process_promptly(tmp_path: Path, events_process: str) -> None:
+def test_a_stream_sees_every_commit_of_another_process(tmp_path: Path, events_process: str) -> None:
     warehouse = tmp_path / "warehouse"
     server = IsbreServer(warehouse, env={"ISBRE_EVENTS_PROCESS": events_process}).start()
     embedded = load_catalog(
         "local", **{"py-catalog-impl": "isbre.catalog.embedded.LmdbCatalog", "warehouse": str(warehouse)}
     )
-    arrived: dict[int, float] = {}
+    arrived: list[int] = []
     start = server.high_water()
     opened = threading.Event()
 
@@ -64,7 +63,7 @@ def test_a_stream_sees_commits_of_another_process_promptly(tmp_path: Path, event
             for line in stream.iter_lines():
                 opened.set()  # the retry hint came: the stream is served
                 if line.startswith("id: "):
-                    arrived[int(line[4:])] = time.monotonic()
+                    arrived.append(int(line[4:]))
                     if len(arrived) == 20:
                         return
 
@@ -72,15 +71,11 @@ def test_a_stream_sees_commits_of_another_process_promptly(tmp_path: Path, event
     listener.start()
     try:
         assert opened.wait(30)
-        committed = {}
         for i in range(20):
             embedded.create_namespace(f"elsewhere{i}")
-            committed[start + i + 1] = time.monotonic()
-            time.sleep(0.02)
         listener.join(timeout=20)
-        assert sorted(arrived) == sorted(committed), "the server's stream missed another process's commits"
-        latencies = sorted(arrived[seq] - committed[seq] for seq in committed)
-        assert latencies[len(latencies) // 2] < 0.05, f"median latency {latencies[len(latencies) // 2]:.3f} s"
+        # How soon they arrive is measured by `make bench` (tests/bench/events.py), not here.
+        assert arrived == list(range(start + 1, start + 21)), "the stream missed another process's commits"
     finally:
         embedded.close()
         server.stop()

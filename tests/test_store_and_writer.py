@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -135,10 +134,15 @@ def test_trimming_keeps_what_a_consumer_has_not_handled(service: CatalogService)
 def test_a_full_queue_refuses_instead_of_growing(tmp_path: Path) -> None:
     store = LmdbStore(tmp_path / "db")
     writer = Writer(store, max_queue=2)
-    release = threading.Event()
+    release, busy = threading.Event(), threading.Event()
+
+    def hold(batch: object) -> bool:
+        busy.set()
+        return release.wait(10)
+
     try:
-        blocked = writer.submit(lambda batch: release.wait(10))  # the writer is busy with this one
-        time.sleep(0.1)
+        blocked = writer.submit(hold)  # the writer is busy with this one
+        assert busy.wait(10)
         queued = [writer.submit(lambda batch: "ok") for _ in range(2)]
         with pytest.raises(WriterOverloadedError):
             writer.submit(lambda batch: "one too many")

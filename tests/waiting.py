@@ -3,6 +3,7 @@ holds, and fail naming what never happened (and the last answer), never sleep an
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -20,3 +21,15 @@ def eventually(check: Callable[[], T], what: str, timeout: float = 30.0, every: 
         if time.monotonic() > deadline:
             raise AssertionError(f"after {timeout} s: {what} (last answer: {answer!r})")
         time.sleep(every)
+
+
+async def until(check: Callable[[], T], what: str, timeout: float = 30.0, every: float = 0.005) -> T:
+    """`eventually` on an event loop: the loop runs on while it waits."""
+    deadline = time.monotonic() + timeout
+    while True:
+        answer = check()
+        if answer:
+            return answer
+        if time.monotonic() > deadline:
+            raise AssertionError(f"after {timeout} s: {what} (last answer: {answer!r})")
+        await asyncio.sleep(every)

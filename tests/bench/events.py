@@ -107,6 +107,23 @@ def latency(server: IsbreServer, subscribers: int, commits: int = 500) -> tuple[
     return percentile(latencies, 0.5), percentile(latencies, 0.99)
 
 
+def latency_from_another_process(server: IsbreServer, commits: int = 200) -> tuple[float, float]:
+    """p50 and p99 latency (ms) of the events of commits that another process (an embedded catalog
+    on the server's warehouse) makes: the server learns of them from the store, not its writer."""
+    process, results = _attach(server, [""], [commits])
+    embedded = open_catalog(server.warehouse)
+    try:
+        prefix = f"other_{time.monotonic_ns()}_"
+        for i in range(commits):
+            embedded.create_namespace((f"{prefix}{i}",), {})
+            time.sleep(0.002)
+    finally:
+        embedded.close()
+    latencies, _ = results.get(timeout=120)
+    process.join()
+    return percentile(latencies, 0.5), percentile(latencies, 0.99)
+
+
 def replay_rate(server: IsbreServer, records: int) -> float:
     async def read_all() -> float:
         start = time.perf_counter()
@@ -149,6 +166,8 @@ def run(workdir: Path, replay_records: int = 100_000) -> list[Report]:
         for subscribers in (1, 100):
             runs = sorted(latency(server, subscribers) for _ in range(RUNS))
             latency_report.add(str(subscribers), *runs[len(runs) // 2])
+        runs = sorted(latency_from_another_process(server) for _ in range(RUNS))
+        latency_report.add("1, commits by another process (200)", *runs[len(runs) // 2])
         alone = median_of(RUNS, lambda: isbre_rate(server, 8, 100))
         throughput_report.add("none", alone, "1.00", "-")
 
