@@ -13,14 +13,14 @@ if TYPE_CHECKING:
     from isbre.catalog.identifiers import Identifier, InvalidIdentifierError
     from isbre.catalog.records import CommitRecord
     from isbre.catalog.service import CatalogService, TableState, ViewState
-    from isbre.catalog.tables import TableChange
+    from isbre.catalog.table_staging import TableChange
 
 _WHERE = {
     "CatalogService": "isbre.catalog.service",
     "CommitRecord": "isbre.catalog.records",
     "Identifier": "isbre.catalog.identifiers",
     "InvalidIdentifierError": "isbre.catalog.identifiers",
-    "TableChange": "isbre.catalog.tables",
+    "TableChange": "isbre.catalog.table_staging",
     "TableState": "isbre.catalog.service",
     "ViewState": "isbre.catalog.service",
 }

@@ -20,7 +20,7 @@ from isbre.catalog.coverage import Coverage
 from isbre.catalog.file_uris import local_path
 from isbre.catalog.identifiers import Identifier
 from isbre.catalog.service import CatalogService, TableState
-from isbre.catalog.tables import TableChange
+from isbre.catalog.table_staging import TableChange
 from isbre.catalog.warehouses import open_catalog
 from pyiceberg.catalog import MetastoreCatalog, PropertiesUpdateSummary
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionSpec
@@ -74,7 +74,7 @@ class LmdbCatalog(MetastoreCatalog):
         self._warehouse = path.resolve()
         self._service = _acquire(self._warehouse)
         self._closed = False
-        self.properties["warehouse"] = self._service.warehouse
+        self.properties["warehouse"] = self._service.core.warehouse
 
     @property
     def service(self) -> CatalogService:
@@ -109,61 +109,61 @@ class LmdbCatalog(MetastoreCatalog):
             properties.get(TableProperties.FORMAT_VERSION, TableProperties.DEFAULT_FORMAT_VERSION)
         )
         iceberg_schema: Schema = self._convert_schema_if_needed(schema, format_version)  # type: ignore[arg-type]
-        state = self._service.create_table(
+        state = self._service.tables.create(
             _ident(identifier), iceberg_schema, partition_spec, sort_order, location, dict(properties)
         )
         return self._table(state)
 
     def load_table(self, identifier: str | IdentifierTuple) -> Table:
-        return self._table(self._service.load_table(_ident(identifier)))
+        return self._table(self._service.tables.load(_ident(identifier)))
 
     def register_table(
         self, identifier: str | IdentifierTuple, metadata_location: str, overwrite: bool = False
     ) -> Table:
-        return self._table(self._service.register_table(_ident(identifier), metadata_location, overwrite))
+        return self._table(self._service.tables.register(_ident(identifier), metadata_location, overwrite))
 
     def coverage(self, identifier: str | IdentifierTuple) -> Coverage:
         """The source offsets the table holds, as sinks declared them in their commits."""
-        return self._service.coverage(_ident(identifier)).coverage
+        return self._service.tables.coverage(_ident(identifier)).coverage
 
     def commit_seq_of(self, identifier: str | IdentifierTuple, snapshot_id: int) -> int | None:
         """The `commit_seq` of the commit that added `snapshot_id` with sink spans, if one did."""
-        return self._service.coverage(_ident(identifier), snapshot_id).commit_seq
+        return self._service.tables.coverage(_ident(identifier), snapshot_id).commit_seq
 
     def drop_table(self, identifier: str | IdentifierTuple) -> None:
-        self._service.drop_table(_ident(identifier))
+        self._service.tables.drop(_ident(identifier))
 
     def purge_table(self, identifier: str | IdentifierTuple) -> None:
-        self._service.drop_table(_ident(identifier), purge=True)
+        self._service.tables.drop(_ident(identifier), purge=True)
 
     def rename_table(
         self, from_identifier: str | IdentifierTuple, to_identifier: str | IdentifierTuple
     ) -> Table:
-        self._service.rename_table(_ident(from_identifier), _ident(to_identifier))
+        self._service.tables.rename(_ident(from_identifier), _ident(to_identifier))
         return self.load_table(to_identifier)
 
     def commit_table(
         self, table: Table, requirements: tuple[TableRequirement, ...], updates: tuple[TableUpdate, ...]
     ) -> CommitTableResponse:
-        state = self._service.commit_table(TableChange(_ident(table.name()), requirements, updates))
+        state = self._service.tables.commit(TableChange(_ident(table.name()), requirements, updates))
         return CommitTableResponse(metadata=state.metadata, metadata_location=state.metadata_location)
 
     def list_tables(self, namespace: str | IdentifierTuple) -> list[IdentifierTuple]:
-        return [(*i.namespace, i.name) for i in self._service.list_tables(_namespace(namespace))]
+        return [(*i.namespace, i.name) for i in self._service.tables.listing(_namespace(namespace))]
 
     # -- namespaces
 
     def create_namespace(self, namespace: str | IdentifierTuple, properties: Properties = EMPTY_DICT) -> None:
-        self._service.create_namespace(_namespace(namespace), dict(properties))
+        self._service.namespaces.create(_namespace(namespace), dict(properties))
 
     def drop_namespace(self, namespace: str | IdentifierTuple) -> None:
-        self._service.drop_namespace(_namespace(namespace))
+        self._service.namespaces.drop(_namespace(namespace))
 
     def list_namespaces(self, namespace: str | IdentifierTuple = ()) -> list[IdentifierTuple]:
-        return self._service.list_namespaces(_namespace(namespace))
+        return self._service.namespaces.listing(_namespace(namespace))
 
     def load_namespace_properties(self, namespace: str | IdentifierTuple) -> Properties:
-        return self._service.load_namespace(_namespace(namespace))
+        return self._service.namespaces.load(_namespace(namespace))
 
     def update_namespace_properties(
         self,
@@ -171,7 +171,9 @@ class LmdbCatalog(MetastoreCatalog):
         removals: set[str] | None = None,
         updates: Properties = EMPTY_DICT,
     ) -> PropertiesUpdateSummary:
-        change = self._service.update_namespace(_namespace(namespace), sorted(removals or ()), dict(updates))
+        change = self._service.namespaces.update_properties(
+            _namespace(namespace), sorted(removals or ()), dict(updates)
+        )
         return PropertiesUpdateSummary(removed=change.removed, updated=change.updated, missing=change.missing)
 
     # -- views
@@ -185,30 +187,30 @@ class LmdbCatalog(MetastoreCatalog):
         properties: Properties = EMPTY_DICT,
     ) -> View:
         iceberg_schema: Schema = self._convert_schema_if_needed(schema)  # type: ignore[arg-type]
-        state = self._service.create_view(
+        state = self._service.views.create(
             _ident(identifier), iceberg_schema, view_version, location, dict(properties)
         )
         return View((*state.ident.namespace, state.ident.name), state.metadata)
 
     def load_view(self, identifier: str | IdentifierTuple) -> View:
-        state = self._service.load_view(_ident(identifier))
+        state = self._service.views.load(_ident(identifier))
         return View((*state.ident.namespace, state.ident.name), state.metadata)
 
     def list_views(self, namespace: str | IdentifierTuple) -> list[IdentifierTuple]:
-        return [(*i.namespace, i.name) for i in self._service.list_views(_namespace(namespace))]
+        return [(*i.namespace, i.name) for i in self._service.views.listing(_namespace(namespace))]
 
     def view_exists(self, identifier: str | IdentifierTuple) -> bool:
         try:
-            self._service.load_view(_ident(identifier))
+            self._service.views.load(_ident(identifier))
         except Exception:
             return False
         return True
 
     def drop_view(self, identifier: str | IdentifierTuple) -> None:
-        self._service.drop_view(_ident(identifier))
+        self._service.views.drop(_ident(identifier))
 
     def register_view(self, identifier: str | IdentifierTuple, metadata_location: str) -> View:
-        state = self._service.register_view(_ident(identifier), metadata_location)
+        state = self._service.views.register(_ident(identifier), metadata_location)
         return View((*state.ident.namespace, state.ident.name), state.metadata)
 
     def __getstate__(self) -> Any:

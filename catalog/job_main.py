@@ -42,7 +42,7 @@ def main() -> int:
         try:
             (service,) = (s for s in services if s.name == found["warehouse"])
             ident = Identifier.of(tuple(found["namespace"]), found["name"])
-            (report,) = service.maintain(ident, [found["job"]], found["now_ms"], here=True)
+            (report,) = service.maintenance.run(ident, [found["job"]], found["now_ms"], here=True)
         finally:
             services[0].close()
     except Exception as exc:

@@ -8,24 +8,11 @@ import struct
 from collections.abc import Iterator
 
 import lmdb
+from isbre.catalog import store_entries
 from isbre.catalog.coverage import Range, SpanKey
 from isbre.catalog.pointers import Pointer
 from isbre.catalog.records import CommitRecord
 from isbre.catalog.sink_rows import SinkRows
-from isbre.catalog.store_entries import (
-    CoverageCommitEntry,
-    CoverageEntry,
-    CursorEntry,
-    Entry,
-    HighWaterEntry,
-    IdempotencyEntry,
-    LocationEntry,
-    MarkerEntry,
-    NamespaceEntry,
-    PointerEntry,
-    RecordEntry,
-    SinkRowsEntry,
-)
 
 FORMAT_VERSION = b"1"
 DATABASES = (
@@ -113,7 +100,7 @@ def index_idempotency_by_time(txn: lmdb.Transaction, dbs: dict[str, lmdb._Databa
 
 def export_entries(
     env: lmdb.Environment, dbs: dict[str, lmdb._Database], scopes: list[str]
-) -> Iterator[Entry]:
+) -> Iterator[store_entries.Entry]:
     """Everything the store holds, read in one snapshot, as typed entries (`Store.export`)."""
     with env.begin() as txn:
         for scope in scopes:
@@ -121,31 +108,33 @@ def export_entries(
                 db = env.open_db(f"{scope}/{name}".removeprefix("/").encode(), txn=txn, create=False)
                 for key, value in txn.cursor(db=db):
                     if name == "namespaces":
-                        yield NamespaceEntry(scope, as_bytes(key), json.loads(value))
+                        yield store_entries.NamespaceEntry(scope, as_bytes(key), json.loads(value))
                     else:
                         pointer = Pointer.from_json(as_bytes(value))
-                        yield PointerEntry(scope, name.removesuffix("s"), as_bytes(key), pointer)
+                        yield store_entries.PointerEntry(
+                            scope, name.removesuffix("s"), as_bytes(key), pointer
+                        )
         for _, value in txn.cursor(db=dbs["commit_log"]):
-            yield RecordEntry(CommitRecord.from_json(as_bytes(value)))
+            yield store_entries.RecordEntry(CommitRecord.from_json(as_bytes(value)))
         high = txn.get(HIGH_WATER, db=dbs["meta"])
-        yield HighWaterEntry(0 if high is None else SEQ.unpack(high)[0])
+        yield store_entries.HighWaterEntry(0 if high is None else SEQ.unpack(high)[0])
         for key in txn.cursor(db=dbs["meta"]).iternext(values=False):
             if key.startswith(b"marker:"):
-                yield MarkerEntry(as_bytes(key).removeprefix(b"marker:").decode())
+                yield store_entries.MarkerEntry(as_bytes(key).removeprefix(b"marker:").decode())
         for key, value in txn.cursor(db=dbs["cursors"]):
-            yield CursorEntry(as_bytes(key).decode(), SEQ.unpack(value)[0])
+            yield store_entries.CursorEntry(as_bytes(key).decode(), SEQ.unpack(value)[0])
         for key, value in txn.cursor(db=dbs["idempotency"]):
-            yield IdempotencyEntry(as_bytes(key).decode(), json.loads(value))
+            yield store_entries.IdempotencyEntry(as_bytes(key).decode(), json.loads(value))
         for key, value in txn.cursor(db=dbs["locations"]):
             if not key.startswith(OWNER):
-                yield LocationEntry(as_bytes(value).decode(), as_bytes(key).decode())
+                yield store_entries.LocationEntry(as_bytes(value).decode(), as_bytes(key).decode())
         for key, value in txn.cursor(db=dbs["coverage"]):
             table_uuid, kind = as_bytes(key).split(b"\x00", 1)
             if kind.startswith(b"C"):
                 snapshot = SNAPSHOT.unpack(kind[1:])[0]
-                yield CoverageCommitEntry(table_uuid.decode(), snapshot, SEQ.unpack(value)[0])
+                yield store_entries.CoverageCommitEntry(table_uuid.decode(), snapshot, SEQ.unpack(value)[0])
             else:
                 stream, (start, end) = stream_key(as_bytes(key))
-                yield CoverageEntry(table_uuid.decode(), stream, start, end)
+                yield store_entries.CoverageEntry(table_uuid.decode(), stream, start, end)
         for key, value in txn.cursor(db=dbs["sink_rows"]):
-            yield SinkRowsEntry(SinkRows.from_json(as_bytes(key).decode(), as_bytes(value)))
+            yield store_entries.SinkRowsEntry(SinkRows.from_json(as_bytes(key).decode(), as_bytes(value)))

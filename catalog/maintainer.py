@@ -87,7 +87,7 @@ class Maintainer:
     def __init__(self, services: list[CatalogService], interval: float = 1.0) -> None:
         self._services = {service.name: service for service in services}
         self._first = services[0]
-        self._log = self._first.commit_log
+        self._log = self._first.core.commit_log
         self._interval = interval
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="isbre-maintenance", daemon=True)
@@ -157,7 +157,7 @@ class Maintainer:
         worth a look (else only time did, and only what time makes due is looked at)."""
         key = (service.name, ident)
         try:
-            metadata = service.load_table(ident).metadata
+            metadata = service.tables.load(ident).metadata
         except NoSuchTableError:
             self._watched.pop(key, None)
             return []  # dropped since
@@ -182,7 +182,7 @@ class Maintainer:
             # commit needs merging (one whose list is elsewhere is left to the job, which says so).
             try:
                 manifests = (
-                    len(current.manifests(service.confined_io(metadata))) if current is not None else 0
+                    len(current.manifests(service.tables.confined_io(metadata))) if current is not None else 0
                 )
             except ForeignPathError:
                 manifests = min_count_to_merge(metadata.properties)
@@ -224,7 +224,7 @@ class Maintainer:
         table = f"{service.name}.{ident}"
         self.stats.last_run_at = time.time()
         try:
-            reports = service.maintain(ident, jobs, context=context)
+            reports = service.maintenance.run(ident, jobs, context=context)
         except Exception as exc:
             for job in jobs:
                 times = self.stats.failing.get(f"{table} {job}", (0, ""))[0] + 1

@@ -52,9 +52,9 @@ from isbre.catalog.maintenance import (
 from isbre.catalog.pyiceberg_internals import Staging, data_files_of, merged_manifests, replace_files
 from isbre.catalog.rebase import rebased
 from isbre.catalog.request_context import ANONYMOUS, RequestContext
-from isbre.catalog.service_core import MAX_COMMIT_ATTEMPTS
-from isbre.catalog.table_operations import TableOperations, TableState
-from isbre.catalog.tables import TableChange, places_of
+from isbre.catalog.service_core import MAX_COMMIT_ATTEMPTS, ServiceCore
+from isbre.catalog.table_operations import Tables, TableState
+from isbre.catalog.table_staging import TableChange, places_of
 from pyiceberg.exceptions import CommitFailedException, ValidationException
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import DataFile
@@ -81,12 +81,17 @@ class UnknownJobError(ValueError):
     pass
 
 
-class MaintenanceOperations(TableOperations):
-    # Set in a server: where the jobs that read and write data files run (never in a process that
-    # serves requests). Unset (an embedded catalog, a job's own process): here.
-    job_processes: JobProcesses | None = None
+class Maintenance:
+    """The jobs that keep a warehouse's tables healthy, each change an ordinary commit of `tables`."""
 
-    def maintain(
+    def __init__(self, core: ServiceCore, tables: Tables) -> None:
+        self.core = core
+        self.tables = tables
+        # Set in a server: where the jobs that read and write data files run (never in a process
+        # that serves requests). Unset (an embedded catalog, a job's own process): here.
+        self.job_processes: JobProcesses | None = None
+
+    def run(
         self,
         ident: Identifier,
         jobs: Sequence[str],
@@ -105,7 +110,7 @@ class MaintenanceOperations(TableOperations):
         when = now_ms if now_ms is not None else int(time.time() * 1000)
         # A job plans from the table as it is: one that another process (a job's, killed) committed
         # last must not be planned around.
-        self.store.catch_up()
+        self.core.store.catch_up()
         run: dict[str, Callable[[ConfinedIO], JobReport]] = {
             EXPIRE_SNAPSHOTS: lambda io: self._expire_snapshots(ident, when, io, context),
             REMOVE_METADATA_FILES: lambda io: self._remove_metadata_files(ident),
@@ -115,7 +120,7 @@ class MaintenanceOperations(TableOperations):
         }
         elsewhere = self.job_processes if not here else None
         return [
-            elsewhere.run(self.name, ident, job, when)
+            elsewhere.run(self.core.name, ident, job, when)
             if elsewhere is not None and job in REWRITING_JOBS
             else self._confined(ident, job, run[job])
             for job in jobs
@@ -125,7 +130,7 @@ class MaintenanceOperations(TableOperations):
         """Run `job` reaching the table's files only through its confined FileIO. A path of the
         table's metadata that is not the table's stops the job before it is opened: the report
         names it, and the maintainer counts it and marks the table degraded."""
-        io = self.confined_io(self.load_table(ident).metadata)
+        io = self.tables.confined_io(self.tables.load(ident).metadata)
         try:
             report = run(io)
         except ForeignPathError:
@@ -144,7 +149,7 @@ class MaintenanceOperations(TableOperations):
     ) -> JobReport:
         report = JobReport(EXPIRE_SNAPSHOTS)
         for _ in range(MAX_COMMIT_ATTEMPTS):
-            before = self.load_table(ident)
+            before = self.tables.load(ident)
             plan = plan_expiry(before.metadata, now_ms)
             if not plan:
                 report.nothing_to_do = "no snapshot or ref is past the table's retention (history.expire.*)"
@@ -158,7 +163,7 @@ class MaintenanceOperations(TableOperations):
                 updates.append(RemoveSnapshotsUpdate(snapshot_ids=list(plan.snapshot_ids)))
             change = TableChange(ident, tuple(requirements), tuple(updates), job=EXPIRE_SNAPSHOTS)
             try:
-                after = self.commit_table(change, context=context)
+                after = self.tables.commit(change, context=context)
             except CommitFailedException:
                 continue  # a commit moved a branch meanwhile: it wins, and the plan is made again
             report.committed = True
@@ -180,7 +185,7 @@ class MaintenanceOperations(TableOperations):
         self._delete(report, after.metadata, found)
 
     def _delete(self, report: JobReport, metadata: TableMetadata, named: list[tuple[str, str]]) -> None:
-        done = delete_each(self._table_files(metadata, owner=str(metadata.table_uuid)), named)
+        done = delete_each(self.tables.files_of(metadata, owner=str(metadata.table_uuid)), named)
         report.deleted_files += done.deleted
         report.skipped_files += done.skipped
         report.problems += done.problems
@@ -190,7 +195,7 @@ class MaintenanceOperations(TableOperations):
         every version the table still lists (the commits keep `write.metadata.previous-versions-max`
         of them in its metadata log)."""
         report = JobReport(REMOVE_METADATA_FILES)
-        state = self.load_table(ident)
+        state = self.tables.load(ident)
         assert state.metadata_location is not None
         if state.metadata.properties.get(DELETE_AFTER_COMMIT, "false").lower() != "true":
             report.nothing_to_do = f"the table's {DELETE_AFTER_COMMIT} is not true"
@@ -214,7 +219,7 @@ class MaintenanceOperations(TableOperations):
         older than `isbre.maintenance.orphan-files.min-age-ms` (a younger one may be a commit's
         under way). Nothing is deleted if any manifest cannot be read."""
         report = JobReport(REMOVE_ORPHAN_FILES)
-        state = self.load_table(ident)
+        state = self.tables.load(ident)
         assert state.metadata_location is not None
         listed: list[tuple[str, float]] = []
         for place in places_of(state.metadata.location, state.metadata.properties):
@@ -244,7 +249,7 @@ class MaintenanceOperations(TableOperations):
         which nothing references, are deleted. The replaced files stay until expiry removes the
         snapshots that read them."""
         report = JobReport(COMPACT_DATA_FILES)
-        state = self.load_table(ident)
+        state = self.tables.load(ident)
         try:
             live = live_data_files(io, state.metadata)
         except NotCompactedError as exc:
@@ -261,7 +266,7 @@ class MaintenanceOperations(TableOperations):
         removed = [data_file for group in groups for data_file in group]
         for data_file in removed:  # all of them before any is read
             io.check(data_file.file_path)
-        self.limits.check_room(self._local_warehouse)  # the same reserve of free disk as commits
+        self.core.limits.check_room(self.core.local_warehouse)  # the same reserve of free disk as commits
         try:
             added = [
                 new
@@ -302,7 +307,7 @@ class MaintenanceOperations(TableOperations):
         appended to one manifest a commit (PyIceberg's and Spark's fast appends) need it; a sink
         with manifest merging on does it as it appends."""
         report = JobReport(REWRITE_MANIFESTS)
-        state = self.load_table(ident)
+        state = self.tables.load(ident)
         current = state.metadata.current_snapshot()
         before = current.manifests(io) if current is not None else []
         if len(before) < 2:
@@ -366,9 +371,9 @@ class MaintenanceOperations(TableOperations):
                 ident, (AssertTableUUID(uuid=state.metadata.table_uuid), *requirements), updates, job=job
             )
             try:
-                return self.commit_table(change, context=context)
+                return self.tables.commit(change, context=context)
             except CommitFailedException as exc:
-                lost_to = self.load_table(ident)  # a commit landed first: build on it
+                lost_to = self.tables.load(ident)  # a commit landed first: build on it
                 log.info(
                     "%s on %s: the table moved while it ran (%s), from snapshot %s to %s",
                     job,

@@ -29,14 +29,19 @@ class PropertiesChange:
     missing: list[str]
 
 
-class NamespaceOperations(ServiceCore):
-    def _check_namespace_properties(self, properties: dict[str, str], places: LocationPolicy | None) -> None:
-        self.limits.check_properties(properties, "Namespace")
-        if "location" in properties:
-            (places or self.locations).check(properties["location"], "Namespace location")
-            self._check_protected(properties["location"], "Namespace location")
+class Namespaces:
+    """A warehouse's namespaces: created, read, listed, changed and dropped through its core."""
 
-    def create_namespace(
+    def __init__(self, core: ServiceCore) -> None:
+        self.core = core
+
+    def _check_namespace_properties(self, properties: dict[str, str], places: LocationPolicy | None) -> None:
+        self.core.limits.check_properties(properties, "Namespace")
+        if "location" in properties:
+            (places or self.core.locations).check(properties["location"], "Namespace location")
+            self.core.check_protected(properties["location"], "Namespace location")
+
+    def create(
         self,
         namespace: tuple[str, ...],
         properties: dict[str, str],
@@ -55,25 +60,25 @@ class NamespaceOperations(ServiceCore):
             batch.log(CommitRecord("namespace.create", list(namespace), properties=dict(properties)))
             return properties
 
-        return self._mutate(mutation, context=context, answer=lambda properties: properties)
+        return self.core.mutate(mutation, context=context, answer=lambda properties: properties)
 
-    def load_namespace(self, namespace: tuple[str, ...]) -> dict[str, str]:
+    def load(self, namespace: tuple[str, ...]) -> dict[str, str]:
         namespace = check_namespace(namespace)
-        with self.store.read(self.scope) as view:
+        with self.core.store.read(self.core.scope) as view:
             properties = view.namespace(namespace)
         if properties is None:
             raise NoSuchNamespaceError(f"Namespace does not exist: {'.'.join(namespace)}")
         return properties
 
-    def list_namespaces(
+    def listing(
         self, parent: tuple[str, ...], after: tuple[str, ...] | None = None, limit: int | None = None
     ) -> list[tuple[str, ...]]:
-        with self.store.read(self.scope) as view:
+        with self.core.store.read(self.core.scope) as view:
             if parent and view.namespace(check_namespace(parent)) is None:
                 raise NoSuchNamespaceError(f"Namespace does not exist: {'.'.join(parent)}")
             return view.namespaces(parent, after, limit)
 
-    def drop_namespace(self, namespace: tuple[str, ...], context: RequestContext = ANONYMOUS) -> None:
+    def drop(self, namespace: tuple[str, ...], context: RequestContext = ANONYMOUS) -> None:
         namespace = check_namespace(namespace)
 
         def mutation(batch: Batch) -> None:
@@ -83,9 +88,9 @@ class NamespaceOperations(ServiceCore):
             batch.view.delete_namespace(namespace)
             batch.log(CommitRecord("namespace.drop", list(namespace)))
 
-        self._mutate(mutation, context=context)
+        self.core.mutate(mutation, context=context)
 
-    def update_namespace(
+    def update_properties(
         self,
         namespace: tuple[str, ...],
         removals: list[str],
@@ -114,4 +119,4 @@ class NamespaceOperations(ServiceCore):
             )
             return PropertiesChange(sorted(updates), removed, missing)
 
-        return self._mutate(mutation, context=context, answer=dataclasses.asdict)
+        return self.core.mutate(mutation, context=context, answer=dataclasses.asdict)

@@ -6,15 +6,15 @@ run by the writer, for the caller the `RequestContext` it is given names (catalo
 
 from __future__ import annotations
 
-from isbre.catalog.maintenance_operations import MaintenanceOperations
-from isbre.catalog.namespace_operations import (
-    ConflictingPropertiesError,
-    NamespaceOperations,
-    PropertiesChange,
-)
+from typing import Any
+
+from isbre.catalog.maintenance_operations import Maintenance
+from isbre.catalog.namespace_operations import ConflictingPropertiesError, Namespaces, PropertiesChange
 from isbre.catalog.request_context import ANONYMOUS, RequestContext
-from isbre.catalog.table_operations import TableCoverage, TableState
-from isbre.catalog.view_operations import ViewOperations, ViewState
+from isbre.catalog.service_core import ServiceCore
+from isbre.catalog.store import Store
+from isbre.catalog.table_operations import TableCoverage, Tables, TableState
+from isbre.catalog.view_operations import Views, ViewState
 
 __all__ = [
     "ANONYMOUS",
@@ -28,6 +28,24 @@ __all__ = [
 ]
 
 
-class CatalogService(NamespaceOperations, MaintenanceOperations, ViewOperations):
-    """One warehouse's catalog (`warehouses.open_catalog` opens an embedded one). Services for
-    several warehouses of one store share its writer."""
+class CatalogService:
+    """One warehouse's catalog (`warehouses.open_catalog` opens an embedded one): its namespaces,
+    tables, views and maintenance, each an object over the warehouse's `core` (the store, the
+    writer, the metadata caches and the places objects may live). Services for several warehouses
+    of one store share its writer."""
+
+    def __init__(self, store: Store, warehouse: str, **options: Any) -> None:
+        """`options`: those of `ServiceCore`."""
+        self.core = ServiceCore(store, warehouse, **options)
+        self.namespaces = Namespaces(self.core)
+        self.tables = Tables(self.core)
+        self.views = Views(self.core)
+        self.maintenance = Maintenance(self.core, self.tables)
+
+    @property
+    def name(self) -> str:
+        """The warehouse's name, in records, events and URLs."""
+        return self.core.name
+
+    def close(self) -> None:
+        self.core.close()

@@ -25,7 +25,7 @@ from isbre.catalog.records import CommitRecord
 from isbre.catalog.request_context import ANONYMOUS, RequestContext
 from isbre.catalog.store import FIRST_WAREHOUSE, Pointer, ReadView, Store, WriteView
 from isbre.catalog.table_properties import METADATA_PATH, PLACE_PROPERTIES, check_no_code
-from isbre.catalog.tables import Place
+from isbre.catalog.table_staging import Place
 from isbre.catalog.writer import Batch, Origin, Writer
 from pyiceberg.exceptions import (
     NoSuchNamespaceError,
@@ -153,7 +153,7 @@ class ServiceCore:
         self.table_files: MetadataCache[TableMetadata] = MetadataCache(self.io, parse_table_metadata)
         self.view_files: MetadataCache[ViewMetadata] = MetadataCache(self.io, parse_view_metadata)
         # The pointer of each table as this process last committed or loaded it (maybe stale).
-        self._table_pointers: Lru[Identifier, Pointer] = Lru(TABLE_POINTERS)
+        self.table_pointers: Lru[Identifier, Pointer] = Lru(TABLE_POINTERS)
         self._stripes = [threading.Lock() for _ in range(LOCK_STRIPES)]
         if not scope:
             self._index_locations()
@@ -165,7 +165,7 @@ class ServiceCore:
         return (self.name, None) if self.scope == FIRST_WAREHOUSE else (self.name,)
 
     @contextmanager
-    def _staging(self, kind: str, idents: list[Identifier]) -> Iterator[None]:
+    def staging(self, kind: str, idents: list[Identifier]) -> Iterator[None]:
         """Serialize staging per object in this process.
 
         Two commits to one table can never share a batch (the second depends on
@@ -184,7 +184,7 @@ class ServiceCore:
             self.writer.close()
             self.store.close()
 
-    def _run(
+    def run(
         self,
         mutation: Callable[[Batch], T],
         reads: Sequence[tuple[str, Identifier]] = (),
@@ -196,7 +196,7 @@ class ServiceCore:
         prefetch = [(kind, self.scope, ident) for kind, ident in reads]
         return self.writer.execute(mutation, prefetch, origin)
 
-    def _mutate(
+    def mutate(
         self,
         mutation: Callable[[Batch], T],
         reads: Sequence[tuple[str, Identifier]] = (),
@@ -206,17 +206,17 @@ class ServiceCore:
         """`_run` for a change a request asked for: where the request carries an Idempotency-Key,
         `answer(result)` is kept under it in the change's own transaction (an attempt that lost a
         race and is staged again keeps it only when it commits)."""
-        self.limits.check_room(self._local_warehouse)
+        self.limits.check_room(self.local_warehouse)
         idempotency = context.idempotency
         if idempotency is None:
-            return self._run(mutation, reads, context)
+            return self.run(mutation, reads, context)
 
         def answered(batch: Batch) -> T:
             result = mutation(batch)
             idempotency.keep(batch.view, answer(result))
             return result
 
-        return self._run(answered, reads, context)
+        return self.run(answered, reads, context)
 
     # -- idempotent responses
 
@@ -239,18 +239,18 @@ class ServiceCore:
             found.update(self.table_defaults.get(namespace[:depth], {}))
         return found
 
-    def _default_location(self, namespace: tuple[str, ...], name: str, object_uuid: uuid.UUID) -> str:
+    def default_location(self, namespace: tuple[str, ...], name: str, object_uuid: uuid.UUID) -> str:
         with self.store.read(self.scope) as view:
             require_namespace(view, namespace)
         return f"{self.namespace_location(namespace)}/{path_segment(name)}-{object_uuid.hex}"
 
-    def _check_protected(self, location: str, what: str) -> None:
+    def check_protected(self, location: str, what: str) -> None:
         found = normalized(location)
         for place in self.protected:
             if inside(found, place) or inside(place, found):
                 raise LocationNotAllowedError(f"{what} {location!r} is in or around the catalog's own store")
 
-    def _check_place(
+    def check_place(
         self, location: str, what: str, places: LocationPolicy | None, writes_to: str | None = ""
     ) -> None:
         """Where a table or view may live: allowed, and away from the store. `writes_to`: for a place
@@ -259,7 +259,7 @@ class ServiceCore:
         checks overlaps again when it claims the place, `_claim`); None for a register, which
         writes nothing."""
         (places or self.locations).check(location, what)
-        self._check_protected(location, what)
+        self.check_protected(location, what)
         if writes_to is None:
             return
         with self.store.read(self.scope) as view:
@@ -273,15 +273,15 @@ class ServiceCore:
                 f"{what} {location!r} overlaps the files of another table or view, at {others[0]}"
             )
 
-    def _check_places(
+    def check_places(
         self, where: tuple[Place, ...], what: str, places: LocationPolicy | None, writes_to: str | None = ""
     ) -> None:
         """`_check_place` for each place of a table or view (`catalog.tables.named_places`)."""
         for name, place in where:
-            self._check_place(place, f"{what} {name}", places, writes_to)
+            self.check_place(place, f"{what} {name}", places, writes_to)
 
     @staticmethod
-    def _claim(
+    def claim(
         view: WriteView, owner: str, location: str, what: str, moving: bool = True, mine: tuple[str, ...] = ()
     ) -> None:
         """Index `location` as `owner`'s, unless another table or view lives in, at or around it.
@@ -297,7 +297,7 @@ class ServiceCore:
                 )
         view.place(owner, found)
 
-    def _claim_places(
+    def claim_places(
         self, view: WriteView, owner: str, where: tuple[Place, ...], what: str, moving: bool = True
     ) -> None:
         """Index every place of the object `owner` (its location first), and forget those it no
@@ -305,20 +305,20 @@ class ServiceCore:
         claimed: tuple[str, ...] = ()
         for name, place in where:
             held = owner + _place_suffix(name)
-            self._claim(view, held, place, f"{what} {name}", moving, claimed)
+            self.claim(view, held, place, f"{what} {name}", moving, claimed)
             claimed += (held,)
         for name in PLACE_PROPERTIES:
             if owner + _place_suffix(name) not in claimed:
                 view.unplace(owner + _place_suffix(name))
 
-    def _list(self, kind: str, namespace: tuple[str, ...], after: str | None, limit: int | None):
+    def list_objects(self, kind: str, namespace: tuple[str, ...], after: str | None, limit: int | None):
         namespace = check_namespace(namespace)
         with self.store.read(self.scope) as view:
             if view.namespace(namespace) is None:
                 raise NoSuchNamespaceError(f"Namespace does not exist: {'.'.join(namespace)}")
             return view.identifiers(kind, namespace, after, limit)
 
-    def _drop(
+    def drop_object(
         self,
         kind: str,
         ident: Identifier,
@@ -343,9 +343,11 @@ class ServiceCore:
             )
             return pointer
 
-        return self._mutate(mutation, context=context)
+        return self.mutate(mutation, context=context)
 
-    def _rename(self, kind: str, source: Identifier, target: Identifier, context: RequestContext) -> None:
+    def rename_object(
+        self, kind: str, source: Identifier, target: Identifier, context: RequestContext
+    ) -> None:
         def mutation(batch: Batch) -> None:
             pointer = require_object(batch.view, kind, source)
             require_namespace(batch.view, target.namespace)
@@ -363,12 +365,12 @@ class ServiceCore:
                 )
             )
 
-        self._mutate(mutation, context=context)
+        self.mutate(mutation, context=context)
 
     # -- where tables and views live
 
     @functools.cached_property
-    def _local_warehouse(self) -> Path | None:
+    def local_warehouse(self) -> Path | None:
         """The disk whose free space commits check: the warehouse's, or for a warehouse on object
         storage the store's (when it has one here)."""
         return local_path(self.warehouse) or self.store.local_dir()
@@ -395,7 +397,7 @@ class ServiceCore:
                     batch.view.place(owner, location)
                 batch.view.set_marker("locations")
 
-        self._run(mutation)
+        self.run(mutation)
 
 
 # The location index holds an object's location under its uuid, and each other place under its

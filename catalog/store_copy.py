@@ -6,31 +6,18 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 
+from isbre.catalog import store_entries
 from isbre.catalog.coverage import Span
 from isbre.catalog.identifiers import Identifier, namespace_from_key
 from isbre.catalog.records import CommitRecord
 from isbre.catalog.store import Store, WriteView
-from isbre.catalog.store_entries import (
-    CoverageCommitEntry,
-    CoverageEntry,
-    CursorEntry,
-    Entry,
-    HighWaterEntry,
-    IdempotencyEntry,
-    LocationEntry,
-    MarkerEntry,
-    NamespaceEntry,
-    PointerEntry,
-    RecordEntry,
-    SinkRowsEntry,
-)
 
 
 class NotEmptyError(ValueError):
     """A store is loaded only when it holds nothing yet."""
 
 
-def load_entries(view: WriteView, entries: Iterable[Entry]) -> Counter[str]:
+def load_entries(view: WriteView, entries: Iterable[store_entries.Entry]) -> Counter[str]:
     """Write `entries` into the empty store of `view`; returns how many of each kind."""
     if view.holds_anything():
         raise NotEmptyError("the target store already holds a catalog: copy only into an empty one")
@@ -42,27 +29,27 @@ def load_entries(view: WriteView, entries: Iterable[Entry]) -> Counter[str]:
     for entry in entries:
         counts[entry.kind] += 1
         match entry:
-            case NamespaceEntry(scope, key, properties):
+            case store_entries.NamespaceEntry(scope, key, properties):
                 view.scoped(scope).put_namespace(namespace_from_key(key), properties)
-            case PointerEntry(scope, object_kind, key, pointer):
+            case store_entries.PointerEntry(scope, object_kind, key, pointer):
                 view.scoped(scope).put_pointer(object_kind, Identifier.from_key(key), pointer)
-            case RecordEntry(record):
+            case store_entries.RecordEntry(record):
                 records.append(record)
-            case HighWaterEntry(commit_seq):
+            case store_entries.HighWaterEntry(commit_seq):
                 high = commit_seq
-            case MarkerEntry(name):
+            case store_entries.MarkerEntry(name):
                 view.set_marker(name)
-            case CursorEntry(name, commit_seq):
+            case store_entries.CursorEntry(name, commit_seq):
                 view.put_cursor(name, commit_seq)
-            case IdempotencyEntry(key, response):
+            case store_entries.IdempotencyEntry(key, response):
                 view.put_idempotent_response(key, response)
-            case LocationEntry(owner, location):
+            case store_entries.LocationEntry(owner, location):
                 view.place(owner, location)
-            case CoverageEntry(table_uuid, stream, start, end):
+            case store_entries.CoverageEntry(table_uuid, stream, start, end):
                 view.add_coverage(table_uuid, [Span(stream, start, end)], None, 0)
-            case CoverageCommitEntry(table_uuid, snapshot_id, commit_seq):
+            case store_entries.CoverageCommitEntry(table_uuid, snapshot_id, commit_seq):
                 view.add_coverage(table_uuid, [], snapshot_id, commit_seq)
-            case SinkRowsEntry(totals):
+            case store_entries.SinkRowsEntry(totals):
                 view.put_sink_rows(totals)
     records.sort(key=lambda record: record.commit_seq)
     # The log keeps its commit_seqs: it starts where the source's retained log starts.
@@ -73,7 +60,7 @@ def load_entries(view: WriteView, entries: Iterable[Entry]) -> Counter[str]:
     return counts
 
 
-def load_store(store: Store, entries: Iterable[Entry]) -> Counter[str]:
+def load_store(store: Store, entries: Iterable[store_entries.Entry]) -> Counter[str]:
     """Fill the empty `store` with `entries` (another store's `export`, of either kind), keeping
     every commit_seq, in one transaction: all of it lands, or nothing. Returns how many of each
     kind; NotEmptyError when the store already holds a catalog."""

@@ -44,7 +44,7 @@ from isbre.catalog.service_core import (
 from isbre.catalog.sink_rows import SinkRows, snapshots_rows
 from isbre.catalog.store import CommitStateUnknownError, Pointer, StoreUnavailableError
 from isbre.catalog.table_properties import check_no_code
-from isbre.catalog.tables import (
+from isbre.catalog.table_staging import (
     Staged,
     TableChange,
     check_carried_paths,
@@ -90,42 +90,48 @@ class TableCoverage:
     rows: dict[str, int] = field(default_factory=dict)  # the running totals its sinks counted
 
 
-class TableOperations(ServiceCore):
-    def table_pointer(self, ident: Identifier) -> Pointer:
-        with self.store.read(self.scope, snapshot=False) as view:
+class Tables:
+    """A warehouse's tables: loaded, created, committed (one or several at once), registered,
+    renamed and dropped through its core."""
+
+    def __init__(self, core: ServiceCore) -> None:
+        self.core = core
+
+    def pointer(self, ident: Identifier) -> Pointer:
+        with self.core.store.read(self.core.scope, snapshot=False) as view:
             pointer = view.pointer(TABLE, ident)
         if pointer is None:
             raise NoSuchTableError(f"Table does not exist: {ident}")
-        self._table_pointers.put(ident, pointer)
+        self.core.table_pointers.put(ident, pointer)
         return pointer
 
-    def load_table(self, ident: Identifier) -> TableState:
-        pointer = self.table_pointer(ident)
-        loaded = self.table_files.get(pointer.metadata_location)
+    def load(self, ident: Identifier) -> TableState:
+        pointer = self.pointer(ident)
+        loaded = self.core.table_files.get(pointer.metadata_location)
         return TableState(ident, pointer.metadata_location, loaded.metadata, loaded.json)
 
-    def table_metadata_or_none(self, location: str) -> TableMetadata | None:
+    def metadata_or_none(self, location: str) -> TableMetadata | None:
         """The metadata at `location`, or None when it cannot be read (e.g. purged since)."""
         try:
-            return self.table_files.get(location).metadata
+            return self.core.table_files.get(location).metadata
         except Exception:
             return None
 
-    def load_table_if_cached(self, ident: Identifier) -> TableState | None:
+    def load_if_cached(self, ident: Identifier) -> TableState | None:
         """`load_table` when it needs no file read and no wait on a database (None otherwise): safe
         to call on an event loop."""
-        if not self.store.reads_in_process:
+        if not self.core.store.reads_in_process:
             return None
-        pointer = self.table_pointer(ident)
-        loaded = self.table_files.peek(pointer.metadata_location)
+        pointer = self.pointer(ident)
+        loaded = self.core.table_files.peek(pointer.metadata_location)
         if loaded is None:
             return None
         return TableState(ident, pointer.metadata_location, loaded.metadata, loaded.json)
 
-    def list_tables(self, namespace: tuple[str, ...], after: str | None = None, limit: int | None = None):
-        return self._list(TABLE, namespace, after, limit)
+    def listing(self, namespace: tuple[str, ...], after: str | None = None, limit: int | None = None):
+        return self.core.list_objects(TABLE, namespace, after, limit)
 
-    def create_table(
+    def create(
         self,
         ident: Identifier,
         schema: Schema,
@@ -137,17 +143,17 @@ class TableOperations(ServiceCore):
         places: LocationPolicy | None = None,
         context: RequestContext = ANONYMOUS,
     ) -> TableState:
-        with self.store.read(self.scope) as view:
+        with self.core.store.read(self.core.scope) as view:
             require_namespace(view, ident.namespace)
             require_free(view, ident, TABLE)
         table_uuid = uuid.uuid4()
-        location = (location or "").rstrip("/") or self._default_location(
+        location = (location or "").rstrip("/") or self.core.default_location(
             ident.namespace, ident.name, table_uuid
         )
         check_no_code(properties or {})
-        properties = {**self.defaults_for(ident.namespace), **with_streaming_defaults(properties or {})}
-        self._check_places(named_places(location, properties), "Table", places)
-        self.limits.check_properties(properties, "Table")
+        properties = {**self.core.defaults_for(ident.namespace), **with_streaming_defaults(properties or {})}
+        self.core.check_places(named_places(location, properties), "Table", places)
+        self.core.limits.check_properties(properties, "Table")
         check_policy(properties)
         metadata = new_metadata(
             schema, partition_spec, sort_order, location, dict(properties or {}), table_uuid
@@ -164,7 +170,7 @@ class TableOperations(ServiceCore):
 
     def coverage(self, ident: Identifier, snapshot_id: int | None = None) -> TableCoverage:
         """The source offsets the table's commits declared (and which commit added `snapshot_id`)."""
-        with self.store.read(self.scope) as view:
+        with self.core.store.read(self.core.scope) as view:
             pointer = view.pointer(TABLE, ident)
             if pointer is None:
                 raise NoSuchTableError(f"Table does not exist: {ident}")
@@ -175,15 +181,15 @@ class TableOperations(ServiceCore):
 
     def sink_rows(self) -> list[SinkRows]:
         """The running row counts of every table of the store (any warehouse) that a sink counted in."""
-        with self.store.read(self.scope, snapshot=False) as view:
+        with self.core.store.read(self.core.scope, snapshot=False) as view:
             return view.sink_rows(None)
 
-    def commit_table(
+    def commit(
         self, change: TableChange, places: LocationPolicy | None = None, context: RequestContext = ANONYMOUS
     ) -> TableState:
-        return self.commit_tables([change], txn=None, places=places, context=context)[0]
+        return self.commit_all([change], txn=None, places=places, context=context)[0]
 
-    def commit_tables(
+    def commit_all(
         self,
         changes: list[TableChange],
         txn: str | None,
@@ -194,22 +200,24 @@ class TableOperations(ServiceCore):
         idents = [change.ident for change in changes]
         if len(set(idents)) != len(idents):
             raise ValueError("A transaction may change each table only once")
-        with self._staging(TABLE, idents):
+        with self.core.staging(TABLE, idents):
             # Stage against the pointers this process last saw, when it saw them all: the writer
             # swaps only if each is still current, so a stale one costs an attempt, never a
             # wrong commit. Whatever an attempt from memory fails on, it is tried again from
             # the store before it is answered (another server may have moved the table).
-            remembered = [self._table_pointers.peek(ident) for ident in idents]
+            remembered = [self.core.table_pointers.peek(ident) for ident in idents]
             bases = None if None in remembered else remembered
             retries = commit_retries()
             for _ in range(MAX_COMMIT_ATTEMPTS):
                 from_store = bases is None
                 if bases is None:
-                    with self.store.read(self.scope, snapshot=False) as view:
+                    with self.core.store.read(self.core.scope, snapshot=False) as view:
                         bases = [view.pointer(TABLE, ident) for ident in idents]
                 try:
                     staged = [
-                        stage(change, base, self.table_files.get(base.metadata_location) if base else None)
+                        stage(
+                            change, base, self.core.table_files.get(base.metadata_location) if base else None
+                        )
                         for change, base in zip(changes, bases, strict=True)
                     ]
                     for entry in staged:
@@ -218,7 +226,7 @@ class TableOperations(ServiceCore):
                         # been stored before they were checked as they are now.
                         if entry.moved or (entry.changed and len(entry.places) > 1):
                             owner = str(entry.metadata.table_uuid) if entry.base else ""
-                            self._check_places(entry.places, "Table", places, owner)
+                            self.core.check_places(entry.places, "Table", places, owner)
                 except Exception:
                     if from_store:
                         raise
@@ -237,14 +245,14 @@ class TableOperations(ServiceCore):
         written: list[str] = []
         for entry in staged:
             if entry.changed:
-                self.limits.check_properties(entry.metadata.properties, "Table")
+                self.core.limits.check_properties(entry.metadata.properties, "Table")
                 check_policy(entry.metadata.properties)
-                self.limits.check_metadata(entry.json, "Table")
-        self.limits.check_room(self._local_warehouse)
+                self.core.limits.check_metadata(entry.json, "Table")
+        self.core.limits.check_room(self.core.local_warehouse)
         try:
             for entry in staged:
                 if entry.changed:
-                    write_durably(self.io, entry.metadata_location, entry.json)
+                    write_durably(self.core.io, entry.metadata_location, entry.json)
                     written.append(entry.metadata_location)
 
             txn_size = sum(entry.changed for entry in staged) if txn else None
@@ -261,7 +269,7 @@ class TableOperations(ServiceCore):
                         require_free(batch.view, entry.ident, TABLE)
                 for entry in staged:
                     if entry.moved:
-                        self._claim_places(batch.view, entry.pointer.uuid, entry.places, "Table")
+                        self.core.claim_places(batch.view, entry.pointer.uuid, entry.places, "Table")
                     if entry.changed:
                         batch.view.put_pointer(TABLE, entry.ident, entry.pointer)
                         record = batch.log(commit_record(entry, txn, txn_size))
@@ -271,12 +279,14 @@ class TableOperations(ServiceCore):
                             )
                         if entry.rows:
                             batch.view.add_sink_rows(
-                                SinkRows(entry.pointer.uuid, self.name, str(entry.ident), entry.rows)
+                                SinkRows(entry.pointer.uuid, self.core.name, str(entry.ident), entry.rows)
                             )
                 return [TableState(e.ident, e.metadata_location, e.metadata, e.json) for e in staged]
 
             reads = [(TABLE, entry.ident) for entry in staged]
-            states = self._mutate(mutation, reads, context, answer=lambda states: states[0].metadata_location)
+            states = self.core.mutate(
+                mutation, reads, context, answer=lambda states: states[0].metadata_location
+            )
         except StoreUnavailableError as exc:
             # The transaction may have committed before the store was lost: the new files then are
             # what the tables point at, and must stay. Ask the store, as the Java reference's
@@ -289,17 +299,17 @@ class TableOperations(ServiceCore):
                 ) from exc
             if not landed:
                 for location in written:
-                    remove_quietly(self.io, location)
+                    remove_quietly(self.core.io, location)
                 raise
             log.warning("a commit whose answer from the store was lost had landed: %s", exc)
             states = [TableState(e.ident, e.metadata_location, e.metadata, e.json) for e in staged]
         except BaseException:
             for location in written:
-                remove_quietly(self.io, location)
+                remove_quietly(self.core.io, location)
             raise
         for entry in staged:
-            self.table_files.put(entry.metadata_location, Loaded(entry.metadata, entry.json))
-            self._table_pointers.put(entry.ident, entry.pointer)
+            self.core.table_files.put(entry.metadata_location, Loaded(entry.metadata, entry.json))
+            self.core.table_pointers.put(entry.ident, entry.pointer)
         return states
 
     def _landed(self, staged: list[Staged]) -> bool | None:
@@ -309,7 +319,7 @@ class TableOperations(ServiceCore):
         changed = [entry for entry in staged if entry.changed]
         for attempt in range(OUTCOME_ATTEMPTS):
             try:
-                with self.store.read(self.scope, snapshot=False) as view:
+                with self.core.store.read(self.core.scope, snapshot=False) as view:
                     now = [view.pointer(TABLE, entry.ident) for entry in changed]
             except StoreUnavailableError:
                 time.sleep(OUTCOME_BACKOFF_S * (attempt + 1))
@@ -321,8 +331,8 @@ class TableOperations(ServiceCore):
             return None  # moved on since: the new file may be in a later commit's history
         return None
 
-    def drop_table(self, ident: Identifier, purge: bool = False, context: RequestContext = ANONYMOUS) -> None:
-        pointer = self._drop(TABLE, ident, context, {"purge": purge})
+    def drop(self, ident: Identifier, purge: bool = False, context: RequestContext = ANONYMOUS) -> None:
+        pointer = self.core.drop_object(TABLE, ident, context, {"purge": purge})
         if purge:
             self._purge(ident, pointer, context.unkeyed())
 
@@ -330,13 +340,13 @@ class TableOperations(ServiceCore):
         """Delete a dropped table's files: only those under its own location, never the store's, never
         another table's or view's. Whatever is left behind is recorded in the log and reported."""
         try:
-            metadata = self.table_files.get(pointer.metadata_location).metadata
+            metadata = self.core.table_files.get(pointer.metadata_location).metadata
         except Exception as exc:
             report = PurgeReport(
                 None, problems=[f"metadata {pointer.metadata_location}: {type(exc).__name__}"]
             )
         else:
-            report = purge_files(self.io, metadata, [pointer.metadata_location], self._table_files(metadata))
+            report = purge_files(self.core.io, metadata, [pointer.metadata_location], self.files_of(metadata))
         if not report.left_behind:
             return
 
@@ -352,7 +362,7 @@ class TableOperations(ServiceCore):
                 )
             )
 
-        record = self._mutate(mutation, context=context)
+        record = self.core.mutate(mutation, context=context)
         log.warning(
             "purge of %s left files behind (commit_seq %d): %s", ident, record.commit_seq, report.summary()
         )
@@ -363,19 +373,19 @@ class TableOperations(ServiceCore):
                 f"{record.commit_seq} (kind table.purge-incomplete)"
             )
 
-    def _table_files(self, metadata: TableMetadata, owner: str | None = None) -> TableFiles | None:
+    def files_of(self, metadata: TableMetadata, owner: str | None = None) -> TableFiles | None:
         """The deleter of a table's files (None when its location may not be deleted from); `owner`:
         the table's uuid while it is in the catalog (a dropped one is no longer indexed: anyone
         found at a place is another)."""
 
         def claimed_by_other(location: str) -> bool:
-            with self.store.read(self.scope) as view:
+            with self.core.store.read(self.core.scope) as view:
                 return any(object_of(holder) != owner for _, holder in view.overlapping(location))
 
         def allowed(place: str) -> bool:
             try:
-                self.locations.check(place)
-                self._check_protected(place, "Place")
+                self.core.locations.check(place)
+                self.core.check_protected(place, "Place")
                 return not claimed_by_other(normalized(place))
             except LocationNotAllowedError:
                 return False
@@ -384,21 +394,21 @@ class TableOperations(ServiceCore):
             # A place property stored before it was checked as it is now counts only if it passes.
             location, *more = places_of(metadata.location, metadata.properties)
             where = [location, *filter(allowed, more)]
-            return TableFiles(self.io, where, self.locations.roots, self.protected, claimed_by_other)
+            return TableFiles(
+                self.core.io, where, self.core.locations.roots, self.core.protected, claimed_by_other
+            )
         except LocationNotAllowedError as exc:
             log.warning("purge deletes nothing at %s: %s", metadata.location, exc)
             return None
 
     def confined_io(self, metadata: TableMetadata) -> ConfinedIO:
         """The FileIO the server's own jobs reach the table's files through: its files alone."""
-        return ConfinedIO(self.io, self._table_files(metadata, owner=str(metadata.table_uuid)))
+        return ConfinedIO(self.core.io, self.files_of(metadata, owner=str(metadata.table_uuid)))
 
-    def rename_table(
-        self, source: Identifier, target: Identifier, context: RequestContext = ANONYMOUS
-    ) -> None:
-        self._rename(TABLE, source, target, context)
+    def rename(self, source: Identifier, target: Identifier, context: RequestContext = ANONYMOUS) -> None:
+        self.core.rename_object(TABLE, source, target, context)
 
-    def register_table(
+    def register(
         self,
         ident: Identifier,
         metadata_location: str,
@@ -406,13 +416,13 @@ class TableOperations(ServiceCore):
         places: LocationPolicy | None = None,
         context: RequestContext = ANONYMOUS,
     ) -> TableState:
-        loaded = read_for_register(self.table_files, places or self.locations, metadata_location)
+        loaded = read_for_register(self.core.table_files, places or self.core.locations, metadata_location)
         where = named_places(loaded.metadata.location, loaded.metadata.properties)
-        self._check_places(where, "Table", places, writes_to=None)
+        self.core.check_places(where, "Table", places, writes_to=None)
         check_carried_paths(loaded.metadata)
         check_unique_ids(loaded.metadata)
         check_no_code(loaded.metadata.properties)
-        check_registered(loaded.metadata, read_table_metadata(self.io, metadata_location))
+        check_registered(loaded.metadata, read_table_metadata(self.core.io, metadata_location))
         # Whatever coverage the snapshots still declare (expired ones are gone with their summaries).
         spans = [span for snapshot in loaded.metadata.snapshots for span in snapshot_spans(snapshot)]
         rows = snapshots_rows(loaded.metadata.snapshots)
@@ -428,7 +438,7 @@ class TableOperations(ServiceCore):
             if existing is not None:
                 unplace(batch.view, existing.uuid)
             where = named_places(loaded.metadata.location, loaded.metadata.properties)
-            self._claim_places(batch.view, pointer.uuid, where, "Table", moving=False)
+            self.core.claim_places(batch.view, pointer.uuid, where, "Table", moving=False)
             batch.view.put_pointer(TABLE, ident, pointer)
             record = batch.log(
                 CommitRecord(
@@ -445,7 +455,7 @@ class TableOperations(ServiceCore):
             if spans:
                 batch.view.add_coverage(pointer.uuid, spans, None, record.commit_seq)
             if rows:
-                batch.view.add_sink_rows(SinkRows(pointer.uuid, self.name, str(ident), rows))
+                batch.view.add_sink_rows(SinkRows(pointer.uuid, self.core.name, str(ident), rows))
             return TableState(ident, metadata_location, loaded.metadata, loaded.json)
 
-        return self._mutate(mutation, context=context, answer=lambda state: state.metadata_location)
+        return self.core.mutate(mutation, context=context, answer=lambda state: state.metadata_location)

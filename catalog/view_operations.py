@@ -27,11 +27,11 @@ from isbre.catalog.service_core import (
     require_namespace,
 )
 from isbre.catalog.store import Pointer
-from isbre.catalog.tables import (
+from isbre.catalog.table_staging import (
     named_places,
     next_metadata_location,
 )
-from isbre.catalog.views import ViewRequirement, ViewUpdate, new_view_metadata, update_view_metadata
+from isbre.catalog.view_staging import ViewRequirement, ViewUpdate, new_view_metadata, update_view_metadata
 from isbre.catalog.writer import Batch
 from pyiceberg.exceptions import (
     CommitFailedException,
@@ -50,19 +50,24 @@ class ViewState:
     json: bytes
 
 
-class ViewOperations(ServiceCore):
-    def load_view(self, ident: Identifier) -> ViewState:
-        with self.store.read(self.scope) as view:
+class Views:
+    """A warehouse's views: loaded, created, replaced, registered, renamed and dropped."""
+
+    def __init__(self, core: ServiceCore) -> None:
+        self.core = core
+
+    def load(self, ident: Identifier) -> ViewState:
+        with self.core.store.read(self.core.scope) as view:
             pointer = view.pointer(VIEW, ident)
         if pointer is None:
             raise NoSuchViewError(f"View does not exist: {ident}")
-        loaded = self.view_files.get(pointer.metadata_location)
+        loaded = self.core.view_files.get(pointer.metadata_location)
         return ViewState(ident, pointer.metadata_location, loaded.metadata, loaded.json)
 
-    def list_views(self, namespace: tuple[str, ...], after: str | None = None, limit: int | None = None):
-        return self._list(VIEW, namespace, after, limit)
+    def listing(self, namespace: tuple[str, ...], after: str | None = None, limit: int | None = None):
+        return self.core.list_objects(VIEW, namespace, after, limit)
 
-    def create_view(
+    def create(
         self,
         ident: Identifier,
         schema: Schema,
@@ -73,14 +78,14 @@ class ViewOperations(ServiceCore):
         context: RequestContext = ANONYMOUS,
     ) -> ViewState:
         view_uuid = uuid.uuid4()
-        location = (location or "").rstrip("/") or self._default_location(
+        location = (location or "").rstrip("/") or self.core.default_location(
             ident.namespace, ident.name, view_uuid
         )
-        self._check_places(named_places(location, properties or {}), "View", places)
+        self.core.check_places(named_places(location, properties or {}), "View", places)
         metadata = new_view_metadata(view_uuid, location, schema, version, dict(properties or {}))
         return self._swap_view(ident, None, metadata, True, context)
 
-    def replace_view(
+    def replace(
         self,
         ident: Identifier,
         requirements: tuple[ViewRequirement, ...],
@@ -88,10 +93,10 @@ class ViewOperations(ServiceCore):
         places: LocationPolicy | None = None,
         context: RequestContext = ANONYMOUS,
     ) -> ViewState:
-        with self._staging(VIEW, [ident]):
+        with self.core.staging(VIEW, [ident]):
             retries = commit_retries()
             for _ in range(MAX_COMMIT_ATTEMPTS):
-                current = self.load_view(ident)
+                current = self.load(ident)
                 for requirement in requirements:
                     requirement.validate_against(current.metadata)
                 metadata = update_view_metadata(current.metadata, updates)
@@ -100,7 +105,7 @@ class ViewOperations(ServiceCore):
                 where = named_places(metadata.location, metadata.properties)
                 moved = where != named_places(current.metadata.location, current.metadata.properties)
                 if moved:
-                    self._check_places(where, "View", places, str(metadata.view_uuid))
+                    self.core.check_places(where, "View", places, str(metadata.view_uuid))
                 base = Pointer(current.metadata_location, current.metadata.view_uuid)
                 try:
                     return self._swap_view(ident, base, metadata, moved, context)
@@ -119,13 +124,13 @@ class ViewOperations(ServiceCore):
         context: RequestContext,
     ) -> ViewState:
         data = metadata_json(metadata)
-        self.limits.check_properties(metadata.properties, "View")
-        self.limits.check_metadata(data, "View")
-        self.limits.check_room(self._local_warehouse)
+        self.core.limits.check_properties(metadata.properties, "View")
+        self.core.limits.check_metadata(data, "View")
+        self.core.limits.check_room(self.core.local_warehouse)
         previous = base.metadata_location if base else None
         location = next_metadata_location(metadata.location, metadata.properties, previous)
         pointer = Pointer(location, metadata.view_uuid)
-        write_durably(self.io, location, data)
+        write_durably(self.core.io, location, data)
 
         def mutation(batch: Batch) -> ViewState:
             if batch.view.pointer(VIEW, ident) != base:
@@ -137,7 +142,7 @@ class ViewOperations(ServiceCore):
                 require_free(batch.view, ident, VIEW)
             if moved:
                 where = named_places(metadata.location, metadata.properties)
-                self._claim_places(batch.view, metadata.view_uuid, where, "View")
+                self.core.claim_places(batch.view, metadata.view_uuid, where, "View")
             batch.view.put_pointer(VIEW, ident, pointer)
             batch.log(
                 CommitRecord(
@@ -152,36 +157,34 @@ class ViewOperations(ServiceCore):
             return ViewState(ident, location, metadata, data)
 
         try:
-            state = self._mutate(mutation, context=context, answer=lambda state: state.metadata_location)
+            state = self.core.mutate(mutation, context=context, answer=lambda state: state.metadata_location)
         except BaseException:
-            remove_quietly(self.io, location)
+            remove_quietly(self.core.io, location)
             raise
-        self.view_files.put(location, Loaded(metadata, data))
+        self.core.view_files.put(location, Loaded(metadata, data))
         return state
 
-    def drop_view(self, ident: Identifier, context: RequestContext = ANONYMOUS) -> None:
-        self._drop(VIEW, ident, context)
+    def drop(self, ident: Identifier, context: RequestContext = ANONYMOUS) -> None:
+        self.core.drop_object(VIEW, ident, context)
 
-    def rename_view(
-        self, source: Identifier, target: Identifier, context: RequestContext = ANONYMOUS
-    ) -> None:
-        self._rename(VIEW, source, target, context)
+    def rename(self, source: Identifier, target: Identifier, context: RequestContext = ANONYMOUS) -> None:
+        self.core.rename_object(VIEW, source, target, context)
 
-    def register_view(
+    def register(
         self,
         ident: Identifier,
         metadata_location: str,
         places: LocationPolicy | None = None,
         context: RequestContext = ANONYMOUS,
     ) -> ViewState:
-        loaded = read_for_register(self.view_files, places or self.locations, metadata_location)
+        loaded = read_for_register(self.core.view_files, places or self.core.locations, metadata_location)
         where = named_places(loaded.metadata.location, loaded.metadata.properties)
-        self._check_places(where, "View", places, writes_to=None)
+        self.core.check_places(where, "View", places, writes_to=None)
 
         def mutation(batch: Batch) -> ViewState:
             require_namespace(batch.view, ident.namespace)
             require_free(batch.view, ident, VIEW)
-            self._claim_places(batch.view, loaded.metadata.view_uuid, where, "View", moving=False)
+            self.core.claim_places(batch.view, loaded.metadata.view_uuid, where, "View", moving=False)
             batch.view.put_pointer(VIEW, ident, Pointer(metadata_location, loaded.metadata.view_uuid))
             batch.log(
                 CommitRecord(
@@ -194,4 +197,4 @@ class ViewOperations(ServiceCore):
             )
             return ViewState(ident, metadata_location, loaded.metadata, loaded.json)
 
-        return self._mutate(mutation, context=context, answer=lambda state: state.metadata_location)
+        return self.core.mutate(mutation, context=context, answer=lambda state: state.metadata_location)

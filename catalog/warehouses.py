@@ -54,7 +54,7 @@ def open_warehouses(
                 on_fatal=on_fatal,
                 name=warehouse.name,
                 scope=FIRST_WAREHOUSE if position == 0 else warehouse.name,
-                writer=services[0].writer if services else None,
+                writer=services[0].core.writer if services else None,
                 table_defaults=warehouse.table_defaults,
             )
         )
@@ -63,8 +63,8 @@ def open_warehouses(
 
 def read_metadata(services: Sequence[CatalogService], location: str) -> TableMetadata | None:
     """Table metadata at `location`, read through the warehouse it lies in (the first by default)."""
-    holder = next((s for s in services if location.startswith(s.warehouse + "/")), services[0])
-    return holder.table_metadata_or_none(location)
+    holder = next((s for s in services if location.startswith(s.core.warehouse + "/")), services[0])
+    return holder.tables.metadata_or_none(location)
 
 
 def open_catalog(warehouse: Path, **options: Any) -> CatalogService:

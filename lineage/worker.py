@@ -91,13 +91,13 @@ def main(argv: list[str] | None = None) -> int:
     def why() -> str:
         return "the server asked" if stopping.is_set() else f"the server (process {parent}) has gone"
 
-    lease = _take_lease(service.commit_log, args.state, serving)
+    lease = _take_lease(service.core.commit_log, args.state, serving)
     if lease is None:
         log.info("stopping before delivering: %s", why())
         service.close()
         return 0
     outbox = LineageOutbox(
-        service.commit_log,
+        service.core.commit_log,
         client,
         LineageMapper(LineageNames(**delivery["names"]), partial(read_metadata, services)),
         idle_wait=0.05,

@@ -8,7 +8,17 @@ from contextlib import asynccontextmanager
 
 from fastapi import Depends, FastAPI, Query, Request, Response
 from fastapi.routing import APIRoute
-from isbre.rest import console, errors, event_pages, event_stream, health, metrics, namespaces, tables, views
+from isbre.rest import (
+    console,
+    errors,
+    event_pages,
+    event_stream,
+    health,
+    metrics,
+    namespace_routes,
+    table_routes,
+    view_routes,
+)
 from isbre.rest.access import PUBLIC, READER, check_every_route_has_a_rule
 from isbre.rest.auth import Authenticator, AuthMiddleware, FailureLimit, token_response
 from isbre.rest.guard import LOOPBACK_NAMES, RequestGuard
@@ -24,7 +34,13 @@ from starlette.concurrency import run_in_threadpool
 log = logging.getLogger(__name__)
 
 
-_ROUTERS = (namespaces.router, tables.router, views.router, event_stream.router, event_pages.router)
+_ROUTERS = (
+    namespace_routes.router,
+    table_routes.router,
+    view_routes.router,
+    event_stream.router,
+    event_pages.router,
+)
 
 
 def advertised_endpoints() -> list[str]:
@@ -73,7 +89,7 @@ def create_app(settings: Settings, worker: bool = False) -> FastAPI:
             (
                 name
                 for name, spec in settings.served()
-                if wanted in (None, name, spec.root.rstrip("/"), services[name].warehouse)
+                if wanted in (None, name, spec.root.rstrip("/"), services[name].core.warehouse)
             ),
             None,
         )

@@ -136,7 +136,7 @@ def _lineage_replay(args: argparse.Namespace) -> int:
         sent = 0
         records = [
             r
-            for r in service.commit_log.records(after=args.from_seq - 1)
+            for r in service.core.commit_log.records(after=args.from_seq - 1)
             if args.to is None or r.commit_seq <= args.to
         ]
         for run in group_runs(records):

@@ -83,7 +83,7 @@ class Delegation:
 
     @classmethod
     def of(cls, service: CatalogService, settings: DelegationSettings) -> Delegation:
-        options = service.io.options if isinstance(service.io, ObjectStorageIO) else None
+        options = service.core.io.options if isinstance(service.core.io, ObjectStorageIO) else None
         delegation = cls(options, settings)
         if options is not None and settings.vended_credentials and not settings.role_arn:
             log.warning(

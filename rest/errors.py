@@ -18,7 +18,7 @@ from isbre.catalog.store import (
     StoreGrowthError,
     StoreUnavailableError,
 )
-from isbre.catalog.views import InvalidViewVersionError
+from isbre.catalog.view_staging import InvalidViewVersionError
 from isbre.catalog.writer import WriterClosedError, WriterOverloadedError
 from isbre.events.subscription import CursorExpiredError
 from isbre.rest.access import ForbiddenError

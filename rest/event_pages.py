@@ -168,5 +168,5 @@ async def query_events(request: Request) -> Response:
     visible = EventFilter(
         scopes=caller.namespaces if caller else (), warehouses=frozenset(warehouse_tags(request))
     )
-    body = await anyio.to_thread.run_sync(page, running.service.commit_log, query, page_size, visible)
+    body = await anyio.to_thread.run_sync(page, running.service.core.commit_log, query, page_size, visible)
     return Response(json.dumps(body, separators=(",", ":")), media_type="application/json")

@@ -90,7 +90,7 @@ async def stream_events(
     event_filter = _filter(request, namespace, table, kind)
     cursor = _start(after, last_event_id, state.broadcaster.high)
     # On the thread pool: on PostgreSQL this reads the database, which may keep it waiting.
-    await anyio.to_thread.run_sync(check_cursor, state.service.commit_log, cursor)
+    await anyio.to_thread.run_sync(check_cursor, state.service.core.commit_log, cursor)
     expires_at = caller.expires_at if caller else None
     connection = request.scope.get("extensions", {}).get(DETACHABLE)
     if state.fanout is not None and connection is not None:
@@ -123,7 +123,7 @@ def _stream_here(
         try:
             yield retry_frame(state.settings.events_retry_ms)
             async for entries in follow(
-                state.broadcaster, state.service.commit_log, cursor, event_filter, shutdown
+                state.broadcaster, state.service.core.commit_log, cursor, event_filter, shutdown
             ):
                 yield b"".join(entry.frame for entry in entries)
             if expired.is_set():
@@ -157,7 +157,7 @@ def events_health(state: Runtime) -> dict[str, object]:
 
 @router.get("/events/cursor")
 def events_cursor(request: Request) -> Response:
-    floor, high = runtime(request).service.commit_log.log_bounds()
+    floor, high = runtime(request).service.core.commit_log.log_bounds()
     body = json.dumps({"commit_seq": high, "oldest_commit_seq": floor})
     return Response(body, media_type="application/json")
 
@@ -171,6 +171,6 @@ def recent_events(
     kind: Annotated[list[str] | None, Query()] = None,
 ) -> Response:
     event_filter = _filter(request, namespace, table, kind)
-    records, high = latest(runtime(request).service.commit_log, event_filter, limit, RECENT_SCAN_LIMIT)
+    records, high = latest(runtime(request).service.core.commit_log, event_filter, limit, RECENT_SCAN_LIMIT)
     body = b'{"commit_seq":%d,"records":[%s]}' % (high, b",".join(r.to_json() for r in records))
     return Response(body, media_type="application/json")

@@ -47,7 +47,7 @@ def get_lineage_status(request: Request) -> Response:
 
 
 def liveness(service: CatalogService) -> tuple[int, dict[str, Any]]:
-    if not service.writer.alive:
+    if not service.core.writer.alive:
         return 503, {"status": "down", "reason": "the writer has stopped: commits cannot be made"}
     return 200, {"status": "ok"}
 
@@ -64,10 +64,10 @@ def ready(request: Request) -> Response:
     """Ready for traffic: the store opens a transaction and the writer takes mutations."""
     service = runtime(request).service
     try:
-        service.commit_log.commit_seq()
+        service.core.commit_log.commit_seq()
     except Exception as exc:
         return json_response({"status": "down", "reason": f"store: {type(exc).__name__}"}, status_code=503)
-    if not service.writer.alive:
+    if not service.core.writer.alive:
         return json_response({"status": "down", "reason": "writer stopped"}, status_code=503)
     state = runtime(request)
     if state.shared_counters is not None:  # one of several workers: ready when all of them are
@@ -117,12 +117,17 @@ def maintenance_health(maintainer: Maintainer | None) -> dict[str, Any]:
 def _health(request: Request) -> tuple[int, dict[str, Any]]:
     service = runtime(request).service
     try:
-        floor, high = service.commit_log.log_bounds()
-        store = {"status": "ok", **service.store.describe(), "commit_seq": high, "oldest_commit_seq": floor}
+        floor, high = service.core.commit_log.log_bounds()
+        store = {
+            "status": "ok",
+            **service.core.store.describe(),
+            "commit_seq": high,
+            "oldest_commit_seq": floor,
+        }
         lineage = lineage_status(request)
     except StoreUnavailableError as exc:
         # The database is down: nothing can be served until it is back (each server reconnects).
-        store = {"status": "down", **service.store.describe(), "reason": str(exc)}
+        store = {"status": "down", **service.core.store.describe(), "reason": str(exc)}
         return 503, {"status": "down", "process": os.getpid(), "components": {"store": store}}
     # Lineage that is failing, or whose worker is restarting, delays events but loses none:
     # the catalog is degraded, not down.
@@ -137,8 +142,8 @@ def _health(request: Request) -> tuple[int, dict[str, Any]]:
         "components": {
             "store": store,
             "writer": {
-                "status": "ok" if service.writer.alive else "down",
-                "queue_depth": service.writer.queue_depth(),
+                "status": "ok" if service.core.writer.alive else "down",
+                "queue_depth": service.core.writer.queue_depth(),
             },
             "events": events,
             "lineage": {"status": "degraded" if degraded else "ok", **lineage},

@@ -63,7 +63,7 @@ def _rendering(files: str, missing: type[Exception]) -> Render:
 
     def render(request: Request, raw: bytes, location: str) -> Response:
         try:
-            loaded = getattr(service(request), files).get(location)
+            loaded = getattr(service(request).core, files).get(location)
         except Exception as exc:
             raise missing(f"What this key committed is gone (dropped and purged since): {location}") from exc
         return load_result(location, loaded.json)
@@ -121,7 +121,7 @@ def idempotent(request: Request, raw: bytes, call: Callable[[], Response], rende
     fingerprint = _fingerprint(request, raw)
     catalog = service(request)
     with _LOCKS.holding(key):
-        if (stored := catalog.idempotent_response(key)) is not None:
+        if (stored := catalog.core.idempotent_response(key)) is not None:
             return _replay(request, raw, stored, fingerprint, render)
         request.scope.setdefault("state", {})["idempotency"] = Idempotency(key, fingerprint)
         try:
@@ -130,7 +130,7 @@ def idempotent(request: Request, raw: bytes, call: Callable[[], Response], rende
             # Answered meanwhile (KeyAnsweredError), or a twin in another process (a worker, a
             # replica) committed first, so that this attempt failed on what the twin did (the
             # name is taken): the twin's outcome is the key's answer.
-            stored = catalog.idempotent_response(key)
+            stored = catalog.core.idempotent_response(key)
             if stored is None:
                 raise
             return _replay(request, raw, stored, fingerprint, render)

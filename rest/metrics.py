@@ -162,16 +162,16 @@ def metrics(request: Request) -> Response:
                 "isbre_commit_seq",
                 "gauge",
                 "Highest commit_seq in the commit log.",
-                [("", service.commit_log.commit_seq())],
+                [("", service.core.commit_log.commit_seq())],
             ),
             _line(
                 "isbre_store_capacity_bytes",
                 "gauge",
                 "Bytes reserved by the store.",
-                [("", service.store.capacity())],
+                [("", service.core.store.capacity())],
             ),
         ]
-        stored.append(_sink_rows(service.sink_rows(), named=not state.settings.auth.enabled))
+        stored.append(_sink_rows(service.tables.sink_rows(), named=not state.settings.auth.enabled))
         if outbox is not None:
             status = outbox.status
             stored += [
@@ -229,7 +229,7 @@ def metrics(request: Request) -> Response:
             "isbre_writer_queue_depth",
             "gauge",
             "Mutations waiting for the writer.",
-            [("", service.writer.queue_depth())],
+            [("", service.core.writer.queue_depth())],
         )
     )
     blocks.append(

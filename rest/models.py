@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from isbre.catalog.format_v3 import AnyTableUpdate
 from isbre.catalog.identifiers import Identifier
-from isbre.catalog.views import ViewRequirement, ViewUpdate
+from isbre.catalog.view_staging import ViewRequirement, ViewUpdate
 from pydantic import ConfigDict, Field
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema

@@ -61,7 +61,10 @@ class Runtime:
         """What this process counted (with several workers, /metrics adds up every worker's)."""
         counters = self.counters
         return Counts(
-            self.service.writer.stats, counters.http_requests, counters.metrics_reports, self.open_streams
+            self.service.core.writer.stats,
+            counters.http_requests,
+            counters.metrics_reports,
+            self.open_streams,
         )
 
 

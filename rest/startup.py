@@ -65,7 +65,7 @@ def lineage_delivery(settings: Settings) -> dict[str, str] | None:
 def _served(settings: Settings, services: list[CatalogService]) -> list[Warehouse]:
     """The warehouses as their services opened them (a helper process opens them the same way)."""
     served = zip(warehouses(settings), services, strict=True)
-    return [replace(warehouse, root=service.warehouse) for warehouse, service in served]
+    return [replace(warehouse, root=service.core.warehouse) for warehouse, service in served]
 
 
 def start_lineage(settings: Settings, services: list[CatalogService]) -> LineageWorker | None:
@@ -74,7 +74,7 @@ def start_lineage(settings: Settings, services: list[CatalogService]) -> Lineage
         log.info("lineage is off: no OpenLineage transport is configured")
         return None
     worker = LineageWorker(
-        services[0].commit_log,
+        services[0].core.commit_log,
         settings.store_location(),
         settings.state_path(),
         _served(settings, services),
@@ -149,7 +149,7 @@ async def running(settings: Settings, worker: bool, counters: RequestCounters) -
             limits=catalog_limits(settings),
             on_fatal=_shut_down,
         )
-        commit_log = services[0].commit_log
+        commit_log = services[0].core.commit_log
         stops.append(services[0].close)
         jobs = JobProcesses(
             settings.store_location(),
@@ -158,7 +158,7 @@ async def running(settings: Settings, worker: bool, counters: RequestCounters) -
             limits=catalog_limits(settings),
         )
         for each in services:
-            each.job_processes = jobs
+            each.maintenance.job_processes = jobs
         broadcaster = Broadcaster(
             commit_log, capacity=settings.events_ring_size, max_bytes=int(settings.events_ring_mb * (1 << 20))
         )
@@ -220,7 +220,7 @@ async def running(settings: Settings, worker: bool, counters: RequestCounters) -
             publishing = asyncio.create_task(shared.publish_periodically(found.own_counts))
             stops.append(publishing.cancel)
         for each in services:
-            log.info("isbre warehouse %r at %s", each.name, each.warehouse)
+            log.info("isbre warehouse %r at %s", each.name, each.core.warehouse)
         if shared is not None:  # this worker's file says it has started: /ready and the supervisor count them
             shared.publish(found.own_counts())
         yield found

@@ -98,7 +98,7 @@ def warehouse_tags(request: Request) -> tuple[str | None, ...]:
     one (every record is its own)."""
     if len(runtime(request).services) == 1:
         return ()
-    return service(request).record_tags
+    return service(request).core.record_tags
 
 
 def settings(request: Request) -> Settings:

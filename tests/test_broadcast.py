@@ -26,15 +26,15 @@ async def take(stream, count: int) -> list[int]:
 
 def create(service: CatalogService, names: range, prefix: str = "n") -> None:
     for i in names:
-        service.create_namespace((f"{prefix}{i}",), {})
+        service.namespaces.create((f"{prefix}{i}",), {})
 
 
 def test_replay_then_live_without_gap(service: CatalogService) -> None:
     create(service, range(10))
-    broadcaster = Broadcaster(service.commit_log, capacity=4)
+    broadcaster = Broadcaster(service.core.commit_log, capacity=4)
 
     async def scenario() -> list[int]:
-        stream = follow(broadcaster, service.commit_log, after=0)
+        stream = follow(broadcaster, service.core.commit_log, after=0)
         first = await take(stream, 10)  # all from the log: the ring started empty
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, create, service, range(10, 15))
@@ -44,10 +44,10 @@ def test_replay_then_live_without_gap(service: CatalogService) -> None:
 
 
 def test_a_subscriber_behind_the_ring_reads_the_log(service: CatalogService) -> None:
-    broadcaster = Broadcaster(service.commit_log, capacity=4)
+    broadcaster = Broadcaster(service.core.commit_log, capacity=4)
 
     async def scenario() -> list[int]:
-        stream = follow(broadcaster, service.commit_log, after=0)
+        stream = follow(broadcaster, service.core.commit_log, after=0)
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, create, service, range(2))
         seqs = await take(stream, 2)
@@ -62,13 +62,13 @@ def test_a_subscriber_behind_the_ring_reads_the_log(service: CatalogService) -> 
 
 def test_a_broadcaster_in_another_process_follows_the_log(service: CatalogService) -> None:
     """The fan-out process's broadcaster: nothing commits where it runs, it publishes from the log."""
-    broadcaster = Broadcaster(service.commit_log, capacity=4)
+    broadcaster = Broadcaster(service.core.commit_log, capacity=4)
     broadcaster.close()  # as in the fan-out process: no writer calls it
 
     async def scenario() -> list[int]:
         near, far = (
-            follow(broadcaster, service.commit_log, after=0),
-            follow(broadcaster, service.commit_log, after=0),
+            follow(broadcaster, service.core.commit_log, after=0),
+            follow(broadcaster, service.core.commit_log, after=0),
         )
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, create, service, range(3))
@@ -90,10 +90,10 @@ def test_a_broadcaster_in_another_process_follows_the_log(service: CatalogServic
 
 
 def test_many_subscribers_share_one_ring(service: CatalogService) -> None:
-    broadcaster = Broadcaster(service.commit_log, capacity=64)
+    broadcaster = Broadcaster(service.core.commit_log, capacity=64)
 
     async def scenario() -> list[list[int]]:
-        streams = [follow(broadcaster, service.commit_log, after=0) for _ in range(20)]
+        streams = [follow(broadcaster, service.core.commit_log, after=0) for _ in range(20)]
         readers = [asyncio.ensure_future(take(s, 30)) for s in streams]
         await until(lambda: broadcaster.subscribers_waiting() == 20, "20 subscribers waiting")
         await asyncio.get_running_loop().run_in_executor(None, create, service, range(30))
@@ -105,11 +105,13 @@ def test_many_subscribers_share_one_ring(service: CatalogService) -> None:
 def test_filtered_subscription_yields_records(service: CatalogService) -> None:
     create(service, range(3), prefix="keep")
     create(service, range(3), prefix="skip")
-    broadcaster = Broadcaster(service.commit_log)
+    broadcaster = Broadcaster(service.core.commit_log)
 
     async def scenario() -> list[str]:
         names = []
-        async for record in subscribe(broadcaster, service.commit_log, 0, EventFilter(namespace=("keep1",))):
+        async for record in subscribe(
+            broadcaster, service.core.commit_log, 0, EventFilter(namespace=("keep1",))
+        ):
             names.append(record.namespace[0])
             break
         return names
@@ -119,14 +121,14 @@ def test_filtered_subscription_yields_records(service: CatalogService) -> None:
 
 def test_cursor_checks(service: CatalogService) -> None:
     create(service, range(10))
-    broadcaster = Broadcaster(service.commit_log)
-    service.commit_log.trim_log(keep_records=3, keep_us=10**15)
+    broadcaster = Broadcaster(service.core.commit_log)
+    service.core.commit_log.trim_log(keep_records=3, keep_us=10**15)
 
     async def first(after: int) -> None:
-        async for _ in subscribe(broadcaster, service.commit_log, after):
+        async for _ in subscribe(broadcaster, service.core.commit_log, after):
             return
 
-    assert service.commit_log.log_bounds() == (8, 10)  # the 3 newest records are kept
+    assert service.core.commit_log.log_bounds() == (8, 10)  # the 3 newest records are kept
     with pytest.raises(CursorExpiredError):
         asyncio.run(first(6))
     with pytest.raises(CursorAheadError):
@@ -135,7 +137,7 @@ def test_cursor_checks(service: CatalogService) -> None:
 
 
 def test_a_filtered_subscriber_sleeps_through_what_it_does_not_want(service: CatalogService) -> None:
-    broadcaster = Broadcaster(service.commit_log, capacity=4)
+    broadcaster = Broadcaster(service.core.commit_log, capacity=4)
     looks = []
     since = broadcaster.since
 
@@ -147,14 +149,14 @@ def test_a_filtered_subscriber_sleeps_through_what_it_does_not_want(service: Cat
 
     async def scenario() -> list[tuple[int, str]]:
         stream = follow(
-            broadcaster, service.commit_log, after=0, event_filter=EventFilter(namespace=("keep",))
+            broadcaster, service.core.commit_log, after=0, event_filter=EventFilter(namespace=("keep",))
         )
         reader = asyncio.ensure_future(stream.__anext__())
         await until(lambda: broadcaster.subscribers_waiting() == 1, "caught up at 0 and waiting")
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, create, service, range(50), "skip")
         assert not reader.done(), "woken by records its filter rejects"
-        await loop.run_in_executor(None, service.create_namespace, ("keep",), {})
+        await loop.run_in_executor(None, service.namespaces.create, ("keep",), {})
         entries = await asyncio.wait_for(reader, 5)
         return [(e.record.commit_seq, e.record.namespace[0]) for e in entries]
 
@@ -167,16 +169,16 @@ def test_a_filtered_subscriber_sleeps_through_what_it_does_not_want(service: Cat
 def test_a_busy_loop_coalesces_sends_and_an_idle_one_does_not(
     service: CatalogService, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    broadcaster = Broadcaster(service.commit_log)
+    broadcaster = Broadcaster(service.core.commit_log)
 
     async def batches_for(commits: int, prefix: str) -> tuple[int, list[int]]:
-        stream = follow(broadcaster, service.commit_log, after=service.commit_log.commit_seq())
+        stream = follow(broadcaster, service.core.commit_log, after=service.core.commit_log.commit_seq())
         loop = asyncio.get_running_loop()
 
         def commit_paced() -> None:
             # A few ms apart: an idle loop sends each before the next, even on a loaded machine.
             for i in range(commits):
-                service.create_namespace((f"{prefix}{i}",), {})
+                service.namespaces.create((f"{prefix}{i}",), {})
                 time.sleep(0.003)
 
         writing = loop.run_in_executor(None, commit_paced)
@@ -189,7 +191,7 @@ def test_a_busy_loop_coalesces_sends_and_an_idle_one_does_not(
         await writing
         return batches, seqs
 
-    first = service.commit_log.commit_seq()
+    first = service.core.commit_log.commit_seq()
     broadcaster.lag = lambda loop: 0.0  # type: ignore[method-assign]  # idle, however loaded this machine is
     idle_batches, idle = asyncio.run(batches_for(30, "idle"))
     assert idle == list(range(first + 1, first + 31))

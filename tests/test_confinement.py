@@ -327,11 +327,11 @@ def test_a_store_made_before_the_location_index_gets_one(tmp_path: Path) -> None
 
     schema = Schema(NestedField(1, "id", LongType(), required=False))
     service = open_catalog(tmp_path / "wh")
-    service.create_namespace(("db",), {})
-    first = service.create_table(
+    service.namespaces.create(("db",), {})
+    first = service.tables.create(
         Identifier.of(("db",), "a"), schema, UNPARTITIONED_PARTITION_SPEC, UNSORTED_SORT_ORDER
     )
-    store = service.store
+    store = service.core.store
     # As an older isbre left it: no index of locations, and no mark that one was made.
     with store.env.begin(write=True) as txn:  # type: ignore[attr-defined]
         txn.drop(store.dbs["locations"], delete=False)  # type: ignore[attr-defined]
@@ -341,7 +341,7 @@ def test_a_store_made_before_the_location_index_gets_one(tmp_path: Path) -> None
     reopened = open_catalog(tmp_path / "wh")
     try:
         with pytest.raises(LocationNotAllowedError, match="overlaps"):
-            reopened.create_table(
+            reopened.tables.create(
                 Identifier.of(("db",), "b"),
                 schema,
                 UNPARTITIONED_PARTITION_SPEC,

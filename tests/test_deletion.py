@@ -48,8 +48,8 @@ names = itertools.count()
 def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[CatalogService, Path]]:
     base = tmp_path_factory.mktemp("deletion")
     service = open_catalog(base / "wh")
-    service.create_namespace(("ns",), {})
-    other = service.create_table(Identifier(("ns",), "other"), SCHEMA, *_unpartitioned())
+    service.namespaces.create(("ns",), {})
+    other = service.tables.create(Identifier(("ns",), "other"), SCHEMA, *_unpartitioned())
     (local_path(other.metadata.location) / "data").mkdir(parents=True)  # type: ignore[operator]
     (local_path(other.metadata.location) / "data" / "other.parquet").write_bytes(b"theirs")  # type: ignore[operator]
     (base / "outside").mkdir()
@@ -149,19 +149,19 @@ def test_no_spelling_of_any_path_lets_a_purge_leave_the_table(
 ) -> None:
     service, base = home
     ident = Identifier(("ns",), f"t{next(names)}")
-    other = local_path(service.load_table(Identifier(("ns",), "other")).metadata.location)
+    other = local_path(service.tables.load(Identifier(("ns",), "other")).metadata.location)
     assert other is not None
     hostile = hostile_paths(
-        str(service.namespace_location(("ns",)).removeprefix("file://")) + f"/{ident.name}",
+        str(service.core.namespace_location(("ns",)).removeprefix("file://")) + f"/{ident.name}",
         str(base),
         str(other),
     )
     # The table's own location may be hostile too: refused, or a place like any other.
     location = data.draw(st.one_of(st.none(), hostile))
     try:
-        state = service.create_table(ident, SCHEMA, *_unpartitioned(), location=location)
+        state = service.tables.create(ident, SCHEMA, *_unpartitioned(), location=location)
     except (ValueError, PermissionError):
-        state = service.create_table(ident, SCHEMA, *_unpartitioned())
+        state = service.tables.create(ident, SCHEMA, *_unpartitioned())
     root = local_path(state.metadata.location)
     assert root is not None
     plant(root, base, other)
@@ -178,11 +178,11 @@ def test_no_spelling_of_any_path_lets_a_purge_leave_the_table(
             write_list_at=str(root / "metadata" / "list.avro"),
         )
         try:
-            service.commit_table(TableChange(ident, (), updates_of(raw)))
+            service.tables.commit(TableChange(ident, (), updates_of(raw)))
             break
         except ValueError:
             continue  # a manifest list that cannot be committed: the table's own one then
-    metadata: TableMetadata = service.load_table(ident).metadata
+    metadata: TableMetadata = service.tables.load(ident).metadata
     statistics = data.draw(hostile)
     stats = {
         "action": "set-statistics",
@@ -196,9 +196,9 @@ def test_no_spelling_of_any_path_lets_a_purge_leave_the_table(
         },
     }
     with contextlib.suppress(ValueError):
-        service.commit_table(TableChange(ident, (), updates_of([stats])))
+        service.tables.commit(TableChange(ident, (), updates_of([stats])))
     if data.draw(st.booleans()):  # the metadata log, through a register of crafted metadata
-        state = service.load_table(ident)
+        state = service.tables.load(ident)
         crafted = json.loads(state.json)
         crafted["metadata-log"] = [
             {"metadata-file": p, "timestamp-ms": 1}
@@ -207,10 +207,10 @@ def test_no_spelling_of_any_path_lets_a_purge_leave_the_table(
         path = root / "metadata" / "99999-crafted.metadata.json"
         path.write_text(json.dumps(crafted))
         with contextlib.suppress(ValueError):
-            service.register_table(ident, str(path), overwrite=True)
+            service.tables.register(ident, str(path), overwrite=True)
     # An incomplete purge says so; what it must never do is leave the table.
     with contextlib.suppress(PurgeIncompleteError):
-        service.drop_table(ident, purge=True)
+        service.tables.drop(ident, purge=True)
     after = every_file(base, Path(os.path.realpath(root)))
     assert before <= after, f"deleted outside the table: {sorted(before - after)}"
 

@@ -32,7 +32,7 @@ def test_embedded_round_trip_survives_reopen(tmp_path: Path) -> None:
     assert loaded.scan().to_arrow().num_rows == 100
     assert loaded.properties["source"] == "embedded"
     assert reopened.list_tables("db") == [("db", "events")]
-    kinds = [r.kind for r in reopened.service.commit_log.records()]
+    kinds = [r.kind for r in reopened.service.core.commit_log.records()]
     assert kinds == ["namespace.create", "table.create", "table.commit", "table.commit"]
     reopened.close()
 
@@ -53,7 +53,7 @@ def test_an_overwrite_commit_is_recorded_as_one_overwrite(tmp_path: Path) -> Non
     table = catalog.create_table("db.t", schema=pa.schema([pa.field("n", pa.int64())]))
     table.append(pa.table({"n": pa.array([1, 2, 3], pa.int64())}))
     table.overwrite(pa.table({"n": pa.array([9], pa.int64())}))
-    record = list(catalog.service.commit_log.records())[-1]
+    record = list(catalog.service.core.commit_log.records())[-1]
     assert record.operation == "overwrite"
     assert record.summary is not None
     assert record.summary["deleted_records"] == 3

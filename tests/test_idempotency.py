@@ -159,13 +159,13 @@ def test_an_invalid_key_is_400(server: IsbreServer) -> None:
 def test_expired_keys_are_trimmed(tmp_path: Path) -> None:
     service = open_catalog(tmp_path / "wh")
     try:
-        with service.store.write() as view:
+        with service.core.store.write() as view:
             for i in range(5):
                 view.put_idempotent_response(f"k{i}", {"fingerprint": "f", "status": 204, "ts": i})
             view.put_idempotent_response("fresh", {"fingerprint": "f", "status": 204, "ts": now_us()})
-        assert service.commit_log.trim_idempotency(keep_us=10**9) == 5
-        assert service.idempotent_response("k0") is None
-        assert service.idempotent_response("fresh") is not None
+        assert service.core.commit_log.trim_idempotency(keep_us=10**9) == 5
+        assert service.core.idempotent_response("k0") is None
+        assert service.core.idempotent_response("fresh") is not None
     finally:
         service.close()
 
@@ -202,11 +202,11 @@ def test_the_key_is_kept_by_the_attempt_that_commits(service: CatalogService) ->
         return attempts[-1]
 
     with pytest.raises(Stale):
-        service._mutate(mutation, context=keyed, answer=lambda result: result)
-    assert service.idempotent_response("k") is None  # the rolled-back attempt kept nothing
-    assert service._mutate(mutation, context=keyed, answer=lambda result: result) == 1
-    assert service.idempotent_response("k") == {"fingerprint": "f", "outcome": 1, "ts": ANY}
+        service.core.mutate(mutation, context=keyed, answer=lambda result: result)
+    assert service.core.idempotent_response("k") is None  # the rolled-back attempt kept nothing
+    assert service.core.mutate(mutation, context=keyed, answer=lambda result: result) == 1
+    assert service.core.idempotent_response("k") == {"fingerprint": "f", "outcome": 1, "ts": ANY}
     with pytest.raises(KeyAnsweredError):
-        service._mutate(lambda batch: 2, context=keyed, answer=lambda result: result)
-    assert service.idempotent_response("k")["outcome"] == 1
-    service._mutate(lambda batch: None, context=keyed.unkeyed())
+        service.core.mutate(lambda batch: 2, context=keyed, answer=lambda result: result)
+    assert service.core.idempotent_response("k")["outcome"] == 1
+    service.core.mutate(lambda batch: None, context=keyed.unkeyed())

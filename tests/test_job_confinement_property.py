@@ -149,7 +149,7 @@ def test_no_job_or_purge_reaches_outside_the_table(
             f"{table.location()}/metadata/snap-{uuid.uuid4()}.avro",
             [(f"{table.location()}/metadata/{uuid.uuid4()}-m0.avro", own_files + named)],
         )
-        catalog.service.commit_table(_change(updates))
+        catalog.service.tables.commit(_change(updates))
 
     # Properties as an older server might have stored them: written into the metadata file itself.
     hostile_values = st.sampled_from(
@@ -179,10 +179,10 @@ def test_no_job_or_purge_reaches_outside_the_table(
     stored["properties"] = {**stored["properties"], **properties}
     current.write_text(json.dumps(stored))
     # Read as a server started since would read it (the process's cache holds what it wrote).
-    service.table_files.put(
-        location, Loaded(parse_table_metadata(service.io, location), current.read_bytes())
+    service.core.table_files.put(
+        location, Loaded(parse_table_metadata(service.core.io, location), current.read_bytes())
     )
-    assert service.load_table(Identifier.of(("a",), "t")).metadata.properties == stored["properties"]
+    assert service.tables.load(Identifier.of(("a",), "t")).metadata.properties == stored["properties"]
 
     own = local_path(table.location())
     assert own is not None
@@ -195,9 +195,9 @@ def test_no_job_or_purge_reaches_outside_the_table(
         with Opened() as opened, contextlib.chdir(here):
             for job in JOBS:
                 with contextlib.suppress(Exception):  # refusing a hostile table is fine
-                    reports += service.maintain(ident, [job])
+                    reports += service.maintenance.run(ident, [job])
             with contextlib.suppress(PurgeIncompleteError):  # it says what it left behind
-                service.drop_table(ident, purge=True)
+                service.tables.drop(ident, purge=True)
     finally:
         service.close()
     if named and not properties:  # compaction planned them with the table's own, and said so

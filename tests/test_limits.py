@@ -176,16 +176,16 @@ def test_property_values_and_metadata_have_ceilings(guarded: IsbreServer) -> Non
 def test_the_event_ring_is_bounded_in_bytes(tmp_path: Path) -> None:
     service = open_catalog(tmp_path / "wh")
     try:
-        broadcaster = Broadcaster(service.commit_log, capacity=4096, max_bytes=256 << 10)
+        broadcaster = Broadcaster(service.core.commit_log, capacity=4096, max_bytes=256 << 10)
         for i in range(50):
             properties = {"blob": "x" * (20 << 10), "i": str(i)}
-            service.create_namespace((f"n{i}",), properties)
-        held = broadcaster.since(service.commit_log.commit_seq() - 1)
+            service.namespaces.create((f"n{i}",), properties)
+        held = broadcaster.since(service.core.commit_log.commit_seq() - 1)
         assert held is not None and len(held) == 1
         assert broadcaster.ring_bytes <= 256 << 10
         assert broadcaster.since(0) is None  # older records are read from the log instead
-        assert [r.commit_seq for r in service.commit_log.commits_since(0, 100)] == list(range(1, 51))
-        assert isinstance(service.commit_log.commits_since(0, 1)[0], CommitRecord)
+        assert [r.commit_seq for r in service.core.commit_log.commits_since(0, 100)] == list(range(1, 51))
+        assert isinstance(service.core.commit_log.commits_since(0, 1)[0], CommitRecord)
         broadcaster.close()
     finally:
         service.close()

@@ -38,8 +38,8 @@ def test_malformed_declarations_are_ignored_but_the_run_is_kept(catalog: LmdbCat
     }
     table.append(pa.table({"a": pa.array([1], pa.int64())}), snapshot_properties=declared)
     service = catalog.service
-    mapper = LineageMapper(LineageNames("isbre://test"), service.table_metadata_or_none)
-    (run,) = group_runs(list(service.commit_log.records()))[-1:]
+    mapper = LineageMapper(LineageNames("isbre://test"), service.tables.metadata_or_none)
+    (run,) = group_runs(list(service.core.commit_log.records()))[-1:]
     events = [json.loads(Serde.to_json(e)) for e in mapper.run_events(run)]
 
     assert [e["eventType"] for e in events] == ["START", "COMPLETE"]
@@ -58,8 +58,8 @@ def test_an_overwrite_is_an_overwrite_lifecycle_change(catalog: LmdbCatalog) -> 
     table.append(pa.table({"a": pa.array([1, 2], pa.int64())}))
     table.overwrite(pa.table({"a": pa.array([3], pa.int64())}))
     service = catalog.service
-    mapper = LineageMapper(LineageNames("isbre://test"), service.table_metadata_or_none)
-    runs = group_runs(list(service.commit_log.records()))
+    mapper = LineageMapper(LineageNames("isbre://test"), service.tables.metadata_or_none)
+    runs = group_runs(list(service.core.commit_log.records()))
     lifecycles = []
     for run in runs:
         complete = json.loads(Serde.to_json(mapper.run_events(run)[1]))
@@ -76,8 +76,8 @@ def test_a_table_of_another_warehouse_has_that_warehouses_namespace(catalog: Lmd
     catalog.create_table("db.t", schema=pa.schema([pa.field("a", pa.int64())]))
     service = catalog.service
     names = LineageNames("isbre://test/isbre", {"scratch": "isbre://test/scratch"})
-    mapper = LineageMapper(names, service.table_metadata_or_none)
-    (run,) = group_runs(list(service.commit_log.records()))
+    mapper = LineageMapper(names, service.tables.metadata_or_none)
+    (run,) = group_runs(list(service.core.commit_log.records()))
     assert run[0].warehouse == "isbre"  # the embedded catalog's one warehouse
     seen = {}
     for warehouse in ("isbre", "scratch", None):
@@ -101,10 +101,10 @@ def test_a_maintenance_job_s_run_is_named_after_the_job(catalog: LmdbCatalog) ->
     for a in (1, 2):
         table.append(pa.table({"a": pa.array([a], pa.int64())}))
     service = catalog.service
-    (report,) = service.maintain(Identifier.of(("db",), "t"), ["compact-data-files"])
+    (report,) = service.maintenance.run(Identifier.of(("db",), "t"), ["compact-data-files"])
     assert report.committed
-    mapper = LineageMapper(LineageNames("isbre://test"), service.table_metadata_or_none)
-    *appends, compaction = group_runs(list(service.commit_log.records()))
+    mapper = LineageMapper(LineageNames("isbre://test"), service.tables.metadata_or_none)
+    *appends, compaction = group_runs(list(service.core.commit_log.records()))
     names = [
         json.loads(Serde.to_json(mapper.run_events(run)[1]))["job"]["name"]
         for run in (appends[-1], compaction)

@@ -92,7 +92,9 @@ def test_expiry_keeps_the_newest_snapshots_and_every_live_data_file(catalog: Cat
     table = appended(catalog, 8)
     snapshots = table.metadata.snapshots
     live = data_files(table)
-    (report,) = service_of(catalog).maintain(Identifier.of(("db",), "t"), ["expire-snapshots"], FAR_FUTURE_MS)
+    (report,) = service_of(catalog).maintenance.run(
+        Identifier.of(("db",), "t"), ["expire-snapshots"], FAR_FUTURE_MS
+    )
     assert report.committed and report.removed_snapshots == 5
     table = table.refresh()
     assert [s.snapshot_id for s in table.metadata.snapshots] == [s.snapshot_id for s in snapshots[-3:]]
@@ -103,7 +105,7 @@ def test_expiry_keeps_the_newest_snapshots_and_every_live_data_file(catalog: Cat
     assert sorted(table.scan().to_arrow()["n"].to_pylist()) == list(range(16))
     oldest_kept = snapshots[-3].snapshot_id  # time travel to a retained snapshot still works
     assert len(table.scan(snapshot_id=oldest_kept).to_arrow()) == 12
-    record = list(service_of(catalog).commit_log.records())[-1]
+    record = list(service_of(catalog).core.commit_log.records())[-1]
     assert (record.kind, record.job) == ("table.commit", "expire-snapshots")
 
 
@@ -113,7 +115,9 @@ def test_an_overwrite_s_replaced_files_go_with_the_snapshots_that_named_them(cat
     table.overwrite(batch(100))
     table = table.refresh()
     after = data_files(table)
-    (report,) = service_of(catalog).maintain(Identifier.of(("db",), "t"), ["expire-snapshots"], FAR_FUTURE_MS)
+    (report,) = service_of(catalog).maintenance.run(
+        Identifier.of(("db",), "t"), ["expire-snapshots"], FAR_FUTURE_MS
+    )
     assert len(table.refresh().metadata.snapshots) == 1
     assert not any(map(exists, before - after)) and all(map(exists, after))
     assert report.deleted_files >= len(before - after) + 3  # data files, manifests, manifest lists
@@ -123,9 +127,9 @@ def test_an_overwrite_s_replaced_files_go_with_the_snapshots_that_named_them(cat
 def test_nothing_due_commits_nothing(catalog: Catalog) -> None:
     appended(catalog, 2)
     service = service_of(catalog)
-    high = service.commit_log.commit_seq()
-    (report,) = service.maintain(Identifier.of(("db",), "t"), ["expire-snapshots"], FAR_FUTURE_MS)
-    assert not report.committed and service.commit_log.commit_seq() == high
+    high = service.core.commit_log.commit_seq()
+    (report,) = service.maintenance.run(Identifier.of(("db",), "t"), ["expire-snapshots"], FAR_FUTURE_MS)
+    assert not report.committed and service.core.commit_log.commit_seq() == high
 
 
 def test_a_file_outside_the_table_that_a_snapshot_named_is_left_alone(
@@ -137,7 +141,9 @@ def test_a_file_outside_the_table_that_a_snapshot_named_is_left_alone(
     pq.write_table(batch(50), outside)
     table.add_files([outside.as_uri()])  # a commit that names a file outside the table
     table.overwrite(batch(200))  # now only expired snapshots name it
-    (report,) = service_of(catalog).maintain(Identifier.of(("db",), "t"), ["expire-snapshots"], FAR_FUTURE_MS)
+    (report,) = service_of(catalog).maintenance.run(
+        Identifier.of(("db",), "t"), ["expire-snapshots"], FAR_FUTURE_MS
+    )
     assert outside.exists() and outside.as_uri() in report.skipped_files
     assert table.refresh().scan().to_arrow()["n"].to_pylist() == [200, 201]
 
@@ -147,7 +153,7 @@ def test_an_append_that_lands_while_expiry_plans_is_kept(
 ) -> None:
     table = appended(catalog, 5)
     service = service_of(catalog)
-    commit = service.commit_table
+    commit = service.tables.commit
     raced: list[int] = []
 
     def append_first(change: Any, **options: Any) -> Any:
@@ -156,8 +162,8 @@ def test_an_append_that_lands_while_expiry_plans_is_kept(
             table.append(batch(1000))
         return commit(change, **options)
 
-    monkeypatch.setattr(service, "commit_table", append_first)
-    (report,) = service.maintain(Identifier.of(("db",), "t"), ["expire-snapshots"], FAR_FUTURE_MS)
+    monkeypatch.setattr(service.tables, "commit", append_first)
+    (report,) = service.maintenance.run(Identifier.of(("db",), "t"), ["expire-snapshots"], FAR_FUTURE_MS)
     table = table.refresh()
     assert report.committed and raced == [1]
     assert len(table.metadata.snapshots) == 3  # planned again, from the table with the append
@@ -173,11 +179,11 @@ def test_old_metadata_files_are_capped_at_previous_versions_max(catalog: Catalog
     service, ident = service_of(catalog), Identifier.of(("db",), "t")
     for i in range(10):  # through the catalog service, as a REST commit goes (PyIceberg's own
         # catalogs delete old files themselves when they commit)
-        service.commit_table(TableChange(ident, (), (SetPropertiesUpdate(updates={"step": str(i)}),)))
+        service.tables.commit(TableChange(ident, (), (SetPropertiesUpdate(updates={"step": str(i)}),)))
     table = table.refresh()
     directory = local_path(table.metadata_location.rsplit("/", 1)[0])
     assert directory is not None and len(os.listdir(directory)) == 11
-    (report,) = service_of(catalog).maintain(Identifier.of(("db",), "t"), ["remove-metadata-files"])
+    (report,) = service_of(catalog).maintenance.run(Identifier.of(("db",), "t"), ["remove-metadata-files"])
     kept = {table.metadata_location, *(e.metadata_file for e in table.metadata.metadata_log)}
     assert len(kept) == 4 and report.deleted_files == 7
     assert {f"{table.metadata_location.rsplit('/', 1)[0]}/{n}" for n in os.listdir(directory)} == kept
@@ -206,7 +212,7 @@ def test_orphan_files_older_than_the_safety_age_go_and_nothing_the_table_reaches
     catalog.load_table("db.t").transaction().set_properties(
         {"isbre.maintenance.orphan-files.min-age-ms": "3600000"}
     ).commit_transaction()
-    (report,) = service.maintain(ident, ["remove-orphan-files"])
+    (report,) = service.maintenance.run(ident, ["remove-orphan-files"])
     assert report.deleted_files == 3 and not report.problems, report
     after = {p for p in root.rglob("*") if p.is_file()}
     assert young in after and not {old_data, old_manifest, nested} & after
@@ -226,7 +232,7 @@ def test_orphan_removal_deletes_nothing_when_a_manifest_cannot_be_read(catalog: 
     manifest = local_path(table.current_snapshot().manifests(table.io)[0].manifest_path)  # type: ignore[union-attr]
     assert manifest is not None
     manifest.write_bytes(b"garbage")
-    (report,) = service_of(catalog).maintain(Identifier.of(("db",), "t"), ["remove-orphan-files"])
+    (report,) = service_of(catalog).maintenance.run(Identifier.of(("db",), "t"), ["remove-orphan-files"])
     assert report.deleted_files == 0 and "cannot list the table's files" in report.problems[0]
     assert lost.exists()
 
@@ -259,14 +265,14 @@ def test_a_sink_replays_nothing_after_expiry(catalog: Catalog) -> None:
     table = catalog.load_table("db.sunk")
     assert {k: table.properties[k] for k in STREAMING_DEFAULTS} == STREAMING_DEFAULTS
     service = service_of(catalog)
-    service.maintain(Identifier.of(("db",), "sunk"), ["expire-snapshots"], FAR_FUTURE_MS)
+    service.maintenance.run(Identifier.of(("db",), "sunk"), ["expire-snapshots"], FAR_FUTURE_MS)
     assert len(table.refresh().metadata.snapshots) == 2  # its min-snapshots-to-keep is 20
     table.transaction().set_properties(**{"history.expire.min-snapshots-to-keep": "1"}).commit_transaction()
-    service.maintain(Identifier.of(("db",), "sunk"), ["expire-snapshots"], FAR_FUTURE_MS)
+    service.maintenance.run(Identifier.of(("db",), "sunk"), ["expire-snapshots"], FAR_FUTURE_MS)
     assert len(table.refresh().metadata.snapshots) == 1
-    high = service.commit_log.commit_seq()
+    high = service.core.commit_log.commit_seq()
     write_once(catalog, "db.sunk", rows(0, 200), span(0, 200))  # a replay of both spans
-    assert service.commit_log.commit_seq() == high  # committed nothing
+    assert service.core.commit_log.commit_seq() == high  # committed nothing
     assert offsets_in(table) == [(0, n) for n in range(200)]
 
 
@@ -281,7 +287,7 @@ def numbers(table: Table, snapshot_id: int | None = None) -> list[int]:
 def test_thirty_appends_compact_into_one_file_with_the_same_rows(catalog: Catalog) -> None:
     table = appended(catalog, 30, COMPACTING)
     before, small = table.metadata.snapshots, data_files(table)
-    (report,) = service_of(catalog).maintain(T, ["compact-data-files"])
+    (report,) = service_of(catalog).maintenance.run(T, ["compact-data-files"])
     table = table.refresh()
     assert report.committed and not report.problems
     assert (report.rewritten_files, report.added_files) == (30, 1)
@@ -295,22 +301,22 @@ def test_thirty_appends_compact_into_one_file_with_the_same_rows(catalog: Catalo
     assert (current.summary["total-records"], current.summary["total-data-files"]) == ("60", "1")
     # Time travel to the snapshots before it reads the small files, which are all still there.
     assert numbers(table, before[9].snapshot_id) == list(range(20)) and all(map(exists, small))
-    record = list(service_of(catalog).commit_log.records())[-1]
+    record = list(service_of(catalog).core.commit_log.records())[-1]
     assert (record.kind, record.job) == ("table.commit", "compact-data-files")
     # Expiry deletes them with the last snapshots that read them: the compaction's is all it keeps.
-    service_of(catalog).maintain(T, ["expire-snapshots"], FAR_FUTURE_MS)
+    service_of(catalog).maintenance.run(T, ["expire-snapshots"], FAR_FUTURE_MS)
     assert all(map(exists, small))  # two appends, kept by min-snapshots-to-keep = 3, still read them
     table.transaction().set_properties(**{"history.expire.min-snapshots-to-keep": "1"}).commit_transaction()
-    service_of(catalog).maintain(T, ["expire-snapshots"], FAR_FUTURE_MS)
+    service_of(catalog).maintenance.run(T, ["expire-snapshots"], FAR_FUTURE_MS)
     assert not any(map(exists, small)) and numbers(table.refresh()) == list(range(60))
 
 
 def test_too_few_small_files_are_left_as_they_are(catalog: Catalog) -> None:
     appended(catalog, 4, COMPACTING)
     service = service_of(catalog)
-    high = service.commit_log.commit_seq()
-    (report,) = service.maintain(T, ["compact-data-files"])
-    assert not report.committed and service.commit_log.commit_seq() == high
+    high = service.core.commit_log.commit_seq()
+    (report,) = service.maintenance.run(T, ["compact-data-files"])
+    assert not report.committed and service.core.commit_log.commit_seq() == high
 
 
 def compact_while(
@@ -320,7 +326,7 @@ def compact_while(
     writes its files); the table, the report and the files the job wrote."""
     table = appended(catalog, 6, COMPACTING)
     service = service_of(catalog)
-    rewrite = service._rewritten
+    rewrite = service.maintenance._rewritten
     written: list[str] = []
 
     def changed_first(metadata: Any, rows: pa.Table, io: Any) -> Any:
@@ -329,8 +335,8 @@ def compact_while(
         written.extend(f.file_path for f in files)
         return files
 
-    monkeypatch.setattr(service, "_rewritten", changed_first)
-    (report,) = service.maintain(T, ["compact-data-files"])
+    monkeypatch.setattr(service.maintenance, "_rewritten", changed_first)
+    (report,) = service.maintenance.run(T, ["compact-data-files"])
     return table.refresh(), report, written
 
 
@@ -354,10 +360,10 @@ def test_an_append_that_lands_while_compaction_rewrites_is_kept(
 def test_compaction_commits_nothing_when_its_files_went_meanwhile(
     catalog: Catalog, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    high = service_of(catalog).commit_log.commit_seq() + 6  # after the appends
+    high = service_of(catalog).core.commit_log.commit_seq() + 6  # after the appends
     table, report, written = compact_while(catalog, monkeypatch, lambda table: table.overwrite(batch(500)))
     assert not report.committed and "not committed" in report.problems[0]
-    assert service_of(catalog).commit_log.commit_seq() == high + 2  # the create, the overwrite
+    assert service_of(catalog).core.commit_log.commit_seq() == high + 2  # the create, the overwrite
     assert numbers(table) == [500, 501]
     assert written and not any(map(exists, written))  # its own new files, never committed, are gone
 
@@ -372,7 +378,7 @@ def test_the_manifests_of_twelve_fast_appends_are_merged_into_one(catalog: Catal
     table = appended(catalog, 12)
     before, snapshots = manifests_of(table), table.metadata.snapshots
     assert len(before) == 12  # PyIceberg's fast append: a manifest a commit
-    (report,) = service_of(catalog).maintain(T, ["rewrite-manifests"])
+    (report,) = service_of(catalog).maintenance.run(T, ["rewrite-manifests"])
     table = table.refresh()
     assert report.committed and (report.rewritten_files, report.added_files) == (12, 1)
     assert len(manifests_of(table)) == 1 and numbers(table) == list(range(24))
@@ -381,9 +387,9 @@ def test_the_manifests_of_twelve_fast_appends_are_merged_into_one(catalog: Catal
     assert current.summary.operation.value == "replace" and current.summary["total-data-files"] == "12"
     assert current.summary["isbre.maintenance.job"] == "rewrite-manifests"
     assert numbers(table, snapshots[5].snapshot_id) == list(range(12))  # time travel intact
-    record = list(service_of(catalog).commit_log.records())[-1]
+    record = list(service_of(catalog).core.commit_log.records())[-1]
     assert (record.kind, record.job) == ("table.commit", "rewrite-manifests")
-    (again,) = service_of(catalog).maintain(T, ["rewrite-manifests"])
+    (again,) = service_of(catalog).maintenance.run(T, ["rewrite-manifests"])
     assert not again.committed  # one manifest: nothing to merge
 
 
@@ -402,7 +408,7 @@ def test_after_commits_the_catalog_merges_a_table_s_many_manifests(catalog: Cata
 
 def test_format_v3_tables_are_not_compacted(catalog: Catalog) -> None:
     appended(catalog, 0, {**COMPACTING, "format-version": "3"})  # rewritten rows would take new row ids
-    (report,) = service_of(catalog).maintain(T, ["compact-data-files"])
+    (report,) = service_of(catalog).maintenance.run(T, ["compact-data-files"])
     assert not report.committed and "format v3" in report.problems[0]
 
 
@@ -414,11 +420,11 @@ def test_a_sink_replays_nothing_after_compaction(catalog: Catalog) -> None:
         **{"isbre.maintenance.compact.min-input-files": "5"}
     ).commit_transaction()
     service = service_of(catalog)
-    (report,) = service.maintain(Identifier.of(("db",), "sunk"), ["compact-data-files"])
+    (report,) = service.maintenance.run(Identifier.of(("db",), "sunk"), ["compact-data-files"])
     assert report.committed and report.rewritten_files == 6
-    high = service.commit_log.commit_seq()
+    high = service.core.commit_log.commit_seq()
     write_once(catalog, "db.sunk", rows(0, 300), span(0, 300))  # a replay of every span
-    assert service.commit_log.commit_seq() == high  # committed nothing
+    assert service.core.commit_log.commit_seq() == high  # committed nothing
     assert offsets_in(table) == [(0, n) for n in range(300)]
 
 
@@ -430,7 +436,7 @@ def test_expiry_keeps_a_tag_and_drops_a_branch_past_its_age(catalog: Catalog) ->
         refs.create_branch(table.metadata.snapshots[1].snapshot_id, "old", max_ref_age_ms=1)
     plan = plan_expiry(table.refresh().metadata, FAR_FUTURE_MS)
     assert plan.refs == ("old",) and first not in plan.snapshot_ids
-    service_of(catalog).maintain(Identifier.of(("db",), "t"), ["expire-snapshots"], FAR_FUTURE_MS)
+    service_of(catalog).maintenance.run(Identifier.of(("db",), "t"), ["expire-snapshots"], FAR_FUTURE_MS)
     table = table.refresh()
     assert set(table.metadata.refs) == {"main", "release"}
     assert {s.snapshot_id for s in table.metadata.snapshots} == {first, table.metadata.current_snapshot_id}
@@ -639,7 +645,9 @@ def test_a_path_spelled_into_another_table_is_never_deleted(catalog: Catalog) ->
     hostile = f"{table.metadata.location}/../{relative}"
     table.add_files([hostile])  # a commit that names the victim's file, spelled as the table's
     table.overwrite(batch(300))  # now only expired snapshots name it
-    (report,) = service_of(catalog).maintain(Identifier.of(("db",), "t"), ["expire-snapshots"], FAR_FUTURE_MS)
+    (report,) = service_of(catalog).maintenance.run(
+        Identifier.of(("db",), "t"), ["expire-snapshots"], FAR_FUTURE_MS
+    )
     assert report.committed and hostile in report.skipped_files
     assert exists(target) and victim.refresh().scan().to_arrow()["n"].to_pylist() == [7, 8]
 
@@ -831,7 +839,7 @@ def test_kill_9_of_a_job_s_process_at_each_step_leaves_the_table_whole(
     expected = list(range(2 * KILLED_APPENDS))
     kept = {s.snapshot_id: numbers(table, s.snapshot_id) for s in table.metadata.snapshots}
     service = service_of(catalog)
-    warehouse = Warehouse(service.name, service.warehouse)
+    warehouse = Warehouse(service.name, service.core.warehouse)
     processes = JobProcesses(str(default_store(warehouse)), [warehouse])
     before, reached, ran = _files(root), STEPS[job][step], threading.Event()
 
@@ -860,7 +868,7 @@ def test_kill_9_of_a_job_s_process_at_each_step_leaves_the_table_whole(
         numbers(table, s.snapshot_id) == kept.get(s.snapshot_id, expected) for s in table.metadata.snapshots
     )
     caplog.set_level(logging.INFO, logger="isbre.catalog")
-    (report,) = service.maintain(T, [job])
+    (report,) = service.maintenance.run(T, [job])
     assert not report.problems, (report, caplog.text)
     table = table.refresh()
     assert FINISHED[job](table, orphans) and numbers(table) == expected

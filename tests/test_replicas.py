@@ -488,8 +488,8 @@ def test_store_copy_keeps_history_tables_and_cursors(tmp_path: Path, request: py
     embedded.stop()
     # A consumer's cursor, and a log trimmed below it: the copy keeps both as they are.
     service = open_catalog(warehouse)
-    service.commit_log.set_consumer_cursor("audit", cursor)
-    assert service.commit_log.trim_log(keep_records=1, keep_us=0) > 0
+    service.core.commit_log.set_consumer_cursor("audit", cursor)
+    assert service.core.commit_log.trim_log(keep_records=1, keep_us=0) > 0
     service.close()
     lmdb = LmdbStore(warehouse / "isbre.lmdb")
     with lmdb.read() as view:

@@ -21,21 +21,21 @@ from pyiceberg.types import LongType, NestedField
 
 def test_concurrent_mutations_share_transactions(service: CatalogService) -> None:
     with ThreadPoolExecutor(32) as pool:
-        list(pool.map(lambda i: service.create_namespace((f"ns{i}",), {}), range(400)))
-    stats = service.writer.stats
+        list(pool.map(lambda i: service.namespaces.create((f"ns{i}",), {}), range(400)))
+    stats = service.core.writer.stats
     assert stats.mutations == 400
     assert stats.batches < 400, "no two mutations ever shared a transaction"
-    assert [r.commit_seq for r in service.commit_log.records()] == list(range(1, 401))
+    assert [r.commit_seq for r in service.core.commit_log.records()] == list(range(1, 401))
 
 
 def test_a_failing_mutation_does_not_spoil_its_batch(service: CatalogService) -> None:
-    service.create_namespace(("taken",), {})
+    service.namespaces.create(("taken",), {})
     start = threading.Barrier(17)
 
     def create(name: str) -> str:
         start.wait()
         try:
-            service.create_namespace((name,), {})
+            service.namespaces.create((name,), {})
         except NamespaceAlreadyExistsError:
             return "exists"
         return "ok"
@@ -44,9 +44,9 @@ def test_a_failing_mutation_does_not_spoil_its_batch(service: CatalogService) ->
     with ThreadPoolExecutor(17) as pool:
         outcomes = list(pool.map(create, names))
     assert outcomes == ["exists" if n == "taken" else "ok" for n in names]
-    listed = {ns[0] for ns in service.list_namespaces(())}
+    listed = {ns[0] for ns in service.namespaces.listing(())}
     assert listed == {"taken"} | {n for n in names if n != "taken"}
-    kinds = [r.kind for r in service.commit_log.records()]
+    kinds = [r.kind for r in service.core.commit_log.records()]
     assert kinds == ["namespace.create"] * len(listed)
 
 
@@ -55,11 +55,11 @@ def test_map_grows_instead_of_failing(tmp_path: Path) -> None:
     try:
         payload = {"blob": "x" * 4000}
         with ThreadPoolExecutor(8) as pool:
-            list(pool.map(lambda i: service.create_namespace((f"big{i}",), payload), range(1500)))
-        assert service.store.capacity() > 1 << 20
-        assert len(service.list_namespaces(())) == 1500
-        assert service.load_namespace(("big1499",)) == payload
-        assert service.commit_log.commit_seq() == 1500
+            list(pool.map(lambda i: service.namespaces.create((f"big{i}",), payload), range(1500)))
+        assert service.core.store.capacity() > 1 << 20
+        assert len(service.namespaces.listing(())) == 1500
+        assert service.namespaces.load(("big1499",)) == payload
+        assert service.core.commit_log.commit_seq() == 1500
     finally:
         service.close()
 
@@ -67,13 +67,13 @@ def test_map_grows_instead_of_failing(tmp_path: Path) -> None:
 def test_commit_seq_continues_after_reopen(tmp_path: Path) -> None:
     service = open_catalog(tmp_path / "wh")
     for i in range(5):
-        service.create_namespace((f"a{i}",), {})
+        service.namespaces.create((f"a{i}",), {})
     service.close()
     service = open_catalog(tmp_path / "wh")
     try:
-        service.create_namespace(("after",), {})
-        assert [r.commit_seq for r in service.commit_log.records()] == [1, 2, 3, 4, 5, 6]
-        assert [r.commit_seq for r in service.commit_log.records(after=4)] == [5, 6]
+        service.namespaces.create(("after",), {})
+        assert [r.commit_seq for r in service.core.commit_log.records()] == [1, 2, 3, 4, 5, 6]
+        assert [r.commit_seq for r in service.core.commit_log.records(after=4)] == [5, 6]
     finally:
         service.close()
 
@@ -89,46 +89,46 @@ def test_store_refuses_an_unknown_format(tmp_path: Path) -> None:
 
 def test_many_writers_on_one_table_never_starve(service: CatalogService) -> None:
     """Commits that need no rebase-sensitive requirement all land, however many race for one table."""
-    service.create_namespace(("ns",), {})
+    service.namespaces.create(("ns",), {})
     ident = Identifier.of(["ns"], "hot")
     schema = Schema(NestedField(1, "id", LongType(), required=True))
-    service.create_table(ident, schema, UNPARTITIONED_PARTITION_SPEC, UNSORTED_SORT_ORDER)
+    service.tables.create(ident, schema, UNPARTITIONED_PARTITION_SPEC, UNSORTED_SORT_ORDER)
 
     def commit(i: int) -> None:
-        service.commit_table(TableChange(ident, (), (SetPropertiesUpdate(updates={f"k{i}": "v"}),)))
+        service.tables.commit(TableChange(ident, (), (SetPropertiesUpdate(updates={f"k{i}": "v"}),)))
 
     with ThreadPoolExecutor(48) as pool:
         list(pool.map(commit, range(600)))
-    assert {f"k{i}" for i in range(600)} <= set(service.load_table(ident).metadata.properties)
+    assert {f"k{i}" for i in range(600)} <= set(service.tables.load(ident).metadata.properties)
 
 
 def test_trimming_keeps_the_newest_records(service: CatalogService) -> None:
     for i in range(25):
-        service.create_namespace((f"n{i}",), {})
-    assert service.commit_log.log_bounds() == (1, 25)
+        service.namespaces.create((f"n{i}",), {})
+    assert service.core.commit_log.log_bounds() == (1, 25)
     year = 365 * 24 * 3600 * 10**6
-    assert service.commit_log.trim_log(keep_records=10, keep_us=year, chunk=4) == 15
-    assert service.commit_log.log_bounds() == (16, 25)
-    assert [r.commit_seq for r in service.commit_log.records()] == list(range(16, 26))
-    assert service.commit_log.trim_log(keep_records=10, keep_us=year) == 0
+    assert service.core.commit_log.trim_log(keep_records=10, keep_us=year, chunk=4) == 15
+    assert service.core.commit_log.log_bounds() == (16, 25)
+    assert [r.commit_seq for r in service.core.commit_log.records()] == list(range(16, 26))
+    assert service.core.commit_log.trim_log(keep_records=10, keep_us=year) == 0
     # By age: everything is older than "zero microseconds ago".
-    assert service.commit_log.trim_log(keep_records=10**9, keep_us=0) == 10
-    assert service.commit_log.log_bounds() == (26, 25)
-    service.create_namespace(("after",), {})
-    assert [r.commit_seq for r in service.commit_log.records()] == [26]
+    assert service.core.commit_log.trim_log(keep_records=10**9, keep_us=0) == 10
+    assert service.core.commit_log.log_bounds() == (26, 25)
+    service.namespaces.create(("after",), {})
+    assert [r.commit_seq for r in service.core.commit_log.records()] == [26]
 
 
 def test_trimming_keeps_what_a_consumer_has_not_handled(service: CatalogService) -> None:
     for i in range(20):
-        service.create_namespace((f"n{i}",), {})
-    service.commit_log.set_consumer_cursor("lineage", 7)
-    assert service.commit_log.consumer_cursor("lineage") == 7
+        service.namespaces.create((f"n{i}",), {})
+    service.core.commit_log.set_consumer_cursor("lineage", 7)
+    assert service.core.commit_log.consumer_cursor("lineage") == 7
     # Everything is "old" and only 2 records need keeping, but the consumer is at 7.
-    assert service.commit_log.trim_log(keep_records=2, keep_us=0) == 7
-    assert service.commit_log.log_bounds() == (8, 20)
-    service.commit_log.set_consumer_cursor("lineage", 20)
-    assert service.commit_log.trim_log(keep_records=2, keep_us=0) == 13
-    assert service.commit_log.log_bounds() == (21, 20)
+    assert service.core.commit_log.trim_log(keep_records=2, keep_us=0) == 7
+    assert service.core.commit_log.log_bounds() == (8, 20)
+    service.core.commit_log.set_consumer_cursor("lineage", 20)
+    assert service.core.commit_log.trim_log(keep_records=2, keep_us=0) == 13
+    assert service.core.commit_log.log_bounds() == (21, 20)
 
 
 def test_a_full_queue_refuses_instead_of_growing(tmp_path: Path) -> None:

@@ -69,11 +69,11 @@ def test_a_store_that_cannot_grow_fails_the_batch_not_the_writer(tmp_path: Path)
     service = CatalogService(_GrowthFails(tmp_path / "s", map_size=128 << 10), (tmp_path / "wh").as_uri())
     try:
         with pytest.raises(StoreGrowthError) as failed:
-            service.create_namespace(("big",), {"p": "x" * (200 << 10)})
+            service.namespaces.create(("big",), {"p": "x" * (200 << 10)})
         assert "grow" in str(failed.value) or "room" in str(failed.value)
-        assert service.writer.alive
-        service.create_namespace(("small",), {})
-        assert service.load_namespace(("small",)) == {}
+        assert service.core.writer.alive
+        service.namespaces.create(("small",), {})
+        assert service.namespaces.load(("small",)) == {}
     finally:
         service.close()
 
@@ -111,8 +111,8 @@ def test_live_reports_a_dead_writer(tmp_path: Path) -> None:
     service = open_catalog(tmp_path / "wh")
     try:
         assert liveness(service)[0] == 200
-        service.writer.submit(lambda batch: (_ for _ in ()).throw(_Bug("x")))  # kills the loop
-        eventually(lambda: not service.writer.alive, "the writer stopped", timeout=10)
+        service.core.writer.submit(lambda batch: (_ for _ in ()).throw(_Bug("x")))  # kills the loop
+        eventually(lambda: not service.core.writer.alive, "the writer stopped", timeout=10)
         status, body = liveness(service)
         assert status == 503 and "writer" in body["reason"]
     finally:

@@ -274,7 +274,7 @@ def test_compaction_writes_where_write_data_path_says_inside_the_table(
 def test_an_etag_is_matched_whole_and_changes_with_every_part_of_the_answer(
     trusted: IsbreServer, catalog: RestCatalog
 ) -> None:
-    from isbre.rest.tables import etag, not_modified
+    from isbre.rest.table_routes import etag, not_modified
 
     table = catalog.create_table("a.tagged", schema=numbers(0).schema)
     first = http.get(url(trusted, "tagged"))
@@ -409,20 +409,20 @@ def test_a_commit_whose_answer_the_database_lost_keeps_its_file(
         through = database.replace(f":{postgres.port}/", f":{proxy.port}/")
         (service,) = open_warehouses(through, [Warehouse("isbre", str(tmp_path / "warehouse"))])
         try:
-            service.create_namespace(("a",), {})
+            service.namespaces.create(("a",), {})
             ident = _ident("a", "t")
             schema = Schema(NestedField(1, "n", LongType(), required=False))
-            service.create_table(ident, schema, UNPARTITIONED_PARTITION_SPEC, UNSORTED_SORT_ORDER)
+            service.tables.create(ident, schema, UNPARTITIONED_PARTITION_SPEC, UNSORTED_SORT_ORDER)
 
             def commit(value: str) -> Any:
                 change = TableChange(ident, (), (SetPropertiesUpdate(updates={"v": value}),))
-                return service.commit_table(change)
+                return service.tables.commit(change)
 
             proxy.drop_next_commit.set()
             landed = commit("1")
             assert proxy.dropped == 1
             assert landed.metadata.properties["v"] == "1" and _exists(landed.metadata_location)
-            assert service.load_table(ident).metadata_location == landed.metadata_location
+            assert service.tables.load(ident).metadata_location == landed.metadata_location
 
             proxy.drop_next_commit.set()
             proxy.refusing.set()
@@ -438,7 +438,7 @@ def test_a_commit_whose_answer_the_database_lost_keeps_its_file(
 
 def _loaded(service: Any, ident: Any) -> Any:
     with contextlib.suppress(StoreUnavailableError):
-        return service.load_table(ident)
+        return service.tables.load(ident)
     return None
 
 

@@ -73,14 +73,14 @@ def test_transaction_with_one_bad_table_changes_none(
 def test_transaction_records_share_a_txn_id(tmp_path) -> None:
     service = open_catalog(tmp_path / "warehouse")
     try:
-        service.create_namespace(("ns",), {})
+        service.namespaces.create(("ns",), {})
         idents = [Identifier.of(["ns"], n) for n in ("x", "y", "z")]
         for ident in idents:
-            service.create_table(ident, SCHEMA, UNPARTITIONED_PARTITION_SPEC, UNSORTED_SORT_ORDER)
-        before = service.commit_log.commit_seq()
+            service.tables.create(ident, SCHEMA, UNPARTITIONED_PARTITION_SPEC, UNSORTED_SORT_ORDER)
+        before = service.core.commit_log.commit_seq()
         update = (SetPropertiesUpdate(updates={"t": "1"}),)
-        service.commit_tables([TableChange(i, (), update) for i in idents], txn="txn-1")
-        records = list(service.commit_log.records(after=before))
+        service.tables.commit_all([TableChange(i, (), update) for i in idents], txn="txn-1")
+        records = list(service.core.commit_log.records(after=before))
         assert [r.commit_seq for r in records] == [before + 1, before + 2, before + 3]
         assert {r.txn for r in records} == {"txn-1"}
         assert [r.name for r in records] == ["x", "y", "z"]

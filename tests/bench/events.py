@@ -136,11 +136,12 @@ def replay_rate(server: IsbreServer, records: int) -> float:
 def fill_log(warehouse: Path, records: int) -> None:
     service = open_catalog(warehouse)
     try:
-        service.create_namespace(("filler",), {})
+        service.namespaces.create(("filler",), {})
         with ThreadPoolExecutor(64) as pool:
             list(
                 pool.map(
-                    lambda i: service.update_namespace(("filler",), [], {"i": str(i)}), range(records - 1)
+                    lambda i: service.namespaces.update_properties(("filler",), [], {"i": str(i)}),
+                    range(records - 1),
                 )
             )
     finally:

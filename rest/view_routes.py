@@ -25,7 +25,7 @@ def list_views(
 ) -> Response:
     ns = target.namespace
     return identifiers_page(
-        request, page_token, page_size, lambda after, limit: service(request).list_views(ns, after, limit)
+        request, page_token, page_size, lambda after, limit: service(request).views.listing(ns, after, limit)
     )
 
 
@@ -34,7 +34,7 @@ def list_views(
 def create_view(request: Request, target: WritesNamespace, raw: bytes = Depends(raw_body)) -> Response:
     body = parse(CreateViewRequest, raw)
     catalog = service(request)
-    state = catalog.create_view(
+    state = catalog.views.create(
         target.ident(body.name),
         body.view_schema,
         body.view_version,
@@ -54,12 +54,12 @@ def load_view(
     through: str | None = Query(None, alias="referenced-by"),
 ) -> Response:
     referenced_by(through)
-    return _result(service(request).load_view(target.ident(view)))
+    return _result(service(request).views.load(target.ident(view)))
 
 
 @router.head("/namespaces/{namespace:name}/views/{view:name}")
 def view_exists(request: Request, target: ReadsNamespace, view: str) -> Response:
-    service(request).load_view(target.ident(view))
+    service(request).views.load(target.ident(view))
     return Response(status_code=204)
 
 
@@ -79,7 +79,7 @@ def replace_view(
         )
     catalog = service(request)
     places = target.access.places(catalog)
-    replaced = catalog.replace_view(
+    replaced = catalog.views.replace(
         ident, body.requirements, body.updates, places=places, context=context(request)
     )
     return _result(replaced)
@@ -88,7 +88,7 @@ def replace_view(
 @router.delete("/namespaces/{namespace:name}/views/{view:name}")
 @idempotent_mutation(NO_CONTENT)
 def drop_view(request: Request, target: ManagesNamespace, view: str) -> Response:
-    service(request).drop_view(target.ident(view), context=context(request))
+    service(request).views.drop(target.ident(view), context=context(request))
     return Response(status_code=204)
 
 
@@ -98,7 +98,7 @@ def rename_view(request: Request, access: Writer, raw: bytes = Depends(raw_body)
     body = parse(RenameTableRequest, raw)
     source, destination = body.source.to_identifier(), body.destination.to_identifier()
     access.identifiers([source, destination])
-    service(request).rename_view(source, destination, context=context(request))
+    service(request).views.rename(source, destination, context=context(request))
     return Response(status_code=204)
 
 
@@ -108,7 +108,7 @@ def register_view(request: Request, target: WritesNamespace, raw: bytes = Depend
     body = parse(RegisterViewRequest, raw)
     catalog = service(request)
     places = target.access.places(catalog)
-    registered = catalog.register_view(
+    registered = catalog.views.register(
         target.ident(body.name), body.metadata_location, places=places, context=context(request)
     )
     return _result(registered)

@@ -113,7 +113,7 @@ def list_tables(
 ) -> Response:
     ns = target.namespace
     return identifiers_page(
-        request, page_token, page_size, lambda after, limit: service(request).list_tables(ns, after, limit)
+        request, page_token, page_size, lambda after, limit: service(request).tables.listing(ns, after, limit)
     )
 
 
@@ -122,7 +122,7 @@ def list_tables(
 def create_table(request: Request, target: WritesNamespace, raw: bytes = Depends(raw_body)) -> Response:
     body = parse(CreateTableRequest, raw)
     catalog = service(request)
-    state = catalog.create_table(
+    state = catalog.tables.create(
         target.ident(body.name),
         body.table_schema,
         body.partition_spec or UNPARTITIONED_PARTITION_SPEC,
@@ -149,9 +149,9 @@ async def load_table(
     catalog = service(request)
     ident = target.ident(table)
     referenced_by(through)
-    state = catalog.load_table_if_cached(ident)
+    state = catalog.tables.load_if_cached(ident)
     if state is None:
-        state = await run_in_threadpool(catalog.load_table, ident)
+        state = await run_in_threadpool(catalog.tables.load, ident)
     metadata = _refs_only(state) if snapshots == "refs" else state.json
     if wanted(request.headers.get(HEADER)):
         # Credentials come with every answer: no 304 that would leave a client with old ones.
@@ -176,7 +176,7 @@ def load_credentials(
 ) -> Response:
     """Fresh vended credentials for the table (none where vending is off or the table is local)."""
     referenced_by(through)
-    state = service(request).load_table(target.ident(table))
+    state = service(request).tables.load(target.ident(table))
     access = _delegation(request).table_config(
         {VENDED}, state.metadata.location, target.access.may("writer"), None
     )
@@ -190,7 +190,7 @@ def sign_request(
     """The S3 remote signer (Iceberg's S3 signer protocol) for one table's objects: the operations
     of rest/s3_signer.py's allow-list, reads for a reader, inside the table's location only."""
     body = parse(SignRequest, raw)
-    state = service(request).load_table(target.ident(table))
+    state = service(request).tables.load(target.ident(table))
     signed = _delegation(request).sign(state.metadata.location, target.access.may("writer"), body)
     return JSONResponse(signed, headers={"Cache-Control": "no-store"})
 
@@ -199,10 +199,10 @@ def sign_request(
 async def table_exists(request: Request, target: ReadsNamespace, table: str) -> Response:
     # As loadTable's: a pointer read from memory is answered on the event loop, a database read is not.
     catalog, ident = service(request), target.ident(table)
-    if catalog.store.reads_in_process:
-        catalog.table_pointer(ident)
+    if catalog.core.store.reads_in_process:
+        catalog.tables.pointer(ident)
     else:
-        await run_in_threadpool(catalog.table_pointer, ident)
+        await run_in_threadpool(catalog.tables.pointer, ident)
     return Response(status_code=204)
 
 
@@ -217,7 +217,7 @@ def table_coverage(
     snapshot_id: int | None = Query(None, alias="snapshot-id"),
 ) -> Response:
     """isbre extension: the source offsets the table holds, as sinks declared them in their commits."""
-    found = service(request).coverage(target.ident(table), snapshot_id)
+    found = service(request).tables.coverage(target.ident(table), snapshot_id)
     streams = [
         entry
         for entry in found.coverage.to_json()
@@ -247,7 +247,7 @@ def commit_table(
         )
     catalog = service(request)
     change = TableChange(ident, body.requirements, body.updates)
-    state = catalog.commit_table(change, places=target.access.places(catalog), context=context(request))
+    state = catalog.tables.commit(change, places=target.access.places(catalog), context=context(request))
     return load_result(state.metadata_location, state.json)
 
 
@@ -259,7 +259,7 @@ def drop_table(
     table: str,
     purge: bool = Query(False, alias="purgeRequested"),
 ) -> Response:
-    service(request).drop_table(target.ident(table), purge=purge, context=context(request))
+    service(request).tables.drop(target.ident(table), purge=purge, context=context(request))
     return Response(status_code=204)
 
 
@@ -268,7 +268,7 @@ def drop_table(
 def register_table(request: Request, target: WritesNamespace, raw: bytes = Depends(raw_body)) -> Response:
     body = parse(RegisterTableRequest, raw)
     catalog = service(request)
-    state = catalog.register_table(
+    state = catalog.tables.register(
         target.ident(body.name),
         body.metadata_location,
         overwrite=body.overwrite,
@@ -282,7 +282,7 @@ def register_table(request: Request, target: WritesNamespace, raw: bytes = Depen
 def maintenance_status(request: Request, target: ReadsNamespace, table: str) -> Response:
     """isbre extension: what maintenance sees in the table (docs/maintenance.md#watching-it)."""
     catalog, ident = service(request), target.ident(table)
-    state = catalog.load_table(ident)
+    state = catalog.tables.load(ident)
     body = health(state.metadata, len(state.json), int(time.time() * 1000))
     maintainer = runtime(request).maintainer
     last = maintainer.stats.last_runs.get(f"{catalog.name}.{ident}") if maintainer is not None else None
@@ -298,7 +298,7 @@ def run_maintenance(
     catalog, ident = service(request), target.ident(table)
     maintainer = runtime(request).maintainer
     if maintainer is None:  # maintenance after commits is off; asked for, it runs all the same
-        reports = catalog.maintain(ident, body.jobs, context=context(request))
+        reports = catalog.maintenance.run(ident, body.jobs, context=context(request))
     else:  # counted in /metrics and /health with the ones after commits
         reports = maintainer.run(catalog, ident, body.jobs, context(request))
     return json_response({"jobs": [report.to_json() for report in reports]})
@@ -310,7 +310,7 @@ def rename_table(request: Request, access: Writer, raw: bytes = Depends(raw_body
     body = parse(RenameTableRequest, raw)
     source, destination = body.source.to_identifier(), body.destination.to_identifier()
     access.identifiers([source, destination])
-    service(request).rename_table(source, destination, context=context(request))
+    service(request).tables.rename(source, destination, context=context(request))
     return Response(status_code=204)
 
 
@@ -345,5 +345,5 @@ def commit_transaction(request: Request, access: Writer, raw: bytes = Depends(ra
     access.identifiers(change.ident for change in changes)
     catalog = service(request)
     places = access.places(catalog)
-    catalog.commit_tables(changes, txn=str(uuid.uuid4()), places=places, context=context(request))
+    catalog.tables.commit_all(changes, txn=str(uuid.uuid4()), places=places, context=context(request))
     return Response(status_code=204)

@@ -38,7 +38,7 @@ def list_namespaces(
         request,
         page_token,
         page_size,
-        lambda after, limit: service(request).list_namespaces(parent_ns, after, limit),
+        lambda after, limit: service(request).namespaces.listing(parent_ns, after, limit),
         key=list,
         position=_namespace_position,
     )
@@ -71,26 +71,28 @@ def create_namespace(request: Request, access: Admin, raw: bytes = Depends(raw_b
     catalog = service(request)
     namespace = access.namespace(tuple(body.namespace))
     places = access.places(catalog)
-    properties = catalog.create_namespace(namespace, body.properties, places=places, context=context(request))
+    properties = catalog.namespaces.create(
+        namespace, body.properties, places=places, context=context(request)
+    )
     return json_response({"namespace": body.namespace, "properties": properties})
 
 
 @router.get("/namespaces/{namespace:name}")
 def load_namespace(request: Request, target: ReadsNamespace) -> Response:
-    properties = service(request).load_namespace(target.namespace)
+    properties = service(request).namespaces.load(target.namespace)
     return json_response({"namespace": list(target.namespace), "properties": properties})
 
 
 @router.head("/namespaces/{namespace:name}")
 def namespace_exists(request: Request, target: ReadsNamespace) -> Response:
-    service(request).load_namespace(target.namespace)
+    service(request).namespaces.load(target.namespace)
     return Response(status_code=204)
 
 
 @router.delete("/namespaces/{namespace:name}")
 @idempotent_mutation(NO_CONTENT)
 def drop_namespace(request: Request, target: ManagesNamespace) -> Response:
-    service(request).drop_namespace(target.namespace, context=context(request))
+    service(request).namespaces.drop(target.namespace, context=context(request))
     return Response(status_code=204)
 
 
@@ -100,7 +102,7 @@ def update_properties(request: Request, target: ManagesNamespace, raw: bytes = D
     body = parse(UpdateNamespacePropertiesRequest, raw)
     catalog = service(request)
     places = target.access.places(catalog)
-    change = catalog.update_namespace(
+    change = catalog.namespaces.update_properties(
         target.namespace, body.removals, body.updates, places=places, context=context(request)
     )
     return json_response(dataclasses.asdict(change))
