@@ -7,8 +7,8 @@ import json
 import struct
 from collections.abc import Iterator
 
+import isbre.catalog.store_entries as store_entries
 import lmdb
-from isbre.catalog import store_entries
 from isbre.catalog.coverage import Range, SpanKey
 from isbre.catalog.pointers import Pointer
 from isbre.catalog.records import CommitRecord

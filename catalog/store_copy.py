@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 
-from isbre.catalog import store_entries
+import isbre.catalog.store_entries as store_entries
 from isbre.catalog.coverage import Span
 from isbre.catalog.identifiers import Identifier, namespace_from_key
 from isbre.catalog.records import CommitRecord

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 
-from isbre.catalog import store_entries
+import isbre.catalog.store_entries as store_entries
 from isbre.catalog.coverage import SpanKey
 from isbre.catalog.postgres.schema import (
     coverage_commits,
