@@ -115,7 +115,7 @@ def latency_from_another_process(server: IsbreServer, commits: int = 200) -> tup
     try:
         prefix = f"other_{time.monotonic_ns()}_"
         for i in range(commits):
-            embedded.create_namespace((f"{prefix}{i}",), {})
+            embedded.namespaces.create((f"{prefix}{i}",), {})
             time.sleep(0.002)
     finally:
         embedded.close()
