@@ -30,7 +30,7 @@ HEADER = "idempotency-key"
 Render = Callable[[Request, bytes, Any], Response]
 
 
-class _KeyLocks:
+class KeyLocks:
     """One lock per key in use, so that requests with one key wait for each other and requests with
     different keys never do."""
 
@@ -54,8 +54,12 @@ class _KeyLocks:
                 else:
                     self._held[key] = (lock, users - 1)
 
+    def __len__(self) -> int:
+        """How many keys are held or waited for."""
+        return len(self._held)
 
-_LOCKS = _KeyLocks()
+
+_LOCKS = KeyLocks()
 
 
 def _rendering(files: str, missing: type[Exception]) -> Render:

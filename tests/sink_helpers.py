@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import io
 import signal
 import subprocess
 import sys
 import textwrap
+from contextlib import redirect_stderr, redirect_stdout
+from dataclasses import dataclass
 
 import pyarrow as pa
+from isbre.rest.cli import main
 from isbre.sinks.contract import CommitInfo, OffsetSpan, SourceFields
 from isbre.sinks.iceberg import IcebergSink
 from pyiceberg.catalog import Catalog
@@ -89,20 +93,26 @@ def crash_and_replay(server: IsbreServer, catalog: Catalog, ident: str, crash: s
     assert server.high_water() == before
 
 
-def ingest(server: IsbreServer, *args: str) -> subprocess.CompletedProcess[str]:
-    """`isbre ingest ARGS` against `server`, 7 rows a batch."""
-    command = [
-        sys.executable,
-        "-m",
-        "isbre.rest.cli",
-        "ingest",
-        *args,
-        "--uri",
-        server.url,
-        "--batch-size",
-        "7",
-    ]
-    return subprocess.run(command, capture_output=True, text=True, timeout=120)
+@dataclass(frozen=True)
+class Ran:
+    """What a command said and how it ended, as `subprocess.run` reports them."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def ingest(server: IsbreServer, *args: str) -> Ran:
+    """`isbre ingest ARGS` against `server`, 7 rows a batch: the command's own entry point, run in
+    this process (a process of its own costs a second of start-up a call; tests/test_cli.py runs
+    the commands as processes)."""
+    said, complained = io.StringIO(), io.StringIO()
+    with redirect_stdout(said), redirect_stderr(complained):
+        try:
+            code = main(["ingest", *args, "--uri", server.url, "--batch-size", "7"])
+        except SystemExit as exit:  # argparse's refusals
+            code = exit.code if isinstance(exit.code, int) else 2
+    return Ran(code, said.getvalue(), complained.getvalue())
 
 
 def compacted(table: Table) -> bool:

@@ -19,6 +19,7 @@ from isbre.catalog.service_core import Stale
 from isbre.catalog.stores import open_store
 from isbre.catalog.warehouses import open_catalog
 from isbre.catalog.writer import Batch
+from isbre.rest.idempotency import KeyLocks
 
 from tests.http_client import http
 from tests.server import COMMIT_TIMEOUT, IsbreServer
@@ -154,6 +155,24 @@ def test_an_invalid_key_is_400(server: IsbreServer) -> None:
     )
     assert response.status_code == 400
     assert http.head(f"{server.url}/v1/isbre/namespaces/x").status_code == 404
+
+
+def test_requests_with_other_keys_never_wait_on_each_other() -> None:
+    """A key held (its request running) holds no other key; a key no request holds is forgotten."""
+    locks = KeyLocks()
+    inside = threading.Event()
+
+    def other_key() -> None:
+        with locks.holding("b"):
+            inside.set()
+
+    with locks.holding("a"):
+        other = threading.Thread(target=other_key)
+        other.start()
+        assert inside.wait(10), "a request with another key waited for this one"
+        other.join(10)
+        assert len(locks) == 1
+    assert len(locks) == 0
 
 
 def test_expired_keys_are_trimmed(tmp_path: Path) -> None:
