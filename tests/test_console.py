@@ -41,6 +41,7 @@ from tests.crafted import snapshot_updates
 from tests.http_client import http
 from tests.lineage_receiver import Receiver
 from tests.server import InProcessServer, IsbreServer, secured_server
+from tests.waiting import eventually
 
 HOSTILE = "<img src=x onerror=alert(1)>"
 ORDERS = Schema(
@@ -81,6 +82,11 @@ def headers_are_whole(page: Page) -> None:
         "cells => cells.filter(c => c.offsetParent && c.scrollWidth > c.clientWidth).map(c => c.textContent)"
     )
     assert cut == [], f"{page.url} cuts the headers {cut}"
+
+
+def open_streams(server: IsbreServer) -> float:
+    lines = http.get(f"{server.url}/metrics").text.splitlines()
+    return float(next(line for line in lines if line.startswith("isbre_event_streams ")).split()[1])
 
 
 def feed_seqs(page: Page) -> list[int]:
@@ -382,13 +388,14 @@ def test_pause_and_resume_misses_nothing(server: IsbreServer, seen: Watched) -> 
     live(page)
     page.get_by_role("button", name="Pause").click()
     expect(page.locator("#connection")).to_have_text("paused")
+    # Paused is no stream at all: nothing can reach the page until it resumes.
+    eventually(lambda: open_streams(server) == 0, "the paused page's stream closed")
     before = server.high_water()
     with httpx.Client(base_url=f"{server.url}/v1/isbre") as client:
         for i in range(50):
             answer = client.post("/namespaces/sales/properties", json={"updates": {"step": str(i)}})
             assert answer.status_code == 200
-    time.sleep(0.5)
-    assert max(feed_seqs(page)) <= before  # paused: nothing drawn meanwhile
+    assert max(feed_seqs(page)) <= before
     page.get_by_role("button", name="Resume").click()
     expected = list(range(before + 50, before, -1))  # newest first
     expect(page.locator(f'table.feed tbody tr[data-seq="{before + 50}"]')).to_be_visible()
