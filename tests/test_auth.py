@@ -175,17 +175,16 @@ def test_a_token_request_waiting_on_the_failure_count_holds_up_no_other(secured:
     try:
         holder.execute("BEGIN EXCLUSIVE")  # as another worker's count of a failure holds it
         waiting = start_threads(guess, ["a-guess"])
-        time.sleep(1.0)
+        time.sleep(1.0)  # time for the guess to reach the lock: nothing here says it has
         assert not answers, "the token request did not wait on the lock"
-        started = time.monotonic()
+        # Answered while the lock is still held: a request held up behind it would not be.
         config = http.get(f"{secured.url}/v1/config", headers=bearer, timeout=30)
-        took = time.monotonic() - started
+        assert config.status_code == 200
     finally:
         holder.execute("ROLLBACK")
         holder.close()
     for thread in waiting:
         thread.join()
-    assert config.status_code == 200 and took < 5, f"/v1/config took {took:.1f} s"
     assert answers == [401]
 
 

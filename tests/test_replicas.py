@@ -262,15 +262,14 @@ def test_a_request_waiting_on_the_database_holds_up_no_other(
     with psycopg.connect(server.store) as holder:  # the lock lasts until its transaction ends
         holder.execute("LOCK TABLE isbre_pointers, isbre_meta IN ACCESS EXCLUSIVE MODE")
         waiting = start_threads(lambda _: wait_on_the_lock(), [None])
-        time.sleep(1.0)  # the request now waits on the lock
+        time.sleep(1.0)  # time for the request to reach the lock: nothing here says it has
         assert not answers, "the request did not wait on the database"
-        started = time.monotonic()
+        # Answered while the lock is still held: a request held up behind it would not be.
         config = http.get(f"{server.url}/v1/config", timeout=20)
-        took = time.monotonic() - started
         holder.rollback()
     for thread in waiting:
         thread.join()
-    assert config.status_code == 200 and took < 5, f"/v1/config took {took:.1f} s"
+    assert config.status_code == 200
     assert answers == [204 if method == "HEAD" else 200]
 
 
