@@ -29,9 +29,10 @@ def _value_text(value: pa.Scalar) -> str:
 
 def _cast_each(column: pa.Array, target: pa.DataType) -> tuple[pa.Array, np.ndarray]:
     """`column` cast to `target`, null where a value does not cast, and where it did not. The whole
-    column is tried first, then its halves, so a few bad values among many cost a few casts."""
+    column is tried first, then its halves, so a few bad values among many cost a few casts (a
+    column of nothing but bad values, a cast each)."""
     bad = np.zeros(len(column), dtype=bool)
-    pieces: list[pa.Array] = []
+    pieces: list[tuple[int, pa.Array]] = []  # each cast piece with where it starts
     pending = [(0, len(column))]
     while pending:
         start, stop = pending.pop()
