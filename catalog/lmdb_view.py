@@ -159,7 +159,7 @@ class LmdbView(WriteView):
                 found.setdefault(key, []).append(covered)
         return Coverage(found)
 
-    def coverage_commit(self, table_uuid: str, snapshot_id: int) -> int | None:
+    def snapshot_commit(self, table_uuid: str, snapshot_id: int) -> int | None:
         raw = self._txn.get(commit_key(table_uuid, snapshot_id), db=self._db("coverage"))
         return None if raw is None else SEQ.unpack(raw)[0]
 

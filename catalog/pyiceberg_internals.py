@@ -15,6 +15,8 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from isbre.catalog.table_properties import honoured_metadata
+from pyiceberg.expressions import BooleanExpression
+from pyiceberg.manifest import DataFile, ManifestFile
 from pyiceberg.table import Table, Transaction
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Operation, Summary
@@ -26,6 +28,7 @@ from pyiceberg.table.update import (
     _TableMetadataUpdateContext,
     _update_table_metadata_log,
 )
+from pyiceberg.typedef import KeyDefaultDict
 from pyiceberg.utils.datetime import datetime_to_millis
 
 if TYPE_CHECKING:
@@ -33,7 +36,6 @@ if TYPE_CHECKING:
     import requests
     from pyiceberg.catalog.rest import RestCatalog
     from pyiceberg.io import FileIO
-    from pyiceberg.manifest import DataFile
     from pyiceberg.schema import Schema
 
 # What one commit's updates share while they are applied (the snapshots and schemas they add).
@@ -193,3 +195,29 @@ def _as_replace(update: TableUpdate) -> TableUpdate:
         return update
     summary = Summary(Operation.REPLACE, **update.snapshot.summary.additional_properties)
     return AddSnapshotUpdate(snapshot=update.snapshot.model_copy(update={"summary": summary}))
+
+
+class ScanPruning:
+    """PyIceberg's own pruning and residuals for one scan, as its local planner applies them
+    (manifest partition summaries, partition values, column metrics), so that a plan made on the
+    server keeps exactly the files a client's local plan keeps."""
+
+    def __init__(self, metadata: TableMetadata, row_filter: BooleanExpression, case_sensitive: bool) -> None:
+        from pyiceberg.io import load_file_io
+        from pyiceberg.table import ManifestGroupPlanner
+
+        # The planner's evaluators read the metadata only; it opens no file here.
+        self._planner = ManifestGroupPlanner(metadata, load_file_io(), row_filter, case_sensitive)
+        self._manifests = KeyDefaultDict(self._planner._build_manifest_evaluator)
+        self._partitions = KeyDefaultDict(self._planner._build_partition_evaluator)
+        self._metrics = self._planner._build_metrics_evaluator()
+        self._residuals = KeyDefaultDict(self._planner._build_residual_evaluator)
+
+    def keeps_manifest(self, manifest: ManifestFile) -> bool:
+        return bool(self._manifests[manifest.partition_spec_id](manifest))
+
+    def keeps_file(self, data_file: DataFile) -> bool:
+        return bool(self._partitions[data_file.spec_id](data_file)) and bool(self._metrics(data_file))
+
+    def residual(self, data_file: DataFile) -> BooleanExpression:
+        return self._residuals[data_file.spec_id](data_file).residual_for(data_file.partition)

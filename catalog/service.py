@@ -9,7 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from isbre.catalog.maintenance_operations import Maintenance
+from isbre.catalog.manifest_cache import ManifestCache
 from isbre.catalog.namespace_operations import ConflictingPropertiesError, Namespaces, PropertiesChange
+from isbre.catalog.plans import Plans
 from isbre.catalog.request_context import ANONYMOUS, RequestContext
 from isbre.catalog.service_core import ServiceCore
 from isbre.catalog.store import Store
@@ -28,19 +30,27 @@ __all__ = [
 ]
 
 
+# The default bound of the decoded manifests kept for scan plans.
+MANIFEST_CACHE_BYTES = 256 << 20
+
+
 class CatalogService:
     """One warehouse's catalog (`warehouses.open_catalog` opens an embedded one): its namespaces,
-    tables, views and maintenance, each an object over the warehouse's `core` (the store, the
+    tables, views, scan plans and maintenance, each an object over the warehouse's `core` (the store, the
     writer, the metadata caches and the places objects may live). Services for several warehouses
     of one store share its writer."""
 
-    def __init__(self, store: Store, warehouse: str, **options: Any) -> None:
-        """`options`: those of `ServiceCore`."""
+    def __init__(
+        self, store: Store, warehouse: str, manifests: ManifestCache | None = None, **options: Any
+    ) -> None:
+        """`manifests`: the decoded manifests scan plans read (services of one process share one);
+        `options`: those of `ServiceCore`."""
         self.core = ServiceCore(store, warehouse, **options)
         self.namespaces = Namespaces(self.core)
         self.tables = Tables(self.core)
         self.views = Views(self.core)
         self.maintenance = Maintenance(self.core, self.tables)
+        self.plans = Plans(self.core, self.tables, manifests or ManifestCache(MANIFEST_CACHE_BYTES))
 
     @property
     def name(self) -> str:

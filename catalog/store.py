@@ -124,8 +124,9 @@ class ReadView(ABC):
         """The source offsets the table's commits have declared, merged per stream."""
 
     @abstractmethod
-    def coverage_commit(self, table_uuid: str, snapshot_id: int) -> int | None:
-        """The `commit_seq` of the commit that added `snapshot_id` with spans, if it did."""
+    def snapshot_commit(self, table_uuid: str, snapshot_id: int) -> int | None:
+        """The `commit_seq` of the commit that added `snapshot_id` to the table (None for a snapshot
+        added before the store kept this, or registered with its table)."""
 
     @abstractmethod
     def sink_rows(self, table_uuid: str | None) -> list[SinkRows]:

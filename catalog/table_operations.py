@@ -174,7 +174,7 @@ class Tables:
             pointer = view.pointer(TABLE, ident)
             if pointer is None:
                 raise NoSuchTableError(f"Table does not exist: {ident}")
-            commit_seq = None if snapshot_id is None else view.coverage_commit(pointer.uuid, snapshot_id)
+            commit_seq = None if snapshot_id is None else view.snapshot_commit(pointer.uuid, snapshot_id)
             totals = view.sink_rows(pointer.uuid)
             rows = totals[0].rows if totals else {}
             return TableCoverage(pointer.uuid, view.coverage(pointer.uuid), commit_seq, rows)
@@ -273,9 +273,12 @@ class Tables:
                     if entry.changed:
                         batch.view.put_pointer(TABLE, entry.ident, entry.pointer)
                         record = batch.log(commit_record(entry, txn, txn_size))
+                        # Which commit added each snapshot: plans from a commit cursor go by it.
+                        for snapshot_id in entry.added_snapshots:
+                            batch.view.add_coverage(entry.pointer.uuid, [], snapshot_id, record.commit_seq)
                         if entry.spans:
                             batch.view.add_coverage(
-                                entry.pointer.uuid, list(entry.spans), record.snapshot_id, record.commit_seq
+                                entry.pointer.uuid, list(entry.spans), None, record.commit_seq
                             )
                         if entry.rows:
                             batch.view.add_sink_rows(

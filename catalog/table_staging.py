@@ -72,6 +72,10 @@ class Staged:
         return Pointer(self.metadata_location, str(self.metadata.table_uuid))
 
     @property
+    def added_snapshots(self) -> list[int]:
+        return [u.snapshot.snapshot_id for u in self.updates if isinstance(u, AddSnapshotUpdate)]
+
+    @property
     def places(self) -> tuple[Place, ...]:
         return named_places(self.metadata.location, self.metadata.properties)
 

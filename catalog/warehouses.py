@@ -9,8 +9,9 @@ from typing import Any
 
 from isbre.catalog.file_uris import file_uri
 from isbre.catalog.limits import Limits
+from isbre.catalog.manifest_cache import ManifestCache
 from isbre.catalog.object_storage import ObjectStorageIO, S3Options
-from isbre.catalog.service import CatalogService
+from isbre.catalog.service import MANIFEST_CACHE_BYTES, CatalogService
 from isbre.catalog.store import FIRST_WAREHOUSE
 from isbre.catalog.stores import open_store, store_files
 from isbre.catalog.warehouse_config import Warehouse, default_store
@@ -26,6 +27,7 @@ def open_warehouses(
     allowed_locations: tuple[str, ...] = (),
     limits: Limits | None = None,
     on_fatal: Callable[[BaseException], None] | None = None,
+    manifest_cache_bytes: int = MANIFEST_CACHE_BYTES,
 ) -> list[CatalogService]:
     """One service per warehouse, in order, sharing the store at `store` (an LMDB directory or a
     postgresql:// URL; default: see `default_store`) and its writer. The first warehouse owns the
@@ -37,6 +39,7 @@ def open_warehouses(
         raise ValueError(f"warehouse names repeat: {names}")
     opened = open_store(store or default_store(warehouses[0]), map_size=map_size, warehouses=tuple(names[1:]))
     services: list[CatalogService] = []
+    manifests = ManifestCache(manifest_cache_bytes)
     for position, warehouse in enumerate(warehouses):
         root = warehouse.local_root()
         if root is not None:
@@ -56,6 +59,7 @@ def open_warehouses(
                 scope=FIRST_WAREHOUSE if position == 0 else warehouse.name,
                 writer=services[0].core.writer if services else None,
                 table_defaults=warehouse.table_defaults,
+                manifests=manifests,
             )
         )
     return services

@@ -16,6 +16,7 @@ from isbre.rest import (
     health,
     metrics,
     namespace_routes,
+    plan_routes,
     table_routes,
     view_routes,
 )
@@ -37,6 +38,7 @@ log = logging.getLogger(__name__)
 _ROUTERS = (
     namespace_routes.router,
     table_routes.router,
+    plan_routes.router,
     view_routes.router,
     event_stream.router,
     event_pages.router,
@@ -49,9 +51,9 @@ def advertised_endpoints() -> list[str]:
     for module_router in _ROUTERS:
         for route in module_router.routes:
             if isinstance(route, APIRoute):
-                found.extend(
-                    f"{method} /v1/{{prefix}}{route.path_format}" for method in sorted(route.methods or ())
-                )
+                # Path parameters are identifiers here; the spec spells one with a hyphen.
+                path = route.path_format.replace("{plan_id}", "{plan-id}")
+                found.extend(f"{method} /v1/{{prefix}}{path}" for method in sorted(route.methods or ()))
     return found
 
 
@@ -95,10 +97,11 @@ def create_app(settings: Settings, worker: bool = False) -> FastAPI:
         )
         if found is None:
             raise ValueError(f"Unknown warehouse {warehouse!r}; this server serves {', '.join(services)}")
+        overrides = {"prefix": found, **runtime(request).planning.client_config(found)}
         return json_response(
             {
                 "defaults": {},
-                "overrides": {"prefix": found},
+                "overrides": overrides,
                 "endpoints": endpoints,
                 "idempotency-key-lifetime": f"PT{settings.idempotency_key_lifetime_minutes}M",
             }

@@ -10,6 +10,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from isbre.catalog.job_process import JobProcessError
 from isbre.catalog.limits import MetadataTooLargeError
+from isbre.catalog.plans import ExpiredCommitsError
 from isbre.catalog.purge import PurgeIncompleteError
 from isbre.catalog.service import ConflictingPropertiesError
 from isbre.catalog.store import (
@@ -22,7 +23,9 @@ from isbre.catalog.view_staging import InvalidViewVersionError
 from isbre.catalog.writer import WriterClosedError, WriterOverloadedError
 from isbre.events.subscription import CursorExpiredError
 from isbre.rest.access import ForbiddenError
+from isbre.rest.plan_work import PlansBusyError
 from isbre.rest.s3_signer import SigningRefusedError
+from isbre.rest.scan_json import NoSuchPlanIdError, NoSuchPlanTaskError
 from isbre.rest.wire import BodyTooLargeError
 from pyiceberg import exceptions as ice
 from starlette.exceptions import HTTPException
@@ -43,6 +46,10 @@ _KNOWN: list[tuple[type[Exception], int, str]] = [
     (ice.CommitFailedException, 409, "CommitFailedException"),
     (ConflictingPropertiesError, 422, "UnprocessableEntityException"),
     (CursorExpiredError, 410, "CursorExpiredException"),
+    (ExpiredCommitsError, 410, "CursorExpiredException"),
+    (NoSuchPlanIdError, 404, "NoSuchPlanIdException"),
+    (NoSuchPlanTaskError, 404, "NoSuchPlanTaskException"),
+    (PlansBusyError, 503, "ServiceUnavailableException"),
     (WriterClosedError, 503, "ServiceUnavailableException"),
     (WriterOverloadedError, 503, "ServiceUnavailableException"),
     (StoreUnavailableError, 503, "ServiceUnavailableException"),

@@ -10,7 +10,8 @@ from __future__ import annotations
 from isbre.catalog.format_v3 import AnyTableUpdate
 from isbre.catalog.identifiers import Identifier
 from isbre.catalog.view_staging import ViewRequirement, ViewUpdate
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, model_validator
+from pyiceberg.catalog.rest import scan_planning
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table.sorting import SortOrder
@@ -111,3 +112,24 @@ class SignRequest(IcebergBaseModel):
     body: str | None = None
     provider: str | None = None
     properties: dict[str, str] = Field(default_factory=dict)
+
+
+class PlanTableScanRequest(scan_planning.PlanTableScanRequest):
+    """The spec's plan request, and isbre's commit cursor (`isbre-after-commit-seq`): the files the
+    table's commits after that one added."""
+
+    after_commit_seq: int | None = Field(None, alias="isbre-after-commit-seq", ge=0)
+
+    @model_validator(mode="after")
+    def _one_kind_of_scan(self) -> PlanTableScanRequest:
+        if self.after_commit_seq is not None and (
+            self.snapshot_id is not None
+            or self.start_snapshot_id is not None
+            or self.end_snapshot_id is not None
+        ):
+            raise ValueError(
+                "isbre-after-commit-seq cannot be combined with snapshot-id or start/end-snapshot-id"
+            )
+        if self.end_snapshot_id is not None and self.snapshot_id is not None:
+            raise ValueError("Cannot specify both snapshot-id and end-snapshot-id")
+        return self

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from isbre.events.fanout import FanoutChannel, FanoutProcess
     from isbre.lineage.handle import LineageObserver, LineageWorker
     from isbre.rest.delegation import Delegation
+    from isbre.rest.plan_work import PlanWork
     from isbre.rest.settings import Settings
     from isbre.rest.shared_counters import SharedCounters
 
@@ -46,6 +47,7 @@ class Runtime:
     fanout: FanoutProcess | FanoutChannel | None
     shared_counters: SharedCounters | None
     maintainer: Maintainer | None
+    planning: PlanWork
 
     @property
     def service(self) -> CatalogService:

@@ -9,7 +9,7 @@ import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from isbre.catalog.stores import is_database_url
 from isbre.rest.roles import Role
@@ -104,6 +104,13 @@ class DelegationSettings(BaseModel):
     )
 
 
+PlanningMode = Literal["client", "server"]
+PLANNING_MODE = (
+    "`scan-planning-mode` advertised to clients: `server` makes them plan scans on this server "
+    "(its CPU, its manifest cache), `client` leaves planning to them (the plan endpoints answer either way)."
+)
+
+
 class WarehouseSettings(BaseModel):
     """A warehouse besides the default one, served under its own prefix."""
 
@@ -112,6 +119,7 @@ class WarehouseSettings(BaseModel):
     root: str = Field(description="A directory, or s3://bucket/prefix.")
     s3: S3Settings = Field(default_factory=S3Settings)
     delegation: DelegationSettings = Field(default_factory=DelegationSettings)
+    scan_planning_mode: PlanningMode = Field("client", description=PLANNING_MODE)
 
 
 class Settings(BaseSettings):
@@ -142,6 +150,7 @@ class Settings(BaseSettings):
     )
     s3: S3Settings = Field(default_factory=S3Settings)
     delegation: DelegationSettings = Field(default_factory=DelegationSettings)
+    scan_planning_mode: PlanningMode = Field("client", description=PLANNING_MODE)
     warehouses: dict[str, WarehouseSettings] = Field(
         default_factory=dict, description="More warehouses, by name (their catalog prefix)."
     )
@@ -228,6 +237,21 @@ class Settings(BaseSettings):
     events_trim_interval_seconds: float = Field(
         60.0, gt=0, description="How often the log is checked for trimming."
     )
+    plan_page_size: int = Field(
+        1000, ge=1, description="File scan tasks in one answer of a scan plan; the rest come as plan tasks."
+    )
+    plan_wait_seconds: float = Field(
+        30.0,
+        ge=0,
+        description="How long a plan request waits for its plan before answering `submitted` (the "
+        "client then polls with the plan id).",
+    )
+    max_concurrent_plans: int = Field(
+        4, ge=1, description="Scan plans one server process works on at once; more wait, then get 503."
+    )
+    manifest_cache_mb: int = Field(
+        256, ge=0, description="Decoded manifests kept for scan plans, per server process (estimated)."
+    )
     maintenance: bool = Field(
         True,
         description="Run table maintenance after commits (tables whose isbre.maintenance.enabled is true).",
@@ -250,7 +274,12 @@ class Settings(BaseSettings):
 
     def served(self) -> list[tuple[str, WarehouseSettings]]:
         """Every warehouse, the default (named `prefix`) first."""
-        first = WarehouseSettings(root=self.warehouse, s3=self.s3, delegation=self.delegation)
+        first = WarehouseSettings(
+            root=self.warehouse,
+            s3=self.s3,
+            delegation=self.delegation,
+            scan_planning_mode=self.scan_planning_mode,
+        )
         return [(self.prefix, first), *self.warehouses.items()]
 
     def shares_store(self) -> bool:

@@ -28,6 +28,7 @@ from isbre.lineage.config import openlineage_configured
 from isbre.lineage.handle import LineageObserver, LineageWorker
 from isbre.lineage.names import LineageNames
 from isbre.rest.delegation import Delegation
+from isbre.rest.plan_work import PlanWork
 from isbre.rest.runtime import RequestCounters, Runtime
 from isbre.rest.settings import Settings, warehouses
 from isbre.rest.shared_counters import SharedCounters
@@ -148,6 +149,7 @@ async def running(settings: Settings, worker: bool, counters: RequestCounters) -
             allowed_locations=tuple(settings.allowed_locations),
             limits=catalog_limits(settings),
             on_fatal=_shut_down,
+            manifest_cache_bytes=settings.manifest_cache_mb << 20,
         )
         commit_log = services[0].core.commit_log
         stops.append(services[0].close)
@@ -201,6 +203,11 @@ async def running(settings: Settings, worker: bool, counters: RequestCounters) -
         if maintainer is not None:
             maintainer.start()
             stops.append(maintainer.stop)
+        server_planned = frozenset(
+            name for name, spec in settings.served() if spec.scan_planning_mode == "server"
+        )
+        planning = PlanWork(settings.max_concurrent_plans, settings.plan_wait_seconds, server_planned)
+        stops.append(planning.close)
         found = Runtime(
             settings,
             counters,
@@ -214,6 +221,7 @@ async def running(settings: Settings, worker: bool, counters: RequestCounters) -
             fanout,
             shared,
             maintainer,
+            planning,
         )
         if shared is not None:
             stops.append(shared.close)

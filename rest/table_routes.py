@@ -83,7 +83,12 @@ def _delegation(request: Request) -> Delegation:
     return runtime(request).delegation[service(request).name]
 
 
-def _delegated(request: Request, target: InNamespace, table: str, location: str) -> TableAccess:
+def _planning(request: Request) -> dict[str, str]:
+    """A loaded table's `config` entries on scan planning (the warehouse's `scan_planning_mode`)."""
+    return runtime(request).planning.client_config(service(request).name)
+
+
+def delegated(request: Request, target: InNamespace, table: str, location: str) -> TableAccess:
     """The table's config, storage credentials and signer settings for the access the client asked for."""
     modes = wanted(request.headers.get(HEADER))
     catalog = service(request)
@@ -98,10 +103,9 @@ def _delegated(request: Request, target: InNamespace, table: str, location: str)
 def _table_result(
     request: Request, target: InNamespace, table: str, state: TableState, metadata: bytes
 ) -> Response:
-    access = _delegated(request, target, table, state.metadata.location)
-    return load_result(
-        state.metadata_location, metadata, access.config, access.credentials, access.remote_signing
-    )
+    access = delegated(request, target, table, state.metadata.location)
+    config = {**access.config, **_planning(request)}
+    return load_result(state.metadata_location, metadata, config, access.credentials, access.remote_signing)
 
 
 @router.get("/namespaces/{namespace:name}/tables")
@@ -156,9 +160,12 @@ async def load_table(
     if wanted(request.headers.get(HEADER)):
         # Credentials come with every answer: no 304 that would leave a client with old ones.
         return await run_in_threadpool(_table_result, request, target, table, state, metadata)
-    config = None
+    config = _planning(request) or None
     if state.metadata.location.startswith("s3://"):  # the bucket's endpoint, path style, region
-        config = _delegation(request).table_config(set(), state.metadata.location, False, None).config
+        config = {
+            **_delegation(request).table_config(set(), state.metadata.location, False, None).config,
+            **(config or {}),
+        }
     tag = etag(state.metadata_location or "", snapshots, config)
     if not_modified(request.headers.get("if-none-match"), tag):
         return Response(status_code=304, headers={"ETag": tag})

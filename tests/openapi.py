@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from functools import cache
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
+import yaml
 from openapi_core import OpenAPI
 from openapi_core.testing import MockRequest, MockResponse
 
@@ -15,7 +17,23 @@ SPEC = Path(__file__).resolve().parent / "specs" / "iceberg-rest-catalog-open-ap
 
 @cache
 def spec() -> OpenAPI:
-    return OpenAPI.from_path(SPEC)
+    """The spec as written, but for one schema: `PrimitiveTypeValue` is a `oneOf` of types that
+    overlap (every string is a StringTypeValue, a DateTypeValue, a UUIDTypeValue...; every integer
+    an IntegerTypeValue and a LongTypeValue), so no value could ever match exactly one of them.
+    Read as the `anyOf` it means, a partition value, a bound or a literal in a filter validates."""
+    document = _string_keys(yaml.safe_load(SPEC.read_text()))
+    primitive = document["components"]["schemas"]["PrimitiveTypeValue"]
+    primitive["anyOf"] = primitive.pop("oneOf")
+    return OpenAPI.from_dict(document)
+
+
+def _string_keys(node: Any) -> Any:
+    """YAML reads a response code (`200:`) as a number; OpenAPI keys are strings."""
+    if isinstance(node, dict):
+        return {str(key): _string_keys(value) for key, value in node.items()}
+    if isinstance(node, list):
+        return [_string_keys(value) for value in node]
+    return node
 
 
 def check(response: httpx.Response) -> httpx.Response:

@@ -198,6 +198,19 @@ CASES: dict[tuple[str, str], Case] = {
             {"method": "GET", "region": "us-east-1", "uri": "http://127.0.0.1:1/b/k", "headers": {}},
         ),
     ),
+    ("POST", f"{P}/namespaces/{{namespace}}/tables/{{table}}/plan"): Case(
+        "reader", lambda ns: Call("POST", f"{P}/namespaces/{ns}/tables/t/plan", {})
+    ),
+    # A plan id and a plan task of the caller's own making: refused out of scope before they are read.
+    ("GET", f"{P}/namespaces/{{namespace}}/tables/{{table}}/plan/{{plan_id}}"): Case(
+        "reader", lambda ns: Call("GET", f"{P}/namespaces/{ns}/tables/t/plan/unknown")
+    ),
+    ("DELETE", f"{P}/namespaces/{{namespace}}/tables/{{table}}/plan/{{plan_id}}"): Case(
+        "reader", lambda ns: Call("DELETE", f"{P}/namespaces/{ns}/tables/t/plan/unknown")
+    ),
+    ("POST", f"{P}/namespaces/{{namespace}}/tables/{{table}}/tasks"): Case(
+        "reader", lambda ns: Call("POST", f"{P}/namespaces/{ns}/tables/t/tasks", {"plan-task": "unknown"})
+    ),
     ("POST", f"{P}/transactions/commit"): Case(
         "writer",
         lambda ns: Call("POST", f"{P}/transactions/commit", {"table-changes": [commit_body(ns, "t")]}),

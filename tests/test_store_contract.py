@@ -149,11 +149,11 @@ def test_coverage_merges_and_is_dropped_with_the_table(store: Store) -> None:
         view.add_coverage("t", [Span(key, 10, 20), Span(SpanKey("kafka-1", "orders", 1), 5, 6)], None, 2)
     with store.read() as view:
         assert view.coverage("t").ranges == {key: [(0, 30)], SpanKey("kafka-1", "orders", 1): [(5, 6)]}
-        assert view.coverage_commit("t", 7) == 1 and view.coverage_commit("t", 8) is None
+        assert view.snapshot_commit("t", 7) == 1 and view.snapshot_commit("t", 8) is None
     with store.write() as view:
         view.drop_coverage("t")
     with store.read() as view:
-        assert view.coverage("t").ranges == {} and view.coverage_commit("t", 7) is None
+        assert view.coverage("t").ranges == {} and view.snapshot_commit("t", 7) is None
 
 
 def test_row_counts_add_up_per_table_under_its_latest_name_and_go_with_it(store: Store) -> None:
@@ -410,7 +410,7 @@ def test_export_then_load_into_either_kind_keeps_everything(
         with target.read() as view:
             assert (view.log_floor(), view.commit_seq()) == (3, 5)
             assert view.coverage("t").ranges == {SpanKey("kafka-1", "orders", 0): [(0, 10), (20, 30)]}
-            assert view.coverage_commit("t", 77) == 4
+            assert view.snapshot_commit("t", 77) == 4
             assert view.sink_rows("t") == [SinkRows("t", "isbre", "n.t", {"accepted": 7})]
             assert view.overlapping("file:///w/n/t/data") == [("file:///w/n/t", "t")]
         with target.write() as view:  # the log goes on from the loaded high-water

@@ -201,7 +201,7 @@ class PostgresView(WriteView):
             found.setdefault(SpanKey(source_id, topic, partition), []).append((start, end))
         return Coverage(found)
 
-    def coverage_commit(self, table_uuid: str, snapshot_id: int) -> int | None:
+    def snapshot_commit(self, table_uuid: str, snapshot_id: int) -> int | None:
         return self._sql().scalar(
             select(coverage_commits.c.commit_seq).where(
                 coverage_commits.c.table_uuid == table_uuid, coverage_commits.c.snapshot_id == snapshot_id

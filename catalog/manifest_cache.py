@@ -1,0 +1,90 @@
+"""Decoded manifest lists and manifests, kept by location for server-side scan planning.
+
+Iceberg never rewrites a manifest or a manifest list in place (a new one gets a new name), so a
+file's location names its content: a plan reads each manifest once, not once per plan. The bound
+is in bytes, estimated from each manifest's size on disk (`DECODED_PER_BYTE`), least recently used
+first out.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from isbre.catalog.lru import Lru
+from pyiceberg.io import FileIO
+from pyiceberg.manifest import ManifestEntry, ManifestFile, read_manifest_list
+
+# What a decoded manifest takes in memory per byte of its Avro file (9.4 to 10.7 measured with
+# tracemalloc on PyIceberg-written manifests of 2 and 12 columns; rounded up, so the bound holds).
+DECODED_PER_BYTE = 11
+# What one manifest of a decoded manifest list (with its partition summaries) takes, in bytes.
+LISTED_MANIFEST_BYTES = 1200
+# Manifests whose paths are remembered as checked, per table.
+CHECKED = 1 << 16
+
+
+@dataclass(frozen=True)
+class _Held:
+    decoded: tuple[Any, ...]
+    weight: int
+
+
+class ManifestCache:
+    def __init__(self, capacity_bytes: int) -> None:
+        self._files: Lru[tuple[str, int], _Held] = Lru(capacity_bytes, weigh=lambda held: held.weight)
+        self._checked: Lru[tuple[str, int, str], bool] = Lru(CHECKED)
+        self._counts = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    @property
+    def weight(self) -> int:
+        """The bytes the cache holds, as estimated."""
+        return self._files.weight
+
+    def manifests(self, io: FileIO, manifest_list: str) -> tuple[ManifestFile, ...]:
+        """The manifests a manifest list names, in its order."""
+
+        def read() -> _Held:
+            listed = tuple(read_manifest_list(io.new_input(manifest_list)))
+            return _Held(listed, len(listed) * LISTED_MANIFEST_BYTES)
+
+        return self._held((manifest_list, -1), read)
+
+    def entries(
+        self, io: FileIO, manifest: ManifestFile, owner: str, check: Callable[[str], object]
+    ) -> tuple[ManifestEntry, ...]:
+        """The manifest's live entries (added or existing; deleted ones are left out), once its own
+        path and every file it names have passed `check` for the table `owner` (each raises
+        what it refuses). A manifest is checked once per table that names it, not once per plan:
+        the check resolves every path on disk."""
+
+        def read() -> _Held:
+            entries = tuple(manifest.fetch_manifest_entry(io, discard_deleted=True))
+            return _Held(entries, manifest.manifest_length * DECODED_PER_BYTE)
+
+        key = (manifest.manifest_path, manifest.manifest_length)
+        checked = (*key, owner)
+        if self._checked.peek(checked) is not None:
+            return self._held(key, read)
+        check(manifest.manifest_path)
+        entries = self._held(key, read)
+        for entry in entries:
+            check(entry.data_file.file_path)
+        self._checked.put(checked, True)
+        return entries
+
+    def _held(self, key: tuple[str, int], read: Callable[[], _Held]) -> Any:
+        held = self._files.peek(key)
+        with self._counts:
+            if held is None:
+                self.misses += 1
+            else:
+                self.hits += 1
+        if held is None:
+            held = read()
+            self._files.put(key, held)
+        return held.decoded

@@ -1,0 +1,208 @@
+"""Scan plans of one warehouse's tables: what a plan request asks for, resolved against the table
+as it stands (`resolve`), and the tasks of any range of the scan's manifests (`planner`).
+
+A plan from a commit cursor (`after_commit_seq`) reads the files that the table's commits after
+the cursor appended, found by walking back from the current snapshot until a snapshot that a
+commit at or before the cursor added: it costs what the new commits cost, whatever the table's
+history. Snapshots that add no rows (`replace`: compaction, manifest rewrites) are skipped; those
+that rewrite rows (`overwrite`, `delete`) are reported, never dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from isbre.catalog.identifiers import Identifier
+from isbre.catalog.lru import Lru
+from isbre.catalog.manifest_cache import ManifestCache
+from isbre.catalog.scan_planning import History, Planner, RowFilter, Scan, ScanNotPlannableError
+from isbre.catalog.service_core import ServiceCore
+from isbre.catalog.table_operations import Tables
+from pyiceberg.exceptions import NoSuchTableError
+from pyiceberg.manifest import DataFile
+from pyiceberg.table.snapshots import Operation, Snapshot
+
+# The commit that added a snapshot to the table, when the store knows it.
+CommitOf = Callable[[int], int | None]
+
+
+class ExpiredCommitsError(Exception):
+    """Commits after the cursor added snapshots that the table has since expired."""
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """A plan request, in the catalog's terms (the REST route parses the wire form)."""
+
+    snapshot_id: int | None = None
+    start_snapshot_id: int | None = None
+    end_snapshot_id: int | None = None
+    after_commit_seq: int | None = None
+    rows: RowFilter = field(default_factory=RowFilter)
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    """A snapshot after a cursor that rewrote rows: its delete files, and the commit that added it."""
+
+    snapshot: Snapshot
+    commit_seq: int | None
+    delete_files: list[DataFile]
+
+
+@dataclass(frozen=True)
+class Resolved:
+    scan: Scan
+    planner: Planner
+    # The commit the plan reads up to (a cursor plan: the cursor to send next), when known.
+    commit_seq: int | None = None
+
+
+# Tables whose snapshot index is kept (by metadata file: one never changes).
+HISTORIES = 256
+
+
+class Plans:
+    def __init__(self, core: ServiceCore, tables: Tables, cache: ManifestCache) -> None:
+        self.core = core
+        self.tables = tables
+        self.cache = cache
+        self._histories: Lru[str, History] = Lru(HISTORIES)
+
+    def resolve(self, ident: Identifier, request: PlanRequest) -> Resolved:
+        """The scan `request` asks for, against the table as it stands. ScanNotPlannableError for
+        snapshots the table does not hold, ExpiredCommitsError for a cursor it can no longer serve."""
+        history = self._history(ident)
+        metadata, table_uuid = history.metadata, str(history.metadata.table_uuid)
+        rows = request.rows
+        with self.core.store.read(self.core.scope) as view:
+
+            def commit_of(snapshot_id: int) -> int | None:
+                return view.snapshot_commit(table_uuid, snapshot_id)
+
+            if request.after_commit_seq is not None:
+                first_parent = _FirstParents(view, table_uuid)
+                return self._from_cursor(history, request.after_commit_seq, commit_of, first_parent, rows)
+            if request.end_snapshot_id is not None:
+                scan = Scan(table_uuid, request.end_snapshot_id, True, request.start_snapshot_id, rows)
+                return Resolved(scan, self._planner(history, scan), commit_of(request.end_snapshot_id))
+            snapshot_id = request.snapshot_id
+            if snapshot_id is None:
+                snapshot_id = metadata.current_snapshot_id
+            commit_seq = None
+            if snapshot_id is not None:
+                history.snapshot(snapshot_id)
+                commit_seq = commit_of(snapshot_id)
+            scan = Scan(table_uuid, snapshot_id, rows=rows)
+            return Resolved(scan, self._planner(history, scan), commit_seq)
+
+    def planner(self, ident: Identifier, scan: Scan) -> Planner:
+        """The planner of a scan resolved before (a later page of its plan). NoSuchTableError when
+        the table is no longer the one the scan was resolved against."""
+        history = self._history(ident)
+        if str(history.metadata.table_uuid) != scan.table_uuid:
+            raise NoSuchTableError(f"Table {ident} is not the table this plan was made for")
+        return self._planner(history, scan)
+
+    def _history(self, ident: Identifier) -> History:
+        state = self.tables.load(ident)
+        key = state.metadata_location or ""
+        found = self._histories.peek(key) if key else None
+        if found is None or found.metadata is not state.metadata:
+            found = History(state.metadata)
+            if key:
+                self._histories.put(key, found)
+        return found
+
+    def _planner(self, history: History, scan: Scan) -> Planner:
+        return Planner(history, scan, self.tables.confined_io(history.metadata), self.cache)
+
+    def _from_cursor(
+        self,
+        history: History,
+        after: int,
+        commit_of: CommitOf,
+        first_parent: _FirstParents,
+        rows: RowFilter,
+    ) -> Resolved:
+        table_uuid = str(history.metadata.table_uuid)
+        head = history.metadata.current_snapshot_id
+        newer: list[tuple[Snapshot, int]] = []
+        start: int | None = None
+        if head is not None:
+            for each in history.ancestors(head, None):
+                commit_seq = commit_of(each.snapshot_id)
+                if commit_seq is None or commit_seq <= after:
+                    start = each.snapshot_id
+                    break
+                newer.append((each, commit_seq))
+            else:
+                _check_not_expired(newer, after, commit_of, first_parent)
+        if not newer:
+            scan = Scan(table_uuid, None, True, rows=rows)
+            return Resolved(scan, self._planner(history, scan), after)
+        scan = Scan(table_uuid, head, True, start, rows)
+        return Resolved(scan, self._planner(history, scan), max(after, newer[0][1]))
+
+    def rewrites(self, planner: Planner) -> list[Rewrite]:
+        """The snapshots of an incremental scan that rewrote rows (`overwrite`, `delete`), oldest
+        first: a reader of changes decides what to do with them."""
+        scan = planner.scan
+        if not scan.incremental or scan.end_snapshot_id is None:
+            return []
+        walked = planner.history.ancestors(scan.end_snapshot_id, scan.start_snapshot_id)
+        rewriting = [
+            each
+            for each in walked
+            if each.summary is not None and each.summary.operation in (Operation.OVERWRITE, Operation.DELETE)
+        ]
+        with self.core.store.read(self.core.scope) as view:
+            commits = [view.snapshot_commit(scan.table_uuid, each.snapshot_id) for each in rewriting]
+        return [
+            Rewrite(each, commit_seq, planner.added_deletes(each))
+            for each, commit_seq in reversed(list(zip(rewriting, commits, strict=True)))
+        ]
+
+
+class _FirstParents:
+    """The snapshot a commit's first snapshot was made on, as its record in the log says (expiry
+    takes an expired parent's id off the snapshots that remain)."""
+
+    def __init__(self, view: Any, table_uuid: str) -> None:
+        self._view = view
+        self._table_uuid = table_uuid
+
+    def of(self, commit_seq: int) -> tuple[bool, int | None]:
+        """(whether the log still holds the commit, the snapshot it was made on)."""
+        found = self._view.records(commit_seq - 1, 1)
+        if not found or found[0].commit_seq != commit_seq or found[0].table_uuid != self._table_uuid:
+            return False, None
+        return True, found[0].parent_snapshot_id
+
+
+def _check_not_expired(
+    newer: list[tuple[Snapshot, int]], after: int, commit_of: CommitOf, first_parent: _FirstParents
+) -> None:
+    """The walk back from the head reached the oldest snapshot the table holds: raise when a commit
+    after the cursor added a snapshot before it that the table has since expired."""
+    oldest, its_commit = newer[-1]
+    parent = oldest.parent_snapshot_id
+    if parent is None:
+        logged, parent = first_parent.of(its_commit)
+        if not logged:
+            raise ExpiredCommitsError(
+                _RESYNC.format(after=after, commit=its_commit, why="the log no longer holds")
+            )
+    if parent is not None and (parent_commit := commit_of(parent)) is not None and parent_commit > after:
+        raise ExpiredCommitsError(_RESYNC.format(after=after, commit=its_commit, why="expiry removed"))
+
+
+_RESYNC = (
+    "Commits after {after} added snapshots that {why} (the oldest snapshot left came with commit "
+    "{commit}): read the table whole again, then plan from the commit cursor that answer carries"
+)
+
+
+__all__ = ["ExpiredCommitsError", "PlanRequest", "Plans", "Resolved", "Rewrite", "ScanNotPlannableError"]
