@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import pyarrow as pa
 import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 import pytest
 from botocore.exceptions import ClientError
 from isbre.catalog.object_storage import ObjectStorageIO
@@ -639,3 +640,30 @@ def test_an_s3_table_s_places_and_jobs_stay_inside_it(on_s3: IsbreServer, moto: 
     (job,) = answer.json()["jobs"]
     assert not job["committed"] and f"s3://lake/{b_file}" in job["foreign-paths"], job
     assert set(moto.keys("lake", a_root.removeprefix("lake/"))) == before
+
+
+def test_a_plan_on_s3_carries_credentials_for_its_table(on_s3: IsbreServer, moto: MotoS3) -> None:
+    """A plan answer hands the reader vended credentials for the table's location, with which the
+    planned files are read; PyIceberg planning on the server reads through them as well."""
+    lake = catalog(on_s3, WRITER)
+    lake.create_namespace("planned")
+    table = lake.create_table("planned.t", schema=SCHEMA)
+    table.append(pa.table({"id": [1, 2, 3]}, schema=SCHEMA))
+    answer = http.post(
+        f"{on_s3.url}/v1/isbre/namespaces/planned/tables/t/plan",
+        json={"filter": {"type": "gt", "term": "id", "value": 1}},
+        headers={"Authorization": f"Bearer {READER}", "X-Iceberg-Access-Delegation": "vended-credentials"},
+    )
+    assert answer.status_code == 200, answer.text
+    (credential,) = answer.json()["storage-credentials"]
+    assert credential["prefix"].startswith("s3://lake/wh/planned/t-")
+    (task,) = answer.json()["file-scan-tasks"]
+    path = task["data-file"]["file-path"]
+    assert path.startswith(credential["prefix"])
+    rows = pq.read_table(path.removeprefix("s3://"), filesystem=filesystem(credential["config"], moto))
+    assert rows["id"].to_pylist() == [1, 2, 3]
+    delegated = {"header.X-Iceberg-Access-Delegation": "vended-credentials", "scan-planning-mode": "server"}
+    planning = RestCatalog("isbre", uri=on_s3.url, token=READER, **delegated)
+    assert planning.supports_server_side_planning()
+    scanned = planning.load_table("planned.t").scan(row_filter="id > 1").to_arrow()
+    assert sorted(scanned["id"].to_pylist()) == [2, 3]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -38,6 +39,7 @@ from pyiceberg.types import LongType, NestedField, StringType
 from tests.crafted import crafted_snapshot
 from tests.http_client import http
 from tests.openapi import check
+from tests.postgres import new_database
 from tests.row_deltas import commit_deletes, equality_deletes, position_deletes
 from tests.server import InProcessServer, IsbreServer
 from tests.waiting import eventually
@@ -481,3 +483,26 @@ def test_a_plan_never_names_a_file_outside_the_table(
         assert "outside the table" in refused.json()["error"]["message"]
         assert str(outside) in refused.json()["error"]["message"]
         assert not any(str(outside) in answer.text for answer in answers[:-1])
+
+
+def test_cursor_plans_on_a_postgresql_store(tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """The commit that added each snapshot, and the log records a cursor plan reads, on PostgreSQL."""
+    shared = InProcessServer(tmp_path / "warehouse", store=new_database(request)).start()
+    try:
+        catalog = RestCatalog("isbre", uri=shared.url)
+        catalog.create_namespace("pg")
+        table = appended(catalog, "pg.t", 2)
+        first = cursor_plan(shared, table, 0)
+        assert read(table, first) == list(range(60))
+        table.append(rows(60, 5))
+        second = cursor_plan(shared, table, first["isbre-commit-seq"])
+        assert read(table, second) == list(range(60, 65))
+        table = catalog.load_table("pg.t")
+        doomed = [s.snapshot_id for s in table.snapshots()][1]
+        namespace, name = table.name()
+        removal = {"updates": [{"action": "remove-snapshots", "snapshot-ids": [doomed]}], "requirements": []}
+        check_ok(http.post(f"{shared.url}/v1/isbre/namespaces/{namespace}/tables/{name}", json=removal))
+        behind = http.post(url(shared, table), json={"isbre-after-commit-seq": 0})
+        assert behind.status_code == 410, behind.text
+    finally:
+        shared.stop()

@@ -1,0 +1,64 @@
+"""The manifest cache of scan plans: decoded once, bounded in bytes, least recently used out, and
+every path checked for each table that names the manifest."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from isbre.catalog.manifest_cache import DECODED_PER_BYTE, ManifestCache
+from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.manifest import ManifestFile
+from pyiceberg.table import Table
+
+
+@pytest.fixture
+def table(tmp_path: Path) -> Table:
+    catalog = SqlCatalog("cache", uri=f"sqlite:///{tmp_path / 'c.db'}", warehouse=tmp_path.as_uri())
+    catalog.create_namespace("n")
+    created = catalog.create_table("n.t", pa.schema([pa.field("id", pa.int64())]))
+    for batch in range(3):
+        created.append(pa.table({"id": pa.array(range(batch * 10, batch * 10 + 10), pa.int64())}))
+    return created
+
+
+def manifests(table: Table, cache: ManifestCache) -> tuple[ManifestFile, ...]:
+    snapshot = table.current_snapshot()
+    assert snapshot is not None
+    return cache.manifests(table.io, snapshot.manifest_list)
+
+
+def passes(_: str) -> None:
+    return None
+
+
+def test_a_manifest_is_decoded_once_and_the_bound_holds(table: Table) -> None:
+    listed = manifests(table, ManifestCache(1 << 20))
+    assert len(listed) == 3
+    one = listed[0].manifest_length * DECODED_PER_BYTE
+    cache = ManifestCache(2 * one + one // 2)  # room for two manifests' entries and no more
+    first = cache.entries(table.io, listed[0], "t", passes)
+    assert cache.entries(table.io, listed[0], "t", passes) is first and (cache.hits, cache.misses) == (1, 1)
+    for manifest in listed[1:]:
+        cache.entries(table.io, manifest, "t", passes)
+    assert cache.weight <= 2 * one + one // 2
+    assert cache.entries(table.io, listed[0], "t", passes) is not first  # the oldest went out
+    assert [entry.data_file.record_count for entry in first] == [10]
+
+
+def test_paths_are_checked_for_each_table_that_names_the_manifest(table: Table) -> None:
+    cache = ManifestCache(1 << 20)
+    manifest = manifests(table, cache)[0]
+    (data_file,) = [entry.data_file.file_path for entry in cache.entries(table.io, manifest, "owner", passes)]
+
+    def refuses(path: str) -> None:
+        if path == data_file:
+            raise PermissionError(f"{path} is not this table's")
+
+    with pytest.raises(PermissionError, match="not this table's"):
+        cache.entries(table.io, manifest, "another", refuses)
+    with pytest.raises(PermissionError):  # refused again: a refusal is never remembered as a pass
+        cache.entries(table.io, manifest, "another", refuses)
+    # Checked for its own table once, the manifest is not checked again for it.
+    assert len(cache.entries(table.io, manifest, "owner", refuses)) == 1
