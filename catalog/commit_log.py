@@ -17,6 +17,11 @@ from isbre.catalog.writer import Batch, Writer
 TRIM_CHUNK = 500
 
 
+# The durable cursors of a table's named consumers (catalog/consumers.py) are kept beside the log's
+# own, under this prefix.
+TABLE_CONSUMERS = "table-consumer:"
+
+
 class CommitLog:
     def __init__(self, store: Store, writer: Writer, owns_writer: bool = False) -> None:
         """`owns_writer`: `close` stops the writer and closes the store (for `follow`)."""
@@ -91,7 +96,9 @@ class CommitLog:
 
         def mutation(batch: Batch) -> int:
             high = batch.view.commit_seq()
-            ceiling = min([high, *batch.view.cursors().values()])
+            # A table's consumers read the table, not the log: an idle one holds no record back.
+            held = (seq for name, seq in batch.view.cursors().items() if not name.startswith(TABLE_CONSUMERS))
+            ceiling = min([high, *held])
             return batch.view.trim_log(high - keep_records, now_us() - keep_us, ceiling, chunk)
 
         return self._in_chunks(mutation, chunk)

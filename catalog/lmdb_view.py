@@ -209,6 +209,9 @@ class LmdbView(WriteView):
         with self._full_is_retryable():
             self._txn.put(name.encode(), SEQ.pack(commit_seq), db=self._db("cursors"))
 
+    def delete_cursor(self, name: str) -> None:
+        self._txn.delete(name.encode(), db=self._db("cursors"))
+
     def add_coverage(
         self, table_uuid: str, spans: list[Span], snapshot_id: int | None, commit_seq: int
     ) -> None:

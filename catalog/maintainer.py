@@ -170,7 +170,8 @@ class Maintainer:
         while len(self._watched) > WATCHED:
             self._watched.popitem(last=False)
         jobs = []
-        if plan_expiry(metadata, int(time.time() * 1000)):
+        now_ms = int(time.time() * 1000)
+        if plan_expiry(metadata, now_ms, service.consumers.held(ident, now_ms)):
             jobs.append(EXPIRE_SNAPSHOTS)
         if cleans and (after_commit or jobs):
             jobs.append(REMOVE_METADATA_FILES)

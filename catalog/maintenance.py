@@ -39,6 +39,13 @@ PREVIOUS_VERSIONS_MAX = "write.metadata.previous-versions-max"
 ENABLED = "isbre.maintenance.enabled"
 ORPHAN_MIN_AGE_MS = "isbre.maintenance.orphan-files.min-age-ms"
 ORPHAN_INTERVAL_MS = "isbre.maintenance.orphan-files.interval-ms"
+# How far behind a table's consumers may fall and still keep the snapshots they have not read
+# from expiry (as PostgreSQL bounds what a replication slot holds back): the age of the oldest of
+# them, and their number. A consumer past either is left behind: its plans then answer 410.
+CONSUMER_MAX_LAG_MS = "isbre.consumers.max-lag-ms"
+CONSUMER_MAX_SNAPSHOTS = "isbre.consumers.max-snapshots"
+DEFAULT_CONSUMER_MAX_LAG_MS = 7 * 24 * 3600 * 1000
+DEFAULT_CONSUMER_MAX_SNAPSHOTS = 10_000
 # Iceberg's own: an append merges manifests once there are this many (the sink's, when enabled);
 # for the catalog, a table holding this many is due for `rewrite-manifests`.
 MIN_COUNT_TO_MERGE = "commit.manifest.min-count-to-merge"
@@ -100,6 +107,8 @@ _POSITIVE = (
     MIN_COUNT_TO_MERGE,
     TARGET_FILE_SIZE,
     MIN_INPUT_FILES,
+    CONSUMER_MAX_LAG_MS,
+    CONSUMER_MAX_SNAPSHOTS,
 )
 _BOOLEAN = (DELETE_AFTER_COMMIT, ENABLED, COMPACT_ENABLED)
 # The metadata files isbre writes: `<version>-<uuid>.metadata.json`, versions counting up.
@@ -135,6 +144,14 @@ def enabled(properties: dict[str, str]) -> bool:
     return properties.get(ENABLED, "false").lower() == "true"
 
 
+def consumer_bounds(properties: dict[str, str]) -> tuple[int, int]:
+    """(max lag in ms, max snapshots) a table's consumers are held within."""
+    return (
+        _int(properties, CONSUMER_MAX_LAG_MS, DEFAULT_CONSUMER_MAX_LAG_MS),
+        _int(properties, CONSUMER_MAX_SNAPSHOTS, DEFAULT_CONSUMER_MAX_SNAPSHOTS),
+    )
+
+
 def _int(properties: dict[str, str], key: str, default: int) -> int:
     return int(properties.get(key, default))
 
@@ -160,17 +177,18 @@ class ExpiryPlan:
         return bool(self.snapshot_ids or self.refs)
 
 
-def plan_expiry(metadata: TableMetadata, now_ms: int) -> ExpiryPlan:
+def plan_expiry(metadata: TableMetadata, now_ms: int, held: frozenset[int] = frozenset()) -> ExpiryPlan:
     """Iceberg's rules: a branch keeps the ancestors of its head while fewer than its
     `min-snapshots-to-keep` are kept or they are younger than its `max-snapshot-age-ms`; a tag
     keeps its snapshot; a ref other than main older than its `max-ref-age-ms` goes; a snapshot no
-    ref reaches stays until it is older than the table's `max-snapshot-age-ms`."""
+    ref reaches stays until it is older than the table's `max-snapshot-age-ms`. And `held`, the
+    snapshots the table's consumers have yet to read (catalog/consumers.py), stay."""
     properties = metadata.properties
     max_age = _int(properties, MAX_SNAPSHOT_AGE_MS, DEFAULT_MAX_SNAPSHOT_AGE_MS)
     min_keep = _int(properties, MIN_SNAPSHOTS_TO_KEEP, DEFAULT_MIN_SNAPSHOTS_TO_KEEP)
     max_ref_age = int(properties[MAX_REF_AGE_MS]) if MAX_REF_AGE_MS in properties else None
     by_id = {snapshot.snapshot_id: snapshot for snapshot in metadata.snapshots}
-    retained: set[int] = set()
+    retained: set[int] = set(held)
     reachable: set[int] = set()
     dropped: list[str] = []
     branches: dict[str, int] = {}

@@ -28,6 +28,7 @@ from isbre.catalog.compaction import (
     target_file_size,
 )
 from isbre.catalog.confined_io import ConfinedIO, ForeignPathError
+from isbre.catalog.consumers import Consumers
 from isbre.catalog.deletion import delete_each
 from isbre.catalog.file_uris import file_uri, local_path
 from isbre.catalog.identifiers import Identifier
@@ -84,9 +85,11 @@ class UnknownJobError(ValueError):
 class Maintenance:
     """The jobs that keep a warehouse's tables healthy, each change an ordinary commit of `tables`."""
 
-    def __init__(self, core: ServiceCore, tables: Tables) -> None:
+    def __init__(self, core: ServiceCore, tables: Tables, consumers: Consumers) -> None:
+        """`consumers`: the tables' consumers, whose unread snapshots expiry keeps."""
         self.core = core
         self.tables = tables
+        self.consumers = consumers
         # Set in a server: where the jobs that read and write data files run (never in a process
         # that serves requests). Unset (an embedded catalog, a job's own process): here.
         self.job_processes: JobProcesses | None = None
@@ -150,7 +153,7 @@ class Maintenance:
         report = JobReport(EXPIRE_SNAPSHOTS)
         for _ in range(MAX_COMMIT_ATTEMPTS):
             before = self.tables.load(ident)
-            plan = plan_expiry(before.metadata, now_ms)
+            plan = plan_expiry(before.metadata, now_ms, self.consumers.held(ident, now_ms))
             if not plan:
                 report.nothing_to_do = "no snapshot or ref is past the table's retention (history.expire.*)"
                 return report

@@ -129,22 +129,27 @@ class Plans:
     ) -> Resolved:
         table_uuid = str(history.metadata.table_uuid)
         head = history.metadata.current_snapshot_id
-        newer: list[tuple[Snapshot, int]] = []
-        start: int | None = None
-        if head is not None:
-            for each in history.ancestors(head, None):
-                commit_seq = commit_of(each.snapshot_id)
-                if commit_seq is None or commit_seq <= after:
-                    start = each.snapshot_id
-                    break
-                newer.append((each, commit_seq))
-            else:
-                _check_not_expired(newer, after, commit_of, first_parent)
+        newer, start, whole = _newer(history, after, commit_of)
+        if whole and newer:
+            _check_not_expired(newer, after, commit_of, first_parent)
         if not newer:
             scan = Scan(table_uuid, None, True, rows=rows)
             return Resolved(scan, self._planner(history, scan), after)
         scan = Scan(table_uuid, head, True, start, rows)
         return Resolved(scan, self._planner(history, scan), max(after, newer[0][1]))
+
+    def properties(self, ident: Identifier) -> dict[str, str]:
+        return dict(self._history(ident).metadata.properties)
+
+    def since(self, ident: Identifier, after: int) -> list[tuple[Snapshot, int]]:
+        """The main branch's snapshots that commits after `after` added, newest first, each with
+        its commit (as far as the table still holds them)."""
+        history = self._history(ident)
+        table_uuid = str(history.metadata.table_uuid)
+        with self.core.store.read(self.core.scope) as view:
+            return _newer(history, after, lambda snapshot_id: view.snapshot_commit(table_uuid, snapshot_id))[
+                0
+            ]
 
     def rewrites(self, planner: Planner) -> list[Rewrite]:
         """The snapshots of an incremental scan that rewrote rows (`overwrite`, `delete`), oldest
@@ -164,6 +169,23 @@ class Plans:
             Rewrite(each, commit_seq, planner.added_deletes(each))
             for each, commit_seq in reversed(list(zip(rewriting, commits, strict=True)))
         ]
+
+
+def _newer(
+    history: History, after: int, commit_of: CommitOf
+) -> tuple[list[tuple[Snapshot, int]], int | None, bool]:
+    """(the snapshots back from the head that commits after `after` added, with their commits;
+    the snapshot the walk stopped at, if any; whether it went through every snapshot it could)."""
+    head = history.metadata.current_snapshot_id
+    newer: list[tuple[Snapshot, int]] = []
+    if head is None:
+        return newer, None, False
+    for each in history.ancestors(head, None):
+        commit_seq = commit_of(each.snapshot_id)
+        if commit_seq is None or commit_seq <= after:
+            return newer, each.snapshot_id, False
+        newer.append((each, commit_seq))
+    return newer, None, True
 
 
 class _FirstParents:

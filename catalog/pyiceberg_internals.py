@@ -93,13 +93,19 @@ def parquet_writer_options(properties: dict[str, str]) -> dict[str, Any]:
     return _get_parquet_writer_kwargs(properties)
 
 
-def rest_extension_get(
-    catalog: RestCatalog, endpoint: str, identifier: str, params: dict[str, Any]
+def rest_extension(
+    catalog: RestCatalog,
+    method: str,
+    endpoint: str,
+    identifier: str,
+    params: dict[str, Any] | None = None,
+    body: Any = None,
 ) -> requests.Response:
-    """GET a catalog's extension endpoint for the table `identifier`, on the catalog's own
-    authenticated session (PyIceberg builds its own requests the same way)."""
-    url = catalog.url(endpoint, **catalog._split_identifier_for_path(identifier))
-    return catalog._session.get(url, params=params)
+    """Call a catalog's endpoint for the table `identifier` that PyIceberg has no method for (an
+    extension, a plan page), on the catalog's own authenticated session, as PyIceberg builds its
+    own requests; `endpoint` is under the catalog prefix, with `{namespace}` and `{table}`."""
+    url = catalog.url(endpoint, prefixed=True, **catalog._split_identifier_for_path(identifier))
+    return catalog._session.request(method, url, params=params, json=body)
 
 
 class LeanTransaction(Transaction):

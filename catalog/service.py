@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from isbre.catalog.consumers import Consumers
 from isbre.catalog.maintenance_operations import Maintenance
 from isbre.catalog.manifest_cache import ManifestCache
 from isbre.catalog.namespace_operations import ConflictingPropertiesError, Namespaces, PropertiesChange
@@ -36,9 +37,9 @@ MANIFEST_CACHE_BYTES = 256 << 20
 
 class CatalogService:
     """One warehouse's catalog (`warehouses.open_catalog` opens an embedded one): its namespaces,
-    tables, views, scan plans and maintenance, each an object over the warehouse's `core` (the store, the
-    writer, the metadata caches and the places objects may live). Services for several warehouses
-    of one store share its writer."""
+    tables, views, scan plans, table consumers and maintenance, each an object over the
+    warehouse's `core` (the store, the writer, the metadata caches and the places objects may
+    live). Services for several warehouses of one store share its writer."""
 
     def __init__(
         self, store: Store, warehouse: str, manifests: ManifestCache | None = None, **options: Any
@@ -49,8 +50,9 @@ class CatalogService:
         self.namespaces = Namespaces(self.core)
         self.tables = Tables(self.core)
         self.views = Views(self.core)
-        self.maintenance = Maintenance(self.core, self.tables)
         self.plans = Plans(self.core, self.tables, manifests or ManifestCache(MANIFEST_CACHE_BYTES))
+        self.consumers = Consumers(self.core, self.plans)
+        self.maintenance = Maintenance(self.core, self.tables, self.consumers)
 
     @property
     def name(self) -> str:

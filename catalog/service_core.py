@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from isbre.catalog.backoff import Backoff
-from isbre.catalog.commit_log import CommitLog
+from isbre.catalog.commit_log import TABLE_CONSUMERS, CommitLog
 from isbre.catalog.file_uris import local_path
 from isbre.catalog.identifiers import Identifier, check_namespace, path_segment
 from isbre.catalog.limits import Limits
@@ -331,6 +331,9 @@ class ServiceCore:
             unplace(batch.view, pointer.uuid)
             if kind == TABLE:
                 batch.view.drop_coverage(pointer.uuid)
+                for name in batch.view.cursors():  # the table's consumers go with it
+                    if name.startswith(f"{TABLE_CONSUMERS}{pointer.uuid}:"):
+                        batch.view.delete_cursor(name)
             batch.log(
                 CommitRecord(
                     f"{kind}.drop",

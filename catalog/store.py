@@ -160,6 +160,10 @@ class WriteView(ReadView):
     def put_cursor(self, name: str, commit_seq: int) -> None: ...
 
     @abstractmethod
+    def delete_cursor(self, name: str) -> None:
+        """Forget a cursor (nothing when there is none)."""
+
+    @abstractmethod
     def add_coverage(
         self, table_uuid: str, spans: list[Span], snapshot_id: int | None, commit_seq: int
     ) -> None:

@@ -10,6 +10,7 @@ from fastapi import Depends, FastAPI, Query, Request, Response
 from fastapi.routing import APIRoute
 from isbre.rest import (
     console,
+    consumer_routes,
     errors,
     event_pages,
     event_stream,
@@ -39,6 +40,7 @@ _ROUTERS = (
     namespace_routes.router,
     table_routes.router,
     plan_routes.router,
+    consumer_routes.router,
     view_routes.router,
     event_stream.router,
     event_pages.router,

@@ -98,6 +98,32 @@ def _tail(args: argparse.Namespace) -> int:
     return 0
 
 
+def _table_tail(args: argparse.Namespace) -> int:
+    from isbre.events.table_feed import TableFeed
+
+    _with_url(args)
+    credentials = {"token": args.token, "credential": args.credential}
+    feed = TableFeed(args.url, args.table, args.consumer, from_start=args.from_start, **credentials)
+    print(
+        f"{args.prog}: connected to {args.url}, rows of {args.table} after commit_seq {feed.position}",
+        file=sys.stderr,
+    )
+    header = True
+    with feed:
+        for rows in feed:
+            for row in rows.to_pylist():
+                if args.format == "table":
+                    if header:
+                        print("\t".join(row), flush=True)
+                        header = False
+                    print("\t".join(str(value) for value in row.values()), flush=True)
+                else:
+                    print(json.dumps(row, default=str, separators=(",", ":")), flush=True)
+            if args.consumer is not None:
+                feed.commit()
+    return 0
+
+
 def _lineage_status(args: argparse.Namespace) -> int:
     import httpx
     from isbre.events.client import Credentials
@@ -224,11 +250,14 @@ def describe(error: BaseException, url: str | None = None) -> str:
     """One line for an ordinary mistake."""
     import httpx
     import pydantic
+    import requests
 
     if isinstance(error, pydantic.ValidationError):
         return "; ".join(_setting_problem(problem) for problem in error.errors())
     if isinstance(error, httpx.ConnectError):
         return f"cannot reach {url or 'the server'} ({error})"
+    if isinstance(error, requests.ConnectionError):  # PyIceberg's REST client
+        return f"cannot reach {url or 'the server'}"
     if isinstance(error, httpx.TransportError):
         return f"lost the connection to {url or 'the server'} ({type(error).__name__}: {error})"
     if isinstance(error, httpx.HTTPStatusError):
@@ -308,6 +337,28 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_credentials(tail)
     tail.set_defaults(prog=tail.prog, command_parser=tail, handler=_tail)
+
+    table_tail = commands.add_parser(
+        "tail", help="print a table's rows as they are appended, until interrupted"
+    )
+    table_tail.add_argument("table", help="namespace.table")
+    _add_server(table_tail)
+    table_tail.add_argument(
+        "--format",
+        choices=("jsonl", "table"),
+        default="jsonl",
+        help="one JSON object a row, or tab-separated columns",
+    )
+    table_tail.add_argument(
+        "--consumer", help="resume from this consumer's stored cursor, and advance it after each batch"
+    )
+    table_tail.add_argument(
+        "--from-start",
+        action="store_true",
+        help="a new consumer starts at the table's first commit, not its next",
+    )
+    _add_credentials(table_tail)
+    table_tail.set_defaults(prog=table_tail.prog, command_parser=table_tail, handler=_table_tail)
 
     lineage = commands.add_parser("lineage", help="OpenLineage delivery").add_subparsers(
         dest="lineage", required=True

@@ -8,6 +8,7 @@ import pydantic
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from isbre.catalog.consumers import ConsumerMovedError, NoSuchConsumerError
 from isbre.catalog.job_process import JobProcessError
 from isbre.catalog.limits import MetadataTooLargeError
 from isbre.catalog.plans import ExpiredCommitsError
@@ -48,6 +49,8 @@ _KNOWN: list[tuple[type[Exception], int, str]] = [
     (CursorExpiredError, 410, "CursorExpiredException"),
     (ExpiredCommitsError, 410, "CursorExpiredException"),
     (NoSuchPlanIdError, 404, "NoSuchPlanIdException"),
+    (NoSuchConsumerError, 404, "NoSuchConsumerException"),
+    (ConsumerMovedError, 409, "CommitFailedException"),
     (NoSuchPlanTaskError, 404, "NoSuchPlanTaskException"),
     (PlansBusyError, 503, "ServiceUnavailableException"),
     (WriterClosedError, 503, "ServiceUnavailableException"),

@@ -133,3 +133,13 @@ class PlanTableScanRequest(scan_planning.PlanTableScanRequest):
         if self.end_snapshot_id is not None and self.snapshot_id is not None:
             raise ValueError("Cannot specify both snapshot-id and end-snapshot-id")
         return self
+
+
+class ConsumerCursorRequest(IcebergBaseModel):
+    """isbre extension: move a table consumer's cursor to `commit-seq` if it is at
+    `expected-commit-seq` (null or left out: if the consumer has no cursor yet)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    commit_seq: int = Field(alias="commit-seq", ge=0)
+    expected_commit_seq: int | None = Field(None, alias="expected-commit-seq", ge=0)

@@ -13,7 +13,7 @@ from typing import Any
 
 from isbre.catalog.coverage import Coverage
 from isbre.catalog.embedded import LmdbCatalog
-from isbre.catalog.pyiceberg_internals import rest_extension_get
+from isbre.catalog.pyiceberg_internals import rest_extension
 from isbre.sinks.contract import SinkError
 from pyiceberg.catalog import Catalog
 from pyiceberg.catalog.rest import RestCatalog
@@ -71,7 +71,7 @@ class _RestCoverage(CoverageSource):
         return self._probed is not None
 
     def get(self, **params: Any) -> dict[str, Any] | None:
-        response = rest_extension_get(self.catalog, _COVERAGE_ENDPOINT, self.identifier, params)
+        response = rest_extension(self.catalog, "GET", _COVERAGE_ENDPOINT, self.identifier, params)
         if response.status_code != 200:
             return None
         body = response.json()

@@ -211,6 +211,22 @@ CASES: dict[tuple[str, str], Case] = {
     ("POST", f"{P}/namespaces/{{namespace}}/tables/{{table}}/tasks"): Case(
         "reader", lambda ns: Call("POST", f"{P}/namespaces/{ns}/tables/t/tasks", {"plan-task": "unknown"})
     ),
+    ("GET", f"{P}/namespaces/{{namespace}}/tables/{{table}}/consumers"): Case(
+        "reader", lambda ns: Call("GET", f"{P}/namespaces/{ns}/tables/t/consumers")
+    ),
+    ("GET", f"{P}/namespaces/{{namespace}}/tables/{{table}}/consumers/{{consumer}}"): Case(
+        "reader", lambda ns: Call("GET", f"{P}/namespaces/{ns}/tables/t/consumers/c")
+    ),
+    ("PUT", f"{P}/namespaces/{{namespace}}/tables/{{table}}/consumers/{{consumer}}"): Case(
+        "reader",
+        # Expects a cursor that is not there: an allowed caller gets 409 and nothing moves.
+        lambda ns: Call(
+            "PUT", f"{P}/namespaces/{ns}/tables/t/consumers/c", {"commit-seq": 0, "expected-commit-seq": 7}
+        ),
+    ),
+    ("DELETE", f"{P}/namespaces/{{namespace}}/tables/{{table}}/consumers/{{consumer}}"): Case(
+        "writer", lambda ns: Call("DELETE", f"{P}/namespaces/{ns}/tables/t/consumers/ghost")
+    ),
     ("POST", f"{P}/transactions/commit"): Case(
         "writer",
         lambda ns: Call("POST", f"{P}/transactions/commit", {"table-changes": [commit_body(ns, "t")]}),

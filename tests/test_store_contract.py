@@ -118,6 +118,12 @@ def test_cursors_markers_and_idempotent_responses(store: Store) -> None:
             view.put_idempotent_response(key, {"ts": ts, "outcome": key})
     with store.read() as view:
         assert view.cursors() == {"lineage": 4}
+    with store.write() as view:
+        view.put_cursor("gone", 1)
+        view.delete_cursor("gone")
+        view.delete_cursor("never")
+    with store.read() as view:
+        assert view.cursors() == {"lineage": 4}
         assert view.marker("locations") and not view.marker("other")
         assert view.idempotent_response("k-mid") == {"ts": 2, "outcome": "k-mid"}
     with store.write() as view:

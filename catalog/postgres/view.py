@@ -272,6 +272,9 @@ class PostgresView(WriteView):
     def put_cursor(self, name: str, commit_seq: int) -> None:
         self._upsert(cursors_table, name=name, commit_seq=commit_seq)
 
+    def delete_cursor(self, name: str) -> None:
+        self._sql().execute(delete(cursors_table).where(cursors_table.c.name == name))
+
     def add_coverage(
         self, table_uuid: str, spans: list[Span], snapshot_id: int | None, commit_seq: int
     ) -> None:

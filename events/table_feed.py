@@ -1,0 +1,193 @@
+"""A table as a stream of rows: everything appended to it, once, from where a named consumer left off.
+
+`TableFeed(uri, "ns.table", consumer="billing")` keeps its position as the consumer's commit cursor
+in the catalog (`commit()` stores it, compare-and-set), asks the server for a plan from that cursor,
+reads the planned files with PyIceberg, and sleeps on the table's commit events in between: an idle
+feed makes no request but its open event stream.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any, Literal
+
+import pyarrow as pa
+from isbre.catalog.consumers import check_name
+from isbre.catalog.pyiceberg_internals import rest_extension
+from isbre.events.client import subscribe
+from pyiceberg.catalog.rest import RestCatalog
+from pyiceberg.catalog.rest.scan_planning import PlanCompleted, ScanTasks
+from pyiceberg.expressions import AlwaysTrue
+from pyiceberg.io.pyarrow import ArrowScan
+from pyiceberg.table import FileScanTask, Table
+
+_TABLE = "namespaces/{namespace}/tables/{table}"
+
+
+class FeedError(Exception):
+    """The feed cannot go on from where it is without the caller deciding how."""
+
+
+class RowsRewrittenError(FeedError):
+    """Commits after the cursor rewrote rows (an overwrite or a delete) and `on_rewrite` is "raise"."""
+
+
+class FeedResyncError(FeedError):
+    """Snapshots the feed had not read were expired: read the table whole, then start anew."""
+
+
+class TableFeed:
+    def __init__(
+        self,
+        uri: str,
+        table: str,
+        consumer: str | None,
+        *,
+        token: str | None = None,
+        credential: str | None = None,
+        from_start: bool = False,
+        on_rewrite: Literal["raise", "skip"] = "raise",
+        **properties: str,
+    ) -> None:
+        """`table`: "namespace.table"; `consumer`: the cursor's name (a new one starts at the
+        table's next commit, or at its first with `from_start`; None: a feed that keeps no
+        cursor); `on_rewrite`: what an overwrite or delete after the cursor does ("raise":
+        RowsRewrittenError before any of its rows are returned; "skip": its appended rows are
+        read, its removals ignored); `properties`: more of PyIceberg's catalog properties
+        (vended credentials' header, say)."""
+        if on_rewrite not in ("raise", "skip"):
+            raise ValueError(f"on_rewrite is 'raise' or 'skip', not {on_rewrite!r}")
+        self.uri, self.table = uri.rstrip("/"), table
+        self.consumer = None if consumer is None else check_name(consumer)
+        self.on_rewrite = on_rewrite
+        auth = {"token": token} if token else {"credential": credential} if credential else {}
+        self._catalog = RestCatalog("feed", uri=self.uri, **auth, **properties)
+        self._token, self._credential = token, credential
+        found = None
+        if self.consumer is not None:
+            found = self._call("GET", f"{_TABLE}/consumers/{self.consumer}", missing_ok=True)
+        self._stored: int | None = None if found is None else int(found["commit-seq"])
+        if self._stored is not None:
+            self.position = self._stored
+        elif from_start:
+            self.position = 0
+        else:
+            self.position = self._head()
+        self._arrow_schema: pa.Schema | None = None
+        self._wake = threading.Event()
+        self._closed = threading.Event()
+        self._listener = threading.Thread(target=self._listen, name=f"feed-{table}", daemon=True)
+        self._listener.start()
+
+    def read(self, timeout: float | None = None) -> pa.Table:
+        """The rows appended since the position (the cursor, or what the last `read` returned),
+        as soon as there are some; an empty table when none came within `timeout` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            self._wake.clear()  # before planning: an event that comes meanwhile wakes the wait
+            rows = self._read_new()
+            if rows is not None:
+                return rows
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if (remaining is not None and remaining <= 0) or not self._wake.wait(remaining):
+                return self._schema().empty_table()
+
+    def commit(self) -> None:
+        """Store the position as the consumer's cursor: what `read` returned is done."""
+        if self.consumer is None:
+            raise ValueError("a feed without a consumer name keeps no cursor")
+        body = {"commit-seq": self.position, "expected-commit-seq": self._stored}
+        self._call("PUT", f"{_TABLE}/consumers/{self.consumer}", body=body)
+        self._stored = self.position
+
+    def __iter__(self) -> Iterator[pa.Table]:
+        """One table of rows per batch of commits, for as long as the feed is open."""
+        while not self._closed.is_set():
+            rows = self.read(timeout=1.0)
+            if rows.num_rows:
+                yield rows
+
+    def close(self) -> None:
+        self._closed.set()
+        self._wake.set()
+
+    def __enter__(self) -> TableFeed:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def _read_new(self) -> pa.Table | None:
+        """The rows of the commits after the position (None when nothing was appended since);
+        the position moves past every commit looked at."""
+        answer = self._call("POST", f"{_TABLE}/plan", body={"isbre-after-commit-seq": self.position})
+        assert answer is not None
+        if answer.get("isbre-rewrites") and self.on_rewrite == "raise":
+            operations = sorted({rewrite["operation"] for rewrite in answer["isbre-rewrites"]})
+            raise RowsRewrittenError(
+                f"Commits to {self.table} after {self.position} rewrote rows ({', '.join(operations)}); "
+                "open the feed with on_rewrite='skip' to read on past them"
+            )
+        tasks = self._tasks(answer)
+        after = int(answer["isbre-commit-seq"])
+        if not tasks:
+            self.position = after
+            return None
+        table = self._load()
+        self._arrow_schema = table.schema().as_arrow()
+        rows = ArrowScan(table.metadata, table.io, table.schema(), AlwaysTrue()).to_table(tasks)
+        self.position = after
+        return rows
+
+    def _tasks(self, answer: dict[str, Any]) -> list[FileScanTask]:
+        page = PlanCompleted.model_validate(answer)
+        tasks = [FileScanTask.from_rest_response(task, page.delete_files) for task in page.file_scan_tasks]
+        pending = list(page.plan_tasks)
+        while pending:
+            found = self._call("POST", f"{_TABLE}/tasks", body={"plan-task": pending.pop(0)})
+            more = ScanTasks.model_validate(found)
+            tasks += [
+                FileScanTask.from_rest_response(task, more.delete_files) for task in more.file_scan_tasks
+            ]
+            pending += more.plan_tasks
+        return tasks
+
+    def _load(self) -> Table:
+        return self._catalog.load_table(self.table)
+
+    def _schema(self) -> pa.Schema:
+        """The table's columns as of the last rows read (loaded once when none were)."""
+        if self._arrow_schema is None:
+            self._arrow_schema = self._load().schema().as_arrow()
+        return self._arrow_schema
+
+    def _head(self) -> int:
+        """The commit of the table's current snapshot (a plan that keeps no file says it without
+        reading a manifest); 0 for a table without one."""
+        answer = self._call("POST", f"{_TABLE}/plan", body={"filter": False})
+        return int(answer.get("isbre-commit-seq", 0))
+
+    def _call(self, method: str, endpoint: str, body: Any = None, missing_ok: bool = False) -> Any:
+        response = rest_extension(self._catalog, method, endpoint, self.table, body=body)
+        if response.status_code == 404 and missing_ok:
+            return None
+        if response.status_code == 410:
+            raise FeedResyncError(response.json()["error"]["message"])
+        if response.status_code >= 400:
+            error = response.json().get("error", {}) if response.content else {}
+            raise FeedError(
+                f"{method} {endpoint}: {response.status_code} {error.get('message', response.text)}"
+            )
+        return response.json() if response.content else None
+
+    def _listen(self) -> None:
+        """Wake `read` on each commit to the table, for as long as the feed is open."""
+        events = subscribe(
+            self.uri, after=self.position, tables=[self.table], token=self._token, credential=self._credential
+        )
+        for _ in events:
+            self._wake.set()
+            if self._closed.is_set():
+                return

@@ -1,0 +1,254 @@
+"""Tables as streams: consumer cursors the catalog keeps (compare-and-set, lag), and `TableFeed`,
+which hands over each appended row once across restarts of the consumer and of the server."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from isbre.events import TableFeed
+from isbre.events.table_feed import FeedResyncError, RowsRewrittenError
+from pyiceberg.catalog.rest import RestCatalog
+from pyiceberg.expressions import LessThan
+from pyiceberg.table import Table
+
+from tests.http_client import http
+from tests.server import InProcessServer, IsbreServer
+from tests.waiting import eventually
+
+ROWS = 400  # 4 writers, 10 appends of 10 rows each
+SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("writer", pa.int64())])
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IsbreServer]:
+    running = InProcessServer(tmp_path_factory.mktemp("feeds") / "warehouse").start()
+    yield running
+    running.stop()
+
+
+def batch(first: int, count: int, writer: int = 0) -> pa.Table:
+    return pa.table({"id": list(range(first, first + count)), "writer": [writer] * count}, schema=SCHEMA)
+
+
+def new_table(server: IsbreServer, namespace: str, **properties: str) -> Table:
+    """`namespace.t`, new, with `properties`."""
+    catalog = RestCatalog("isbre", uri=server.url)
+    catalog.create_namespace(namespace)
+    return catalog.create_table(f"{namespace}.t", SCHEMA, properties=properties)
+
+
+def consumers(server: IsbreServer, table: str, name: str = "") -> str:
+    namespace, table_name = table.split(".")
+    base = f"{server.url}/v1/isbre/namespaces/{namespace}/tables/{table_name}/consumers"
+    return f"{base}/{name}" if name else base
+
+
+def test_a_consumer_cursor_moves_by_compare_and_set(server: IsbreServer) -> None:
+    table = new_table(server, "cas")
+    table.append(batch(0, 10))
+    cursor = consumers(server, "cas.t", "billing")
+    assert http.get(cursor).status_code == 404
+    created = http.put(cursor, json={"commit-seq": 1})
+    assert created.status_code == 200, created.text
+    assert created.json()["behind"] == {"commits": 1, "rows": 10}
+    stale = http.put(cursor, json={"commit-seq": 2, "expected-commit-seq": 0})
+    assert stale.status_code == 409 and "another instance moved it" in stale.json()["error"]["message"]
+    again = http.put(cursor, json={"commit-seq": 1})  # "no cursor yet" no longer holds
+    assert again.status_code == 409
+    head = http.get(f"{server.url}/v1/events/cursor").json()["commit_seq"]
+    moved = http.put(cursor, json={"commit-seq": head, "expected-commit-seq": 1})
+    expected = {"name": "billing", "commit-seq": head, "behind": {"commits": 0, "rows": 0}, "expired": False}
+    assert moved.json() == expected
+    assert http.put(cursor, json={"commit-seq": head + 100, "expected-commit-seq": head}).status_code == 400
+    assert http.put(consumers(server, "cas.t", "no/pe"), json={"commit-seq": 1}).status_code in (400, 404)
+    assert http.put(consumers(server, "cas.t", "-x"), json={"commit-seq": 1}).status_code == 400
+    table.append(batch(10, 5))
+    (listed,) = http.get(consumers(server, "cas.t")).json()["consumers"]
+    assert listed["name"] == "billing" and listed["behind"] == {"commits": 1, "rows": 5}
+    assert http.delete(cursor).status_code == 204
+    assert http.get(cursor).status_code == 404
+    assert http.delete(cursor).status_code == 404
+
+
+def test_a_table_s_consumers_go_with_it_and_stay_through_a_rename(server: IsbreServer) -> None:
+    catalog = RestCatalog("isbre", uri=server.url)
+    catalog.create_namespace("kept")
+    catalog.create_table("kept.t", SCHEMA)
+    assert http.put(consumers(server, "kept.t", "c"), json={"commit-seq": 0}).status_code == 200
+    catalog.rename_table("kept.t", "kept.u")
+    assert http.get(consumers(server, "kept.u", "c")).json()["commit-seq"] == 0
+    catalog.drop_table("kept.u")
+    catalog.create_table("kept.u", SCHEMA)
+    assert http.get(consumers(server, "kept.u", "c")).status_code == 404
+
+
+def plan_and_load_requests(server: IsbreServer) -> int:
+    scraped = http.get(f"{server.url}/metrics").text
+    routes = r'route="/namespaces/\{namespace\}/tables/\{table\}(?:/plan|/tasks)?"'
+    return sum(
+        int(n)
+        for n in re.findall(
+            rf"isbre_http_requests_total\{{method=\"\w+\",{routes},status=\"\d+\"}} (\d+)", scraped
+        )
+    )
+
+
+def test_a_feed_hands_over_every_appended_row_once(tmp_path: Path) -> None:
+    port_server = InProcessServer(tmp_path / "warehouse").start()
+    catalog = RestCatalog("isbre", uri=port_server.url)
+    catalog.create_namespace("stream")
+    catalog.create_table("stream.t", SCHEMA)
+    seen: list[int] = []
+    feed = TableFeed(port_server.url, "stream.t", consumer="counter", from_start=True)
+    stop = threading.Event()
+
+    def write(writer: int) -> None:
+        table = catalog.load_table("stream.t")
+        for n in range(10):
+            for _ in range(20):  # PyIceberg's own retry, on the commits the other writers won
+                try:
+                    table.append(batch(writer * 1000 + n * 10, 10, writer))
+                    break
+                except Exception:
+                    table = catalog.load_table("stream.t")
+
+    writers = [threading.Thread(target=write, args=(w,)) for w in range(4)]
+    for thread in writers:
+        thread.start()
+    try:
+        while len(seen) < ROWS:
+            rows = feed.read(timeout=10)
+            assert rows.num_rows, "no rows came while writers appended"
+            seen += rows["id"].to_pylist()
+            feed.commit()
+            if len(seen) >= ROWS // 2 and not stop.is_set():
+                # The consumer restarts: a new feed of the same name goes on from the stored cursor.
+                stop.set()
+                feed.close()
+                feed = TableFeed(port_server.url, "stream.t", consumer="counter")
+        for thread in writers:
+            thread.join()
+        expected = sorted(w * 1000 + n for w in range(4) for n in range(100))
+        assert sorted(seen) == expected  # every row, none twice
+        # Compaction rewrites every file: nothing comes again.
+        compacted = http.post(
+            f"{port_server.url}/v1/isbre/namespaces/stream/tables/t/maintenance",
+            json={"jobs": ["compact-data-files"]},
+        )
+        assert compacted.status_code == 200, compacted.text
+        assert feed.read(timeout=0.5).num_rows == 0
+        # An idle feed asks nothing of the server but its open event stream.
+        before = plan_and_load_requests(port_server)
+        assert feed.read(timeout=5).num_rows == 0
+        assert plan_and_load_requests(port_server) == before + 1  # the one plan it woke to make first
+    finally:
+        feed.close()
+        port_server.stop()
+
+
+def test_a_feed_follows_a_restarted_server(tmp_path: Path) -> None:
+    first = InProcessServer(tmp_path / "warehouse").start()
+    catalog = RestCatalog("isbre", uri=first.url)
+    catalog.create_namespace("restart")
+    catalog.create_table("restart.t", SCHEMA).append(batch(0, 3))
+    feed = TableFeed(first.url, "restart.t", consumer="c", from_start=True)
+    try:
+        assert feed.read(timeout=5)["id"].to_pylist() == [0, 1, 2]
+        feed.commit()
+        first.stop()
+        again = InProcessServer(tmp_path / "warehouse", port=first.port).start()
+        try:
+            RestCatalog("isbre", uri=again.url).load_table("restart.t").append(batch(3, 2))
+            assert feed.read(timeout=30)["id"].to_pylist() == [3, 4]
+        finally:
+            again.stop()
+    finally:
+        feed.close()
+
+
+def test_an_overwrite_is_raised_or_skipped_as_asked(server: IsbreServer) -> None:
+    table = new_table(server, "rewrites")
+    table.append(batch(0, 10))
+    strict = TableFeed(server.url, "rewrites.t", consumer="strict", from_start=True)
+    lenient = TableFeed(server.url, "rewrites.t", consumer="lenient", from_start=True, on_rewrite="skip")
+    try:
+        for feed in (strict, lenient):
+            assert feed.read(timeout=5).num_rows == 10
+            feed.commit()
+        table.overwrite(batch(100, 3), overwrite_filter=LessThan("id", 5))
+        with pytest.raises(RowsRewrittenError, match="rewrote rows"):
+            strict.read(timeout=5)
+        assert sorted(lenient.read(timeout=5)["id"].to_pylist()) == [100, 101, 102]
+    finally:
+        strict.close()
+        lenient.close()
+
+
+def test_isbre_tail_prints_rows_as_they_land(server: IsbreServer) -> None:
+    table = new_table(server, "tailed")
+    table.append(batch(0, 2))
+    command = [sys.executable, "-m", "isbre.rest.cli", "tail", "tailed.t", "--url", server.url]
+    tail = subprocess.Popen(
+        [*command, "--from-start", "--consumer", "cli"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert tail.stderr is not None and tail.stdout is not None
+        assert "connected to" in tail.stderr.readline()
+        assert [json.loads(tail.stdout.readline())["id"] for _ in range(2)] == [0, 1]
+        table.append(batch(7, 1))
+        assert json.loads(tail.stdout.readline()) == {"id": 7, "writer": 0}
+        stored = eventually(
+            lambda: http.get(consumers(server, "tailed.t", "cli")).json().get("commit-seq"), "the cursor"
+        )
+        assert stored >= 1
+    finally:
+        tail.terminate()
+        tail.wait(timeout=30)
+    missing = subprocess.run(
+        [*command[:4], "nope.t", "--url", server.url], capture_output=True, text=True, timeout=60
+    )
+    assert missing.returncode == 1 and len(missing.stderr.strip().splitlines()) == 1, missing.stderr
+
+
+def test_expiry_keeps_what_a_consumer_has_not_read_within_its_bounds(server: IsbreServer) -> None:
+    eager = {"history.expire.max-snapshot-age-ms": "1", "history.expire.min-snapshots-to-keep": "1"}
+    table = new_table(server, "held", **eager)
+    table.append(batch(0, 5))
+    feed = TableFeed(server.url, "held.t", consumer="slow", from_start=True)
+    try:
+        assert feed.read(timeout=5).num_rows == 5
+        feed.commit()
+        for n in range(1, 4):
+            table.append(batch(n * 10, 5))
+        expire = f"{server.url}/v1/isbre/namespaces/held/tables/t/maintenance"
+
+        def expired_snapshots() -> int:
+            answer = http.post(expire, json={"jobs": ["expire-snapshots"]})
+            assert answer.status_code == 200, answer.text
+            return answer.json()["jobs"][0].get("removed-snapshots", 0)
+
+        assert expired_snapshots() == 1  # the one the consumer has read; its three unread stay
+        state = http.get(consumers(server, "held.t", "slow")).json()
+        assert state["expired"] is False and state["behind"] == {"commits": 3, "rows": 15}
+        # Past its bound, the consumer is left behind: expiry goes on, and the feed is told to resync.
+        table.catalog.load_table("held.t").transaction().set_properties(
+            **{"isbre.consumers.max-snapshots": "2"}
+        ).commit_transaction()
+        assert expired_snapshots() >= 2
+        state = http.get(consumers(server, "held.t", "slow")).json()
+        assert state["expired"] is True and "read the table whole again" in state["message"]
+        with pytest.raises(FeedResyncError, match="read the table whole again"):
+            feed.read(timeout=5)
+    finally:
+        feed.close()
