@@ -30,6 +30,7 @@ COMMANDS = [
     ["store", "migrate"],
     ["store", "copy"],
     ["ingest"],
+    ["tail"],
 ]
 
 
