@@ -16,6 +16,7 @@ import pytest
 from isbre.events import TableFeed
 from isbre.events.table_feed import FeedResyncError, RowsRewrittenError
 from pyiceberg.catalog.rest import RestCatalog
+from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.expressions import LessThan
 from pyiceberg.table import Table
 
@@ -117,7 +118,7 @@ def test_a_feed_hands_over_every_appended_row_once(tmp_path: Path) -> None:
                 try:
                     table.append(batch(writer * 1000 + n * 10, 10, writer))
                     break
-                except Exception:
+                except CommitFailedException:
                     table = catalog.load_table("stream.t")
 
     writers = [threading.Thread(target=write, args=(w,)) for w in range(4)]
