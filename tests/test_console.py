@@ -301,9 +301,16 @@ def test_the_table_page_shows_the_newest_and_more_on_asking(
     catalog.create_table("sales.busy", Schema(NestedField(1, "id", LongType(), required=True)))
     table = catalog.load_table("sales.busy")
     table.append(pa.Table.from_pylist([{"id": 1}], schema=table.schema().as_arrow()))
+    consumer = http.put(
+        f"{server.url}/v1/isbre/namespaces/sales/tables/busy/consumers/billing", json={"commit-seq": 0}
+    )
+    assert consumer.status_code == 200, consumer.text
     add_snapshots(server, "sales.busy", [BIG_ID + i for i in range(1, 31)])
     metadata = catalog.load_table("sales.busy").metadata
     page = open_page(seen, server, "table/isbre/sales/busy")
+    # Behind by every commit that added a snapshot (the append and thirty more), and the append's row.
+    billing = page.locator("table.consumers tr[data-consumer=billing] td")
+    expect(billing).to_have_text(["billing", "0", "31", "1", "live"])
     timeline = page.locator("ol.timeline > li")
     expect(timeline).to_have_count(10)
     newest = sorted(metadata.snapshots, key=lambda s: s.timestamp_ms)[-1]

@@ -147,6 +147,23 @@ function maintenance(status) {
   return h("table", { class: "kv maintenance" }, h("tbody", {}, rows.map(([key, value]) => h("tr", {}, h("th", {}, key), h("td", {}, value)))));
 }
 
+// The table's named consumers and how far behind each is (GET …/consumers, docs/feeds.md).
+function consumers(found) {
+  if (!found.length) return h("p", { class: "muted" }, "no consumer keeps a cursor here");
+  const row = (c) =>
+    h(
+      "tr",
+      { "data-consumer": c.name },
+      h("td", {}, c.name),
+      h("td", { class: "num" }, c["commit-seq"]),
+      h("td", { class: "num" }, c.behind.commits),
+      h("td", { class: "num" }, c.behind.rows),
+      h("td", {}, c.expired ? "expired: must resync" : "live"),
+    );
+  const heads = ["consumer", "at commit", "commits behind", "rows behind", "state"];
+  return h("table", { class: "consumers" }, h("thead", {}, h("tr", {}, heads.map((t) => h("th", {}, t)))), h("tbody", {}, found.map(row)));
+}
+
 function header(kind, warehouse, namespace, name, extra = []) {
   return [
     h("nav", { class: "crumbs" }, link(warehouse, "catalog", warehouse), " . ", link(namespace.join("."), "namespace", warehouse, namespace.join("\x1f")), " . ", kind),
@@ -163,9 +180,10 @@ export async function tablePage(main, [warehouse, joined, name], shell) {
   const filesShown = { count: SHOWN };
   main.append(...header("table", warehouse, namespace, name, [link("Lineage", "lineage", warehouse, nsKey, name), link("Coverage", "coverage", warehouse, nsKey, name)]), content);
   const draw = async () => {
-    const [{ metadata, "metadata-location": location }, status] = await Promise.all([
+    const [{ metadata, "metadata-location": location }, status, { consumers: readers }] = await Promise.all([
       get(catalogPath(warehouse, namespace, "tables", name)),
       get(catalogPath(warehouse, namespace, "tables", name, "maintenance")),
+      get(catalogPath(warehouse, namespace, "tables", name, "consumers")),
     ]);
     const schema = metadata.schemas.find((s) => s["schema-id"] === metadata["current-schema-id"]);
     const names = fieldNames(schema);
@@ -175,6 +193,7 @@ export async function tablePage(main, [warehouse, joined, name], shell) {
       section("Snapshots and refs", timeline(metadata, snapshotsShown)),
       section("Properties", keyValues(metadata.properties)),
       section("Maintenance", maintenance(status)),
+      section("Consumers", consumers(readers)),
       section("Metadata", facts(metadata, location), h("h3", {}, "Metadata log"), metadataLog(metadata, filesShown)),
     );
   };
