@@ -78,6 +78,7 @@ class TableFeed:
         self._arrow_schema: pa.Schema | None = None
         self._wake = threading.Event()
         self._closed = threading.Event()
+        self._stream_error: BaseException | None = None  # what ended the event stream, if anything did
         self._listener = threading.Thread(target=self._listen, name=f"feed-{table}", daemon=True)
         self._listener.start()
 
@@ -90,8 +91,14 @@ class TableFeed:
             rows = self._read_new()
             if rows is not None:
                 return rows
+            if self._stream_error is not None:
+                raise FeedError(
+                    f"the table's event stream ended: {self._stream_error}"
+                ) from self._stream_error
             remaining = None if deadline is None else deadline - time.monotonic()
-            if (remaining is not None and remaining <= 0) or not self._wake.wait(remaining):
+            if self._closed.is_set() or (remaining is not None and remaining <= 0):
+                return self._schema().empty_table()
+            if not self._wake.wait(remaining) or self._closed.is_set():
                 return self._schema().empty_table()
 
     def commit(self) -> None:
@@ -183,11 +190,22 @@ class TableFeed:
         return response.json() if response.content else None
 
     def _listen(self) -> None:
-        """Wake `read` on each commit to the table, for as long as the feed is open."""
+        """Wake `read` on each commit to the table, for as long as the feed is open. The stream
+        starts at the log's head (plans cover what came before), and each time it (re)connects
+        `read` plans again, for what came while it was not connected. An error that retrying
+        cannot help (refused credentials) wakes `read` to raise it."""
         events = subscribe(
-            self.uri, after=self.position, tables=[self.table], token=self._token, credential=self._credential
+            self.uri,
+            tables=[self.table],
+            token=self._token,
+            credential=self._credential,
+            on_connect=lambda _: self._wake.set(),
         )
-        for _ in events:
+        try:
+            for _ in events:
+                self._wake.set()
+                if self._closed.is_set():
+                    return
+        except Exception as exc:
+            self._stream_error = exc
             self._wake.set()
-            if self._closed.is_set():
-                return

@@ -253,3 +253,16 @@ def test_expiry_keeps_what_a_consumer_has_not_read_within_its_bounds(server: Isb
             feed.read(timeout=5)
     finally:
         feed.close()
+
+
+def test_closing_a_feed_ends_a_read_that_waits(server: IsbreServer) -> None:
+    new_table(server, "closing").append(batch(0, 1))
+    feed = TableFeed(server.url, "closing.t", consumer=None)  # from the next commit: nothing to read
+    answers: list[pa.Table] = []
+    reader = threading.Thread(target=lambda: answers.append(feed.read()))
+    reader.start()
+    feed.close()
+    reader.join(timeout=30)
+    assert not reader.is_alive() and answers[0].num_rows == 0
+    with pytest.raises(ValueError, match="keeps no cursor"):
+        feed.commit()
