@@ -161,6 +161,11 @@ class TableFeed:
             pending += more.plan_tasks
         return tasks
 
+    @property
+    def table_uuid(self) -> str:
+        """The table's uuid (a table dropped and made again under the same name is another)."""
+        return str(self._load().metadata.table_uuid)
+
     def _load(self) -> Table:
         return self._catalog.load_table(self.table)
 

@@ -42,7 +42,10 @@ class LineageNames:
         return ".".join([*namespace, name])
 
     def resolve(self, declared: Any) -> tuple[str, str]:
-        """A declared dataset: {"namespace", "name"}, or "ns.table" meaning a table of this catalog."""
+        """A declared dataset: {"namespace", "name"}, or "ns.table" (or {"table": "ns.table"})
+        meaning a table of this catalog."""
+        if isinstance(declared, dict) and isinstance(declared.get("table"), str):
+            return self.namespace, declared["table"]
         if (
             isinstance(declared, dict)
             and isinstance(declared.get("namespace"), str)

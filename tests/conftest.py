@@ -15,6 +15,7 @@ from isbre.catalog.warehouses import open_catalog
 from isbre.rest.settings import DEFAULT_PORT
 from pyiceberg.catalog.rest import RestCatalog
 
+from tests.lineage_receiver import Receiver
 from tests.postgres import PostgresServer, binaries, new_database
 from tests.server import InProcessServer, IsbreServer
 
@@ -134,6 +135,14 @@ def server(
     warehouse = tmp_path_factory.mktemp("isbre") / "warehouse"
     kind = IsbreServer if workers > 1 or getattr(request.module, "SERVER_PROCESS", False) else InProcessServer
     running = kind(warehouse, workers=workers, store=new_store()).start()
+    yield running
+    running.stop()
+
+
+@pytest.fixture(scope="module")
+def receiver() -> Iterator[Receiver]:
+    """An OpenLineage receiver on loopback, for a module's server to deliver to."""
+    running = Receiver().start()
     yield running
     running.stop()
 

@@ -185,13 +185,6 @@ def seed(catalog: RestCatalog) -> None:
 
 
 @pytest.fixture(scope="module")
-def receiver() -> Iterator[Receiver]:
-    running = Receiver().start()
-    yield running
-    running.stop()
-
-
-@pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory, receiver: Receiver) -> Iterator[IsbreServer]:
     """A server with lineage on (delivered to a receiver), and the seeded catalog."""
     env = {"ISBRE_LINEAGE_URL": receiver.url}
