@@ -75,6 +75,9 @@ class TableFeed:
             self.position = 0
         else:
             self.position = self._head()
+        if self._stored is None and self.consumer is not None:
+            # A new consumer's cursor is stored at once: from now on, expiry keeps what it has not read.
+            self.commit()
         self._arrow_schema: pa.Schema | None = None
         self._wake = threading.Event()
         self._closed = threading.Event()

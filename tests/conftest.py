@@ -85,7 +85,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 # The longest modules (pytest --durations=0, summed per module), longest first.
 LONGEST = (
     "test_events", "test_workers", "test_object_storage", "test_fuzz", "test_lineage", "test_replicas",
-    "test_console", "test_ingest", "test_protocol",
+    "test_console", "test_ingest", "test_protocol", "test_table_feed",
 )  # fmt: skip
 
 

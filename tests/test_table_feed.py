@@ -16,7 +16,7 @@ import pytest
 from isbre.events import TableFeed
 from isbre.events.table_feed import FeedResyncError, RowsRewrittenError
 from pyiceberg.catalog.rest import RestCatalog
-from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.exceptions import CommitFailedException, ValidationException
 from pyiceberg.expressions import LessThan
 from pyiceberg.table import Table
 
@@ -266,3 +266,78 @@ def test_closing_a_feed_ends_a_read_that_waits(server: IsbreServer) -> None:
     assert not reader.is_alive() and answers[0].num_rows == 0
     with pytest.raises(ValueError, match="keeps no cursor"):
         feed.commit()
+
+
+def test_every_row_of_200_appends_once_while_maintenance_runs_and_both_sides_restart(tmp_path: Path) -> None:
+    """4 writers, 50 appends each, on a table the catalog compacts and expires as they go; the
+    consumer restarts, then the server does: every row comes once. A second consumer, reading
+    and committing at its own pace, gets the same rows on its own."""
+    first = InProcessServer(tmp_path / "warehouse").start()
+    maintained = {
+        "isbre.maintenance.enabled": "true",
+        "isbre.maintenance.compact.enabled": "true",
+        "isbre.maintenance.compact.min-input-files": "5",
+        "history.expire.max-snapshot-age-ms": "1",
+        "history.expire.min-snapshots-to-keep": "2",
+    }
+    catalog = RestCatalog("isbre", uri=first.url)
+    catalog.create_namespace("busy")
+    catalog.create_table("busy.t", SCHEMA, properties=maintained)
+    feed = TableFeed(first.url, "busy.t", consumer="main", from_start=True)
+    other = TableFeed(first.url, "busy.t", consumer="other", from_start=True)
+    servers = [first]
+    # Appends in flight hold a permit: the server restarts between appends, so that none is left
+    # not knowing whether it landed (and appended again, twice).
+    appending = threading.Semaphore(4)
+
+    def write(writer: int) -> None:
+        for n in range(50):
+            while True:
+                with appending:
+                    try:
+                        table = RestCatalog("isbre", uri=servers[-1].url).load_table("busy.t")
+                        table.append(batch(writer * 1000 + n, 1))
+                        break
+                    # Lost the race; or PyIceberg's own retry found its base snapshot expired.
+                    except (CommitFailedException, ValidationException):
+                        continue
+
+    writers = [threading.Thread(target=write, args=(w,)) for w in range(4)]
+    for thread in writers:
+        thread.start()
+    seen: list[int] = []
+    others: list[int] = []
+    try:
+        while len(seen) < 200:
+            rows = feed.read(timeout=30)
+            assert rows.num_rows, f"no rows came with {len(seen)} of 200 read"
+            seen += rows["id"].to_pylist()
+            feed.commit()
+            others += other.read(timeout=0)["id"].to_pylist()
+            other.commit()  # a consumer with a stored cursor is one expiry keeps rows for
+            if len(seen) >= 60 and feed is not None and len(servers) == 1 and feed.consumer == "main":
+                feed.close()  # the consumer restarts from its stored cursor
+                feed = TableFeed(first.url, "busy.t", consumer="main")
+                for _ in range(4):
+                    appending.acquire()
+                first.stop()  # and then the server
+                servers.append(InProcessServer(tmp_path / "warehouse", port=first.port).start())
+                for _ in range(4):
+                    appending.release()
+        for thread in writers:
+            thread.join()
+        while len(others) < 200:
+            others += other.read(timeout=30)["id"].to_pylist()
+            other.commit()
+        expected = sorted(w * 1000 + n for w in range(4) for n in range(50))
+        assert sorted(seen) == expected and sorted(others) == expected
+        compacted = [
+            s
+            for s in catalog.load_table("busy.t").snapshots()
+            if s.summary and s.summary.operation.value == "replace"
+        ]
+        assert compacted, "the catalog never compacted the table while it was read"
+    finally:
+        feed.close()
+        other.close()
+        servers[-1].stop()
