@@ -129,11 +129,12 @@ class Consumers:
         table_uuid, cursors = self._cursors(ident)
         prefix = _key(table_uuid, "")
         found: set[int] = set()
-        for name, commit_seq in cursors.items():
-            if not name.startswith(prefix):
-                continue
+        mine = {name: seq for name, seq in cursors.items() if name.startswith(prefix)}
+        if not mine:
+            return frozenset()
+        max_lag_ms, max_snapshots = consumer_bounds(self.plans.properties(ident))
+        for name, commit_seq in mine.items():
             unread = self.plans.since(ident, commit_seq)
-            max_lag_ms, max_snapshots = consumer_bounds(self.plans.properties(ident))
             oldest = unread[-1][0].timestamp_ms if unread else now_ms
             if len(unread) > max_snapshots or now_ms - oldest > max_lag_ms:
                 log.warning(
