@@ -132,6 +132,10 @@ class Coverage:
     def of(self, key: SpanKey) -> list[Range]:
         return self.ranges.get(key, [])
 
+    def overlaps(self, span: Span) -> bool:
+        """Whether any offset of `span` is covered already."""
+        return any(start < span.end and span.start < end for start, end in self.of(span.key))
+
     def to_json(self) -> list[dict[str, object]]:
         return [
             {

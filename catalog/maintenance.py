@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from isbre.catalog.append_rebase import REBASE_APPENDS
 from isbre.catalog.compaction import (
     COMPACT_ENABLED,
     MIN_INPUT_FILES,
@@ -110,7 +111,7 @@ _POSITIVE = (
     CONSUMER_MAX_LAG_MS,
     CONSUMER_MAX_SNAPSHOTS,
 )
-_BOOLEAN = (DELETE_AFTER_COMMIT, ENABLED, COMPACT_ENABLED)
+_BOOLEAN = (DELETE_AFTER_COMMIT, ENABLED, COMPACT_ENABLED, REBASE_APPENDS)
 # The metadata files isbre writes: `<version>-<uuid>.metadata.json`, versions counting up.
 _VERSIONED = re.compile(r"^(\d{5,})-[0-9a-f-]{36}\.metadata\.json(\.gz)?$")
 

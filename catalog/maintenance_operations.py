@@ -50,6 +50,7 @@ from isbre.catalog.maintenance import (
     superseded_metadata,
     unreachable_files,
 )
+from isbre.catalog.manifest_lists import read_manifests
 from isbre.catalog.pyiceberg_internals import Staging, data_files_of, merged_manifests, replace_files
 from isbre.catalog.rebase import rebased
 from isbre.catalog.request_context import ANONYMOUS, RequestContext
@@ -367,7 +368,11 @@ class Maintenance:
                 requirements, updates = make(state)
                 made = next(u.snapshot for u in updates if isinstance(u, AddSnapshotUpdate))
                 head = state.metadata.current_snapshot()
-                if head is not None and made.manifest_list and _same_manifests(io, made, head):
+                if (
+                    head is not None
+                    and made.manifest_list
+                    and _same_manifests(io, made, head, state.metadata.format_version)
+                ):
                     return None
                 staged = (made, state.metadata.current_snapshot_id or 0)
             change = TableChange(
@@ -406,5 +411,9 @@ class Maintenance:
         return list(data_files_of(aimed, rows, io, uuid.uuid4()))
 
 
-def _same_manifests(io: FileIO, made: Snapshot, head: Snapshot) -> bool:
-    return {m.manifest_path for m in made.manifests(io)} == {m.manifest_path for m in head.manifests(io)}
+def _same_manifests(io: FileIO, made: Snapshot, head: Snapshot, format_version: int) -> bool:
+    # Not through PyIceberg's reader: it caches each manifest by path with the sequence number the
+    # list gives it, and a snapshot made again (catalog/rebase.py) gives its manifests a new one.
+    return {m.manifest_path for m in read_manifests(io, made.manifest_list, format_version)} == {
+        m.manifest_path for m in read_manifests(io, head.manifest_list, format_version)
+    }

@@ -1,23 +1,35 @@
-"""A replace snapshot made again on top of appends that landed after it was planned, without
-reading or writing any manifest but a manifest list.
+"""A snapshot made again on the current head of its branch after another commit landed first,
+writing no manifest but a manifest list.
 
-Compaction plans and writes against the table's head; on a table that a sink appends to many
-times a second, another commit lands before the job's does nearly every time, and making the whole
-snapshot again (reading the manifests, rewriting those that held the replaced files) takes longer
-than the gap between two appends. But appends only add manifests: the replace's own manifests
-stay right, and its snapshot on the new head is those plus the manifests the appends added, under
-a new manifest list. When something else happened meanwhile (an overwrite, a delete, a merge of
-manifests), this gives up and the job makes the snapshot again from the manifests.
+Two kinds of snapshot only add manifests to what they were made on, so that on a newer head the
+same manifests still say what they did:
+
+- compaction's replace, when what landed meanwhile is appends of new manifests alone: its own
+  manifests plus the manifests those appends added (the job makes the snapshot again from the
+  manifests when anything else landed: an overwrite, a delete, a merge of manifests);
+- a client's fast append, whatever landed: its new manifests (of added data files only) plus every
+  manifest of the head, exactly what the client's own retry would commit (the Java `FastAppend`
+  and PyIceberg's retry re-apply an append to the refreshed table without validating anything).
+
+The snapshot keeps its id and its own manifests; it gets a new manifest list, the next sequence
+number (its new manifests' entries inherit it), summary totals worked out from the head's, and on
+a v3 table the head's next row id as its `first-row-id` (catalog/manifest_lists.py assigns its
+manifests' row ids).
 """
 
 from __future__ import annotations
 
 import uuid
-from copy import copy
+from dataclasses import dataclass
 
+from isbre.catalog.confined_io import ConfinedIO
+from isbre.catalog.deletion import OutsideTableError
+from isbre.catalog.lru import Lru
+from isbre.catalog.manifest_cache import LISTED_MANIFEST_BYTES
+from isbre.catalog.manifest_lists import Encodings, read_manifests, without_first_row_id, write_manifests
 from isbre.catalog.table_properties import location_provider
 from pyiceberg.io import FileIO
-from pyiceberg.manifest import UNASSIGNED_SEQ, ManifestFile, write_manifest_list
+from pyiceberg.manifest import UNASSIGNED_SEQ, ManifestContent, ManifestFile
 from pyiceberg.table import TableProperties
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.refs import MAIN_BRANCH, SnapshotRefType
@@ -30,7 +42,10 @@ from pyiceberg.table.update import (
     TableUpdate,
 )
 
-# The summary's totals, worked out again from the new head's; the rest says what the replace did.
+# A snapshot the catalog made again says on which parent its writer had made it.
+REBASED_FROM_PARENT = "isbre.rebased-from-parent"
+
+# The summary's totals, worked out again from the new head's; the rest says what the snapshot did.
 _TOTALS = (
     "total-data-files",
     "total-delete-files",
@@ -39,6 +54,10 @@ _TOTALS = (
     "total-position-deletes",
     "total-equality-deletes",
 )
+
+
+class NotRebasedError(Exception):
+    """The snapshot cannot be made again on the head: the commit keeps its refusal."""
 
 
 def rebased(
@@ -50,54 +69,25 @@ def rebased(
     current, main = head.current_snapshot(), head.refs.get(MAIN_BRANCH)
     if current is None or main is None or staged.summary is None or current.summary is None:
         return None
-    landed: list[Snapshot] = []
     walked: Snapshot | None = current
     while walked is not None and walked.snapshot_id != base_id:
         if walked.summary is None or walked.summary.operation != Operation.APPEND:
             return None
-        landed.append(walked)
         walked = (
             head.snapshot_by_id(walked.parent_snapshot_id) if walked.parent_snapshot_id is not None else None
         )
     if walked is None:
         return None  # the base is no ancestor of the head any more
-    base = walked
-    base_manifests = {m.manifest_path for m in base.manifests(io)}
-    head_manifests = current.manifests(io)
+    base_manifests = {m.manifest_path for m in read_manifests(io, walked.manifest_list, head.format_version)}
+    head_manifests = read_manifests(io, current.manifest_list, head.format_version)
     if not base_manifests <= {m.manifest_path for m in head_manifests}:
         return None  # an append merged manifests the replace may have rewritten
     added = [m for m in head_manifests if m.manifest_path not in base_manifests]
     if any(m.existing_files_count or m.deleted_files_count for m in added):
         return None
-    ours = [_unassigned(m, staged) for m in staged.manifests(io)]
-    sequence_number = head.next_sequence_number()
-    location = location_provider(head.location, head.properties).new_metadata_location(
-        f"snap-{staged.snapshot_id}-{len(landed)}-{uuid.uuid4()}.avro"
-    )
-    compression = head.properties.get(
-        TableProperties.WRITE_AVRO_COMPRESSION, TableProperties.WRITE_AVRO_COMPRESSION_DEFAULT
-    )
-    with write_manifest_list(
-        format_version=head.format_version,
-        output_file=io.new_output(location),
-        snapshot_id=staged.snapshot_id,
-        parent_snapshot_id=current.snapshot_id,
-        sequence_number=sequence_number,
-        avro_compression=compression,  # type: ignore[arg-type]
-    ) as writer:
-        writer.add_manifests(added + ours)
-    done = {k: v for k, v in staged.summary.additional_properties.items() if k not in _TOTALS}
-    summary = update_snapshot_summaries(
-        Summary(Operation.OVERWRITE, **done), current.summary.additional_properties
-    )
-    snapshot = staged.model_copy(
-        update={
-            "parent_snapshot_id": current.snapshot_id,
-            "sequence_number": sequence_number,
-            "manifest_list": location,
-            "summary": Summary(Operation.REPLACE, **summary.additional_properties),
-        }
-    )
+    ours = [_unassigned(m, staged) for m in read_manifests(io, staged.manifest_list, head.format_version)]
+    made = _made_again(head, io, staged, current, added + ours, Operation.REPLACE, Operation.OVERWRITE, {})
+    snapshot = made.snapshot
     updates: tuple[TableUpdate, ...] = (
         AddSnapshotUpdate(snapshot=snapshot),
         SetSnapshotRefUpdate(
@@ -114,12 +104,143 @@ def rebased(
     return (AssertRefSnapshotId(ref=MAIN_BRANCH, snapshot_id=current.snapshot_id),), updates
 
 
+# What the manifest lists made again may take in memory, decoded (catalog/manifest_cache.py's
+# measure), and how many entries' encodings are kept.
+REMEMBERED_LISTS_BYTES = 32 << 20
+REMEMBERED_ENCODINGS = 1 << 16
+
+
+class Remembered:
+    """The manifest lists made again, decoded, and their entries' encodings: on a hot table the head
+    an append is made again on is most often the last list made, so it is neither read back nor
+    its entries encoded again."""
+
+    def __init__(self) -> None:
+        self._lists: Lru[str, tuple[ManifestFile, ...]] = Lru(
+            REMEMBERED_LISTS_BYTES, weigh=lambda manifests: len(manifests) * LISTED_MANIFEST_BYTES
+        )
+        self.encodings: Encodings = Lru(REMEMBERED_ENCODINGS)
+
+    def manifests(self, io: FileIO, location: str, format_version: int) -> list[ManifestFile]:
+        known = self._lists.peek(location)
+        return list(known) if known is not None else read_manifests(io, location, format_version)
+
+    def keep(self, location: str, manifests: tuple[ManifestFile, ...]) -> None:
+        self._lists.put(location, manifests)
+
+
+@dataclass(frozen=True)
+class Made:
+    snapshot: Snapshot
+    manifests: tuple[ManifestFile, ...]  # as its new manifest list holds them
+
+
+def appended_again(
+    head: TableMetadata,
+    io: ConfinedIO,
+    staged: Snapshot,
+    branch: str,
+    remembered: Remembered | None = None,
+) -> Made:
+    """`staged`, an append snapshot made on an older snapshot of `branch`, made again on the
+    branch's head in `head`; NotRebasedError unless its new manifests hold added data files only
+    (not a merge-append's, which carry existing entries) and are the table's files."""
+    if head.snapshot_by_id(staged.snapshot_id) is not None:
+        raise NotRebasedError(f"snapshot {staged.snapshot_id} is already committed")
+    ref = head.refs.get(branch)
+    tip = head.snapshot_by_id(ref.snapshot_id) if ref is not None else None
+    if ref is None or ref.snapshot_ref_type != SnapshotRefType.BRANCH or tip is None:
+        raise NotRebasedError(f"{branch} is no branch of the table any more")
+    try:
+        theirs = read_manifests(io, staged.manifest_list, head.format_version)
+    except Exception as exc:  # the writer's file: whatever it holds, the commit keeps its refusal
+        raise NotRebasedError(f"its manifest list cannot be read: {type(exc).__name__}: {exc}") from exc
+    own = [m for m in theirs if m.added_snapshot_id == staged.snapshot_id]
+    for manifest in own:
+        if manifest.content != ManifestContent.DATA or manifest.existing_files_count != 0:
+            raise NotRebasedError(f"manifest {manifest.manifest_path} holds more than added data files")
+        if manifest.deleted_files_count != 0:
+            raise NotRebasedError(f"manifest {manifest.manifest_path} removes files")
+        try:
+            io.check(manifest.manifest_path)
+        except OutsideTableError as exc:
+            raise NotRebasedError(str(exc)) from exc
+    remembered = remembered or Remembered()
+    kept = remembered.manifests(io, tip.manifest_list, head.format_version)
+    parent = "null" if staged.parent_snapshot_id is None else str(staged.parent_snapshot_id)
+    manifests = [_unassigned(m, staged) for m in own] + list(kept)
+    made = _made_again(
+        head,
+        io,
+        staged,
+        tip,
+        manifests,
+        Operation.APPEND,
+        Operation.APPEND,
+        {REBASED_FROM_PARENT: parent},
+        remembered.encodings,
+    )
+    remembered.keep(made.snapshot.manifest_list, made.manifests)
+    return made
+
+
+def _made_again(
+    head: TableMetadata,
+    io: FileIO,
+    staged: Snapshot,
+    tip: Snapshot,
+    manifests: list[ManifestFile],
+    operation: Operation,
+    counted_as: Operation,
+    marked: dict[str, str],
+    encodings: Encodings | None = None,
+) -> Made:
+    """`staged` with `manifests` under a new manifest list, as the child of `tip`; its summary's
+    totals worked out as for a `counted_as` snapshot."""
+    assert staged.summary is not None
+    sequence_number = head.next_sequence_number()
+    location = location_provider(head.location, head.properties).new_metadata_location(
+        f"snap-{staged.snapshot_id}-{uuid.uuid4()}.avro"
+    )
+    compression = head.properties.get(
+        TableProperties.WRITE_AVRO_COMPRESSION, TableProperties.WRITE_AVRO_COMPRESSION_DEFAULT
+    )
+    next_row_id: int | None = getattr(head, "next_row_id", None)
+    written = write_manifests(
+        io,
+        location,
+        head.format_version,
+        staged.snapshot_id,
+        tip.snapshot_id,
+        sequence_number,
+        next_row_id,
+        compression,
+        manifests,
+        encodings,
+    )
+    done = {k: v for k, v in staged.summary.additional_properties.items() if k not in _TOTALS}
+    summary = update_snapshot_summaries(
+        Summary(counted_as, **done, **marked), tip.summary.additional_properties if tip.summary else None
+    )
+    changed: dict[str, object] = {
+        "parent_snapshot_id": tip.snapshot_id,
+        "sequence_number": sequence_number,
+        "manifest_list": location,
+        "summary": Summary(operation, **summary.additional_properties),
+        # Snapshots follow one another in time (Java refuses one a minute older than the last).
+        "timestamp_ms": max(staged.timestamp_ms, head.last_updated_ms),
+    }
+    if head.format_version >= 3:
+        changed |= {"first_row_id": next_row_id, "added_rows": written.assigned_rows}
+    return Made(staged.model_copy(update=changed), written.manifests)
+
+
 def _unassigned(manifest: ManifestFile, staged: Snapshot) -> ManifestFile:
-    """A manifest of the staged replace, its sequence numbers to be assigned again by the new
-    manifest list; one the replace kept from before it, as it is."""
+    """A manifest the staged snapshot wrote, its sequence numbers (and v3 row ids) to be assigned
+    again by the new manifest list; one it kept from before it, as it is."""
     if manifest.added_snapshot_id != staged.snapshot_id:
         return manifest
-    moved = copy(manifest)  # PyIceberg caches the manifests it read: change a copy
+    moved = without_first_row_id(manifest)  # a copy: the manifest read may be cached
     moved.sequence_number = UNASSIGNED_SEQ
     if manifest.min_sequence_number == staged.sequence_number:
         moved.min_sequence_number = UNASSIGNED_SEQ

@@ -8,6 +8,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
+from isbre.catalog.append_rebase import COMMITTED, AppendRebase
 from isbre.catalog.confined_io import ConfinedIO
 from isbre.catalog.coverage import Coverage, snapshot_spans
 from isbre.catalog.deletion import TableFiles
@@ -96,6 +97,9 @@ class Tables:
 
     def __init__(self, core: ServiceCore) -> None:
         self.core = core
+        self.rebase = AppendRebase(
+            self.confined_io, lambda ident: self.coverage(ident).coverage, core.defaults_for
+        )
 
     def pointer(self, ident: Identifier) -> Pointer:
         with self.core.store.read(self.core.scope, snapshot=False) as view:
@@ -208,30 +212,25 @@ class Tables:
             remembered = [self.core.table_pointers.peek(ident) for ident in idents]
             bases = None if None in remembered else remembered
             retries = commit_retries()
+            rebases = 0
             for _ in range(MAX_COMMIT_ATTEMPTS):
                 from_store = bases is None
                 if bases is None:
                     with self.core.store.read(self.core.scope, snapshot=False) as view:
                         bases = [view.pointer(TABLE, ident) for ident in idents]
+                # A stale append is made again on the head, when the head is the store's.
+                rebase = rebases if from_store and txn is None else None
                 try:
                     staged = [
-                        stage(
-                            change, base, self.core.table_files.get(base.metadata_location) if base else None
-                        )
+                        self._staged(change, base, places, rebase)
                         for change, base in zip(changes, bases, strict=True)
                     ]
-                    for entry in staged:
-                        # A set-location, a place property, a create by updates; and every commit
-                        # to a table with places of its own beyond its location, which may have
-                        # been stored before they were checked as they are now.
-                        if entry.moved or (entry.changed and len(entry.places) > 1):
-                            owner = str(entry.metadata.table_uuid) if entry.base else ""
-                            self.core.check_places(entry.places, "Table", places, owner)
                 except Exception:
                     if from_store:
                         raise
                     bases = None
                     continue
+                rebases += sum(entry.rebased_list is not None for entry in staged)
                 try:
                     return self._swap(staged, txn, context)
                 except Stale:  # another process moved a table first: stage again on what it did
@@ -241,8 +240,36 @@ class Tables:
             f"Gave up after {MAX_COMMIT_ATTEMPTS} attempts lost to concurrent commits"
         )
 
+    def _staged(
+        self, change: TableChange, base: Pointer | None, places: LocationPolicy | None, rebases: int | None
+    ) -> Staged:
+        """`change` staged on `base`; when its branch moved since its writer loaded the table and it
+        is a fast append, made again on the head if `rebases` (those made so far) says it may be."""
+        current = self.core.table_files.get(base.metadata_location) if base else None
+        rebased = None
+        try:
+            try:
+                entry = stage(change, base, current)
+            except CommitFailedException as refused:
+                if rebases is None or current is None:
+                    raise
+                rebased = self.rebase.again(change, current.metadata, refused, rebases)
+                entry = stage(rebased.change, base, current)
+                entry.rebased_list = rebased.manifest_list
+            # A set-location, a place property, a create by updates; and every commit to a table
+            # with places of its own beyond its location, which may have been stored before they
+            # were checked as they are now.
+            if entry.moved or (entry.changed and len(entry.places) > 1):
+                owner = str(entry.metadata.table_uuid) if entry.base else ""
+                self.core.check_places(entry.places, "Table", places, owner)
+        except BaseException:
+            if rebased is not None:
+                remove_quietly(self.core.io, rebased.manifest_list)
+            raise
+        return entry
+
     def _swap(self, staged: list[Staged], txn: str | None, context: RequestContext) -> list[TableState]:
-        written: list[str] = []
+        written = [entry.rebased_list for entry in staged if entry.rebased_list is not None]
         for entry in staged:
             if entry.changed:
                 self.core.limits.check_properties(entry.metadata.properties, "Table")
@@ -313,6 +340,8 @@ class Tables:
         for entry in staged:
             self.core.table_files.put(entry.metadata_location, Loaded(entry.metadata, entry.json))
             self.core.table_pointers.put(entry.ident, entry.pointer)
+            if entry.rebased_list is not None:
+                self.rebase.count(COMMITTED)
         return states
 
     def _landed(self, staged: list[Staged]) -> bool | None:

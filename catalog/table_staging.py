@@ -66,6 +66,9 @@ class Staged:
     rows: dict[str, int] = field(default_factory=dict)  # what a sink's commit counted (catalog/sink_rows.py)
     previous_places: tuple[Place, ...] | None = None  # the table's places before this change
     job: str | None = None
+    # The manifest list the catalog wrote to make the commit's append again on a newer head
+    # (catalog/append_rebase.py): removed again if the commit does not land.
+    rebased_list: str | None = None
 
     @property
     def pointer(self) -> Pointer:

@@ -8,6 +8,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 
 from fastapi import APIRouter, Depends, Request, Response
+from isbre.catalog.append_rebase import OUTCOMES
 from isbre.catalog.sink_rows import SinkRows
 from isbre.catalog.store import StoreUnavailableError
 from isbre.catalog.writer import Histogram
@@ -215,6 +216,13 @@ def metrics(request: Request) -> Response:
             "counter",
             "Mutations committed by the writer.",
             [("", stats.mutations)],
+        ),
+        _line(
+            "isbre_commit_rebases_total",
+            "counter",
+            "Table commits refused for a moved branch, by what became of them: made again on the new "
+            "head and committed, gave up, or not rebased (and why).",
+            [(labels(outcome=outcome), counts.rebases[outcome]) for outcome in OUTCOMES],
         ),
         _line("isbre_event_streams", "gauge", "Open SSE event streams.", [("", counts.streams)]),
         _line(

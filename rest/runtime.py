@@ -62,11 +62,15 @@ class Runtime:
     def own_counts(self) -> Counts:
         """What this process counted (with several workers, /metrics adds up every worker's)."""
         counters = self.counters
+        rebases: Counter[str] = Counter()
+        for service in self.services.values():
+            rebases.update(service.tables.rebase.outcomes)
         return Counts(
             self.service.core.writer.stats,
             counters.http_requests,
             counters.metrics_reports,
             self.open_streams,
+            rebases,
         )
 
 

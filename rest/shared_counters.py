@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from isbre.catalog.append_rebase import OUTCOMES
 from isbre.catalog.writer import Histogram, WriterStats
 from isbre.rest.labels import method_label, report_type
 
@@ -29,12 +30,14 @@ FOLDER = "isbre-workers"
 
 @dataclass
 class Counts:
-    """What one process counted: the writer's batches and latencies, requests, reports, streams."""
+    """What one process counted: the writer's batches and latencies, requests, reports, streams,
+    stale commits made again or not."""
 
     writer: WriterStats = field(default_factory=WriterStats)
     requests: Counter[tuple[str, str, int]] = field(default_factory=Counter)
     reports: Counter[str] = field(default_factory=Counter)
     streams: int = 0
+    rebases: Counter[str] = field(default_factory=Counter)  # stale commits, by outcome
 
     def to_json(self) -> str:
         return json.dumps(
@@ -43,6 +46,7 @@ class Counts:
                 "requests": [[*key, count] for key, count in self.requests.items()],
                 "reports": dict(self.reports),
                 "streams": self.streams,
+                "rebases": dict(self.rebases),
             }
         )
 
@@ -62,13 +66,17 @@ class Counts:
         reports: Counter[str] = Counter()
         for kind, count in dict(raw["reports"]).items():
             reports[report_type(str(kind))] += int(count)
-        return cls(writer, requests, reports, int(raw["streams"]))
+        rebases = Counter(
+            {outcome: int(count) for outcome, count in dict(raw["rebases"]).items() if outcome in OUTCOMES}
+        )
+        return cls(writer, requests, reports, int(raw["streams"]), rebases)
 
     def add(self, other: Counts) -> None:
         self.writer.add(other.writer)
         self.requests.update(other.requests)
         self.reports.update(other.reports)
         self.streams += other.streams
+        self.rebases.update(other.rebases)
 
 
 def _histogram(raw: dict[str, Any]) -> Histogram:

@@ -1,4 +1,5 @@
-"""Several writers on one table: conflicts are 409s that a retry resolves; no commit is lost."""
+"""Several writers on one table: conflicts the catalog does not resolve itself are 409s that a retry
+resolves; no commit is lost."""
 
 from __future__ import annotations
 
@@ -22,8 +23,12 @@ def rows(writer: int, seq: int) -> pa.Table:
 def test_second_appender_conflicts_then_retries(server: IsbreServer, namespace: str) -> None:
     alice = RestCatalog("alice", uri=server.url)
     bob = RestCatalog("bob", uri=server.url)
-    # No client-side retries, so the server's 409 reaches the caller.
-    alice.create_table(f"{namespace}.shared", schema=SCHEMA, properties={"commit.retry.num-retries": "0"})
+    # No client-side retries and no rebase on the server, so the server's 409 reaches the caller.
+    alice.create_table(
+        f"{namespace}.shared",
+        schema=SCHEMA,
+        properties={"commit.retry.num-retries": "0", "isbre.commit.rebase-appends": "false"},
+    )
     alice_view = alice.load_table(f"{namespace}.shared")
     bob_view = bob.load_table(f"{namespace}.shared")
 

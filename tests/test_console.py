@@ -335,6 +335,24 @@ def test_the_table_page_shows_the_newest_and_more_on_asking(
 
 
 @browser_tests
+def test_the_table_page_says_which_snapshots_the_catalog_rebased(server: IsbreServer, seen: Watched) -> None:
+    catalog = RestCatalog("writer", uri=server.url)
+    catalog.create_table("sales.hot", Schema(NestedField(1, "id", LongType(), required=True)))
+    first, second = catalog.load_table("sales.hot"), catalog.load_table("sales.hot")
+    batch = pa.Table.from_pylist([{"id": 1}], schema=first.schema().as_arrow())
+    first.append(batch)
+    first.append(batch)
+    second.append(batch)  # made on the empty table, rebased on the first's second append
+    snapshots = catalog.load_table("sales.hot").snapshots()
+    page = open_page(seen, server, "table/isbre/sales/hot")
+    expect(page.locator(f'li[data-snapshot-id="{snapshots[-1].snapshot_id}"] .rebased')).to_have_text(
+        "rebased by the catalog: its writer made it on an empty table"
+    )
+    expect(page.locator(".rebased")).to_have_count(1)
+    seen.clean()
+
+
+@browser_tests
 def test_the_feed_opens_with_the_latest_commits(server: IsbreServer, seen: Watched) -> None:
     high = server.high_water()
     page = open_page(seen, server, "feed")

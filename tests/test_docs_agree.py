@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from isbre.catalog.append_rebase import MAX_REBASES, OUTCOMES, REBASE_APPENDS
 from isbre.catalog.identifiers import MAX_KEY_BYTES, MAX_NAME_BYTES, MAX_NAMESPACE_DEPTH
 from isbre.rest.cli import build_parser
 from isbre.rest.event_pages import SCAN_LIMIT
@@ -113,6 +114,10 @@ def test_the_commands_are_the_ones_checked() -> None:
         ("events.md", f"at most {RECENT_LIMIT:,}"),
         ("events.md", f"at most {RECENT_SCAN_LIMIT:,} records per request"),
         ("events.md", f"examines at most {SCAN_LIMIT:,} records"),
+        ("commits.md", f"is made again on the newer head, up to {MAX_REBASES} times"),
+        ("commits.md", f"gave up after rebasing it {MAX_REBASES} times"),
+        ("commits.md", ", ".join(f"`{outcome}`" for outcome in OUTCOMES)),
+        ("commits.md", f"| `{REBASE_APPENDS}=false` on the table"),
     ],
 )
 def test_documented_limits_are_the_codes(page: str, phrase: str) -> None:

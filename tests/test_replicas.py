@@ -96,7 +96,8 @@ def test_concurrent_commits_to_one_table_through_both_replicas(
     namespace = f"cc{next(_names)}"
     catalogs[0].create_namespace(namespace)
     ident = f"{namespace}.t"
-    catalogs[0].create_table(ident, IDS)
+    # Rebasing off: the writers below are to meet each other's 409s.
+    catalogs[0].create_table(ident, IDS, properties={"isbre.commit.rebase-appends": "false"})
 
     # A commit through B based on what A has since replaced: 409, as on one server.
     stale = [{"type": "assert-ref-snapshot-id", "ref": "main", "snapshot-id": None}]
@@ -125,6 +126,33 @@ def test_concurrent_commits_to_one_table_through_both_replicas(
     assert found == sorted([-1, *(w * 100 + n for w in range(6) for n in range(4))])
     retried = [r for r in caplog.records if "concurrent update" in r.getMessage()]
     assert retried, "six writers on one table never conflicted: the test did not test retries"
+
+
+def test_stale_appends_through_both_replicas_are_rebased(pair: list[IsbreServer]) -> None:
+    """Six writers at once, three per replica, PyIceberg's retries off: each append is one request,
+    and every one lands, made again on the head by whichever replica finds it stale (and again
+    when the other replica's commit takes the swap from it)."""
+    catalogs = [RestCatalog("isbre", uri=s.url) for s in pair]
+    namespace = f"rb{next(_names)}"
+    catalogs[0].create_namespace(namespace)
+    ident = f"{namespace}.t"
+    catalogs[0].create_table(ident, IDS, properties={"commit.retry.num-retries": "0"})
+    tables = [catalogs[writer % 2].load_table(ident) for writer in range(6)]
+
+    def write(writer: int) -> None:
+        for n in range(4):
+            tables[writer].append(ids([writer * 100 + n]))
+
+    on_threads(write, range(6))
+    table = catalogs[1].load_table(ident)
+    assert sorted(table.scan().to_arrow()["id"].to_pylist()) == sorted(
+        w * 100 + n for w in range(6) for n in range(4)
+    )
+    assert len(table.snapshots()) == 24
+    assert any(
+        s.summary and "isbre.rebased-from-parent" in s.summary.additional_properties
+        for s in table.snapshots()
+    )
 
 
 def test_a_replica_commits_on_what_the_other_replica_made_since(pair: list[IsbreServer]) -> None:

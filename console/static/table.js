@@ -101,12 +101,15 @@ function timeline(metadata, limit) {
     const summary = s.summary || {};
     const shown = SUMMARY_SHOWN.filter((k) => k in summary).map((k) => `${k} ${summary[k]}`);
     const parent = s["parent-snapshot-id"];
+    // A stale append the catalog made again on the branch's head (docs/commits.md).
+    const rebased = summary["isbre.rebased-from-parent"];
     return h(
       "li",
       { "data-snapshot-id": s["snapshot-id"], class: s["snapshot-id"] === metadata["current-snapshot-id"] ? "current" : "" },
       h("div", { class: "when" }, dateTimeOf(s["timestamp-ms"]), s["sequence-number"] === undefined ? null : ` · sequence ${s["sequence-number"]}`),
       h("div", {}, h("strong", {}, summary.operation || "snapshot"), " ", h("code", { class: "snapshot-id" }, s["snapshot-id"]), " ", refs.get(s["snapshot-id"]) || []),
       parent === undefined || parent === null ? null : h("div", { class: "muted" }, "parent ", h("code", { class: "parent-id" }, parent)),
+      rebased === undefined ? null : h("div", { class: "rebased" }, "rebased by the catalog: its writer made it on ", rebased === "null" ? "an empty table" : h("code", { class: "rebased-from" }, rebased)),
       h("div", { class: "muted" }, shown.join(" · ")),
     );
   };

@@ -19,6 +19,7 @@ from tests.bench import (
     console,
     events,
     feeds,
+    hot_table,
     lineage,
     load_table,
     maintenance,
@@ -47,6 +48,7 @@ BENCHMARKS: dict[str, tuple[Callable[[Path], Report | list[Report]], str]] = {
     "load_table": (load_table.run, "loadTable requests per second and latency"),
     "planning": (planning.run, "server-side scan plans beside PyIceberg's local ones; plans from a cursor"),
     "request_cpu": (request_cpu.run, "server CPU per read request beside an ASGI app and FastAPI; idle CPU"),
+    "hot_table": (hot_table.run, "1 to 16 writer processes appending to one table, beside SqlCatalog"),
     "workers": (workers.run, "clients in processes, 1 worker and N workers"),
     "replicas": (replicas.run, "replicas on PostgreSQL beside SqlCatalog on PostgreSQL"),
     "maintenance": (

@@ -1,0 +1,151 @@
+"""Writers that append 10-row batches to one table from processes of their own, their client's own
+retries off, so that every attempt is one request the catalog answers.
+
+A format version 2 table is appended to by PyIceberg. PyIceberg 0.12 writes no v3 manifest list, so
+a v3 table is appended to by `V3Appender`, a fast-append client over the REST API that does what
+Spark's does: a Parquet file, a manifest of it, a manifest list of that and the base snapshot's
+manifests with the snapshot's row ids, one `add-snapshot` and `set-snapshot-ref`.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import uuid
+from threading import Barrier
+from typing import Any
+
+import httpx
+import pyarrow as pa
+import pyarrow.parquet as pq
+from isbre.catalog.manifest_lists import read_manifests, write_manifests
+from pyiceberg.catalog.rest import RestCatalog
+from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.io.pyarrow import PyArrowFileIO, parquet_file_to_data_file, schema_to_pyarrow
+from pyiceberg.manifest import ManifestEntry, ManifestEntryStatus, write_manifest
+from pyiceberg.table.metadata import TableMetadataUtil
+
+SCHEMA = pa.schema([pa.field("writer", pa.int64()), pa.field("seq", pa.int64())])
+ROWS = 10
+NO_CLIENT_RETRIES = {"commit.retry.num-retries": "0"}
+
+
+def rows(writer: int, seq: int) -> pa.Table:
+    return pa.table(
+        {"writer": pa.array([writer] * ROWS, pa.int64()), "seq": pa.array([seq] * ROWS, pa.int64())}
+    )
+
+
+def tags(writer: int, seq: int) -> dict[str, str]:
+    """What each append says of itself in its snapshot's summary."""
+    return {"test.writer": str(writer), "test.seq": str(seq)}
+
+
+class V3Appender:
+    def __init__(self, url: str, identifier: str) -> None:
+        namespace, name = identifier.split(".")
+        self.endpoint = f"{url}/v1/isbre/namespaces/{namespace}/tables/{name}"
+        self.client = httpx.Client(timeout=60)
+        self.io = PyArrowFileIO()
+        self.metadata: dict[str, Any] = self.client.get(self.endpoint).raise_for_status().json()["metadata"]
+
+    def append(self, batch: pa.Table, properties: dict[str, str]) -> None:
+        metadata = TableMetadataUtil.parse_obj(self.metadata)
+        location = self.metadata["location"]
+        snapshot_id = random.getrandbits(62)
+        data = f"{location}/data/{uuid.uuid4()}.parquet"
+        with self.io.new_output(data).create() as stream:
+            pq.write_table(batch.cast(schema_to_pyarrow(metadata.schema())), stream)  # with field ids
+        data_file = parquet_file_to_data_file(self.io, metadata, data)
+        manifest_path = f"{location}/metadata/{uuid.uuid4()}-m0.avro"
+        with write_manifest(
+            2, metadata.spec(), metadata.schema(), self.io.new_output(manifest_path), snapshot_id, "deflate"
+        ) as writer:
+            writer.add(
+                ManifestEntry.from_args(
+                    status=ManifestEntryStatus.ADDED, snapshot_id=snapshot_id, data_file=data_file
+                )
+            )
+        manifest = writer.to_manifest_file()
+        parent = metadata.current_snapshot()
+        base = read_manifests(self.io, parent.manifest_list, 3) if parent is not None else []
+        listed = f"{location}/metadata/snap-{snapshot_id}-{uuid.uuid4()}.avro"
+        first_row_id = self.metadata["next-row-id"]
+        sequence_number = metadata.last_sequence_number + 1
+        written = write_manifests(
+            self.io,
+            listed,
+            3,
+            snapshot_id,
+            parent and parent.snapshot_id,
+            sequence_number,
+            first_row_id,
+            "deflate",
+            [manifest, *base],
+        )
+        snapshot = {
+            "snapshot-id": snapshot_id,
+            "sequence-number": sequence_number,
+            "timestamp-ms": int(time.time() * 1000),
+            "manifest-list": listed,
+            "summary": {
+                "operation": "append",
+                "added-data-files": "1",
+                "added-records": str(batch.num_rows),
+                **properties,
+            },
+            "schema-id": metadata.current_schema_id,
+            "first-row-id": first_row_id,
+            "added-rows": written.assigned_rows,
+        }
+        if parent is not None:
+            snapshot["parent-snapshot-id"] = parent.snapshot_id
+        body = {
+            "requirements": [
+                {"type": "assert-table-uuid", "uuid": str(metadata.table_uuid)},
+                {
+                    "type": "assert-ref-snapshot-id",
+                    "ref": "main",
+                    "snapshot-id": parent and parent.snapshot_id,
+                },
+            ],
+            "updates": [
+                {"action": "add-snapshot", "snapshot": snapshot},
+                {
+                    "action": "set-snapshot-ref",
+                    "ref-name": "main",
+                    "type": "branch",
+                    "snapshot-id": snapshot_id,
+                },
+            ],
+        }
+        answer = self.client.post(self.endpoint, json=body)
+        if answer.status_code == 409:
+            raise CommitFailedException(answer.json()["error"]["message"])
+        answer.raise_for_status()
+        self.metadata = answer.json()["metadata"]
+
+
+def append_batches(
+    url: str, identifier: str, writer: int, commits: int, v3: bool, barrier: Barrier
+) -> list[str]:
+    """Append `commits` batches as `writer`, starting together with the others at `barrier`; for
+    each attempt, "" if it was acknowledged, else what the client raised."""
+    if v3:
+        appender = V3Appender(url, identifier)
+        append = appender.append
+    else:
+        table = RestCatalog(f"writer-{writer}", uri=url).load_table(identifier)
+
+        def append(batch: pa.Table, properties: dict[str, str]) -> None:
+            table.append(batch, snapshot_properties=properties)
+
+    barrier.wait(timeout=120)  # every writer has loaded the same head: all but one start stale
+    outcomes = []
+    for seq in range(commits):
+        try:
+            append(rows(writer, seq), tags(writer, seq))
+            outcomes.append("")
+        except Exception as exc:  # reported, not raised: the test says which attempts failed
+            outcomes.append(f"{type(exc).__name__}: {exc}")
+    return outcomes
