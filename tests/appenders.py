@@ -24,6 +24,7 @@ from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.io.pyarrow import PyArrowFileIO, parquet_file_to_data_file, schema_to_pyarrow
 from pyiceberg.manifest import ManifestEntry, ManifestEntryStatus, write_manifest
 from pyiceberg.table.metadata import TableMetadataUtil
+from pyiceberg.table.snapshots import Operation
 
 SCHEMA = pa.schema([pa.field("writer", pa.int64()), pa.field("seq", pa.int64())])
 ROWS = 10
@@ -127,10 +128,13 @@ class V3Appender:
 
 
 def append_batches(
-    url: str, identifier: str, writer: int, commits: int, v3: bool, barrier: Barrier
+    url: str, identifier: str, writer: int, commits: int, v3: bool, barrier: Barrier, until_replaced: int = 0
 ) -> list[str]:
     """Append `commits` batches as `writer`, starting together with the others at `barrier`; for
-    each attempt, "" if it was acknowledged, else what the client raised."""
+    each attempt, "" if it was acknowledged, else what the client raised. With `until_replaced`,
+    go on (up to that many batches) until an acknowledged append has a replace snapshot (the
+    catalog's compaction) among its ancestors."""
+    replaced = False
     if v3:
         appender = V3Appender(url, identifier)
         append = appender.append
@@ -138,11 +142,18 @@ def append_batches(
         table = RestCatalog(f"writer-{writer}", uri=url).load_table(identifier)
 
         def append(batch: pa.Table, properties: dict[str, str]) -> None:
+            nonlocal replaced
             table.append(batch, snapshot_properties=properties)
+            replaced = replaced or any(
+                s.summary is not None and s.summary.operation == Operation.REPLACE
+                for s in table.metadata.snapshots
+            )
 
     barrier.wait(timeout=120)  # every writer has loaded the same head: all but one start stale
     outcomes = []
-    for seq in range(commits):
+    for seq in range(max(commits, until_replaced)):
+        if seq >= commits and (replaced or not until_replaced):
+            break
         try:
             append(rows(writer, seq), tags(writer, seq))
             outcomes.append("")

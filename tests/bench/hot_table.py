@@ -49,6 +49,7 @@ def _writer_counts() -> tuple[int, ...]:
 
 
 APPENDS = 96  # per case, spread over its writers
+COST_PAIRS = 60
 SCHEMA = pa.schema([pa.field("writer", pa.int64()), pa.field("seq", pa.int64())])
 NO_CLIENT_RETRIES = {"commit.retry.num-retries": "0"}
 
@@ -158,6 +159,43 @@ def _row(report: Report, name: str, count: int, case: Case) -> None:
     )
 
 
+def _cpu_ns(process: psutil.Process) -> int:
+    """CPU time of `process` and its children so far, in nanoseconds: each thread's scheduler
+    statistics (psutil's figures tick in hundredths of a second, longer than one commit takes)."""
+    total = 0
+    for each in (process, *process.children(recursive=True)):
+        for task in Path(f"/proc/{each.pid}/task").glob("*/schedstat"):
+            try:
+                total += int(task.read_text().split()[0])
+            except (OSError, ValueError, IndexError):
+                continue  # a thread that ended meanwhile
+    return total
+
+
+def _one_commit_cpu(catalog: Catalog, process: psutil.Process, report: Report) -> None:
+    """The server's CPU for one plain append and for one stale append made again, alternately on
+    one table from one client (so that both meet the same number of manifests), medians."""
+    table = f"bench.cost{uuid.uuid4().hex[:8]}"
+    catalog.create_table(table, SCHEMA, properties=NO_CLIENT_RETRIES)
+    rows = pa.table({"writer": [0] * 10, "seq": [0] * 10}, schema=SCHEMA)
+    plain: list[int] = []
+    rebased: list[int] = []
+    for _ in range(COST_PAIRS):
+        stale, fresh = catalog.load_table(table), catalog.load_table(table)
+        for view, spent in ((fresh, plain), (stale, rebased)):
+            before = _cpu_ns(process)
+            view.append(rows)
+            spent.append(_cpu_ns(process) - before)
+    made = catalog.load_table(table).snapshots()
+    assert (
+        sum(1 for s in made if s.summary and "isbre.rebased-from-parent" in s.summary.additional_properties)
+        == COST_PAIRS
+    )
+    plain_ms, rebased_ms = statistics.median(plain) / 1e6, statistics.median(rebased) / 1e6
+    report.add("plain append", COST_PAIRS, plain_ms, "1.00x")
+    report.add("stale append, rebased", COST_PAIRS, rebased_ms, f"{rebased_ms / plain_ms:.2f}x")
+
+
 def run(tmp: Path) -> list[Report]:
     report = Report(
         f"One table, 10-row appends by writer processes ({APPENDS} appends a case, median of {RUNS} runs)",
@@ -237,6 +275,11 @@ def run(tmp: Path) -> list[Report]:
                     "server CPU per commit: rebase ÷ one writer's (plain)",
                     f"{_server_ms(rebased) / _server_ms(single):.2f}x",
                 )
+        cost = Report(
+            f"Server CPU of one commit, plain and rebased, in turn on one table ({COST_PAIRS} each, medians)",
+            ["commit", "commits", "server CPU ms", "÷ plain"],
+        )
+        _one_commit_cpu(isbre, process, cost)
     finally:
         server.stop()
-    return [report, ratios]
+    return [report, ratios, cost]
