@@ -17,8 +17,11 @@ from multiprocessing.pool import Pool
 from pathlib import Path
 
 import pytest
+from isbre.catalog import append_rebase
+from isbre.catalog.embedded import LmdbCatalog
 from isbre.catalog.manifest_lists import first_row_id, read_manifests
 from isbre.catalog.rebase import REBASED_FROM_PARENT
+from pyiceberg.catalog import Catalog
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.io.pyarrow import PyArrowFileIO
@@ -123,7 +126,7 @@ def check_row_ids(table: Table) -> None:
     assert all(a[1] == b[0] for a, b in pairwise(ranges)), ranges
 
 
-def create(catalog: RestCatalog, identifier: str, v3: bool = False, **properties: str) -> Table:
+def create(catalog: Catalog, identifier: str, v3: bool = False, **properties: str) -> Table:
     extra = {"format-version": "3"} if v3 else {}
     return catalog.create_table(identifier, SCHEMA, properties={**NO_CLIENT_RETRIES, **extra, **properties})
 
@@ -192,7 +195,7 @@ def test_appends_land_while_the_catalog_compacts_the_table(
     )
 
 
-def stale_pair(catalog: RestCatalog, identifier: str, **properties: str) -> tuple[Table, Table]:
+def stale_pair(catalog: Catalog, identifier: str, **properties: str) -> tuple[Table, Table]:
     """Two views of one table, the second stale once the first has appended."""
     create(catalog, identifier, **properties)
     first = catalog.load_table(identifier)
@@ -323,3 +326,38 @@ def test_a_killed_server_loses_no_acknowledged_rebased_append(tmp_path: Path) ->
     finally:
         stop.set()
         server.stop()
+
+
+def test_a_sinks_stale_append_is_rebased_unless_its_offsets_are_held(
+    server: IsbreServer, rest_catalog: RestCatalog, namespace: str
+) -> None:
+    """A sink's commit declares the source offsets it carries: made again on the head only when
+    the table holds none of them yet, so that its writer, refused, re-reads the coverage and
+    drops what landed (exactly once)."""
+
+    def spans(start: int, end: int) -> dict[str, str]:
+        span = {"source-id": "s", "topic": "t", "partition": 0, "start": start, "end": end}
+        return {"isbre.sink.spans": json.dumps([span])}
+
+    first, stale = stale_pair(rest_catalog, f"{namespace}.sunk")
+    first.append(rows(0, 2), snapshot_properties=spans(0, 10))
+    refused(
+        server, "offsets-already-held", lambda: stale.append(rows(1, 0), snapshot_properties=spans(5, 15))
+    )
+    stale.append(rows(1, 0), snapshot_properties=spans(10, 20))  # none held yet: rebased
+    coverage = http.get(f"{server.url}/v1/isbre/namespaces/{namespace}/tables/sunk/coverage").json()
+    assert coverage["coverage"][0]["ranges"] == [[0, 20]]
+
+
+def test_a_rebase_that_keeps_losing_gives_up_saying_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bound on how often one commit is made again, at 0 here: the stale append is refused
+    at once, and the refusal says that the catalog gave up."""
+    monkeypatch.setattr(append_rebase, "MAX_REBASES", 0)
+    catalog = LmdbCatalog("local", warehouse=str(tmp_path / "warehouse"))
+    catalog.create_namespace("n")
+    _, stale = stale_pair(catalog, "n.t")
+    with pytest.raises(CommitFailedException, match="made the append again on the new head of main 0 times"):
+        stale.append(rows(1, 0))
+    assert catalog.service.tables.rebase.outcomes["gave-up"] == 1
