@@ -16,7 +16,7 @@ Not rebased, so refused as before:
   coverage on the refusal and drops them);
 - anything else: a merge-append (its manifests rewrite existing entries), an overwrite, a delete,
   a row delta, a commit that also changes the schema, spec, sort order or properties, a
-  multi-table transaction.
+  transaction of several tables (one table's commit sent as a transaction is rebased like any).
 """
 
 from __future__ import annotations

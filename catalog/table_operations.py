@@ -218,8 +218,9 @@ class Tables:
                 if bases is None:
                     with self.core.store.read(self.core.scope, snapshot=False) as view:
                         bases = [view.pointer(TABLE, ident) for ident in idents]
-                # A stale append is made again on the head, when the head is the store's.
-                rebase = rebases if from_store and txn is None else None
+                # A stale append is made again on the head, when the head is the store's and it is
+                # the only change (DuckDB sends even one table's commit as a transaction).
+                rebase = rebases if from_store and len(changes) == 1 else None
                 try:
                     staged = [
                         self._staged(change, base, places, rebase)

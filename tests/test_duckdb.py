@@ -116,3 +116,33 @@ def test_duckdb_creates_and_inserts_in_one_transaction(
     duck.execute("COMMIT")
     assert duck.execute(f"SELECT count(*) FROM lake.{namespace}.together").fetchone() == (3,)
     assert rest_catalog.load_table(f"{namespace}.together").scan().to_arrow().num_rows == 3
+
+
+def test_a_stale_duckdb_insert_is_rebased(
+    server: IsbreServer,
+    rest_catalog: RestCatalog,
+    duck: duckdb.DuckDBPyConnection,
+    namespace: str,
+    tmp_path: Path,
+) -> None:
+    """DuckDB commits one table's insert as a transaction of one change: a second connection whose
+    transaction read the table before the first inserted still commits, made again on the head."""
+    rest_catalog.create_table(f"{namespace}.hot", pa.schema([pa.field("a", pa.int64())]))
+    other = connect(tmp_path / "other")
+    other.execute(
+        f"ATTACH 'isbre' AS lake (TYPE iceberg, ENDPOINT '{server.url}', AUTHORIZATION_TYPE 'none')"
+    )
+    try:
+        duck.execute(f"INSERT INTO lake.{namespace}.hot VALUES (0)")
+        other.execute("BEGIN")
+        assert other.execute(f"SELECT count(*) FROM lake.{namespace}.hot").fetchall() == [(1,)]
+        duck.execute(f"INSERT INTO lake.{namespace}.hot VALUES (1)")
+        other.execute(f"INSERT INTO lake.{namespace}.hot VALUES (2)")
+        other.execute("COMMIT")
+    finally:
+        other.close()
+    table = rest_catalog.load_table(f"{namespace}.hot")
+    assert sorted(table.scan().to_arrow()["a"].to_pylist()) == [0, 1, 2]
+    current = table.current_snapshot()
+    assert current is not None and current.summary is not None
+    assert "isbre.rebased-from-parent" in current.summary.additional_properties
