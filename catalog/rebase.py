@@ -28,6 +28,7 @@ from isbre.catalog.lru import Lru
 from isbre.catalog.manifest_cache import LISTED_MANIFEST_BYTES
 from isbre.catalog.manifest_lists import Encodings, read_manifests, without_first_row_id, write_manifests
 from isbre.catalog.table_properties import location_provider
+from pyiceberg.avro.codecs import CODEC_MAPPING_ICEBERG_TO_AVRO, KNOWN_CODECS
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import UNASSIGNED_SEQ, ManifestContent, ManifestFile
 from pyiceberg.table import TableProperties
@@ -68,6 +69,8 @@ def rebased(
     appends of new manifests alone."""
     current, main = head.current_snapshot(), head.refs.get(MAIN_BRANCH)
     if current is None or main is None or staged.summary is None or current.summary is None:
+        return None
+    if _compression(head) is None:
         return None
     walked: Snapshot | None = current
     while walked is not None and walked.snapshot_id != base_id:
@@ -147,6 +150,10 @@ def appended_again(
     (not a merge-append's, which carry existing entries) and are the table's files."""
     if head.snapshot_by_id(staged.snapshot_id) is not None:
         raise NotRebasedError(f"snapshot {staged.snapshot_id} is already committed")
+    if _compression(head) is None:
+        raise NotRebasedError(
+            f"the table's {TableProperties.WRITE_AVRO_COMPRESSION} names no codec isbre writes"
+        )
     ref = head.refs.get(branch)
     tip = head.snapshot_by_id(ref.snapshot_id) if ref is not None else None
     if ref is None or ref.snapshot_ref_type != SnapshotRefType.BRANCH or tip is None:
@@ -202,9 +209,8 @@ def _made_again(
     location = location_provider(head.location, head.properties).new_metadata_location(
         f"snap-{staged.snapshot_id}-{uuid.uuid4()}.avro"
     )
-    compression = head.properties.get(
-        TableProperties.WRITE_AVRO_COMPRESSION, TableProperties.WRITE_AVRO_COMPRESSION_DEFAULT
-    )
+    compression = _compression(head)
+    assert compression is not None
     next_row_id: int | None = getattr(head, "next_row_id", None)
     written = write_manifests(
         io,
@@ -233,6 +239,15 @@ def _made_again(
     if head.format_version >= 3:
         changed |= {"first_row_id": next_row_id, "added_rows": written.assigned_rows}
     return Made(staged.model_copy(update=changed), written.manifests)
+
+
+def _compression(head: TableMetadata) -> str | None:
+    """The Avro codec the table's properties name for its manifest lists; None when it is none that
+    can be written (the property is the table writer's to set, to anything)."""
+    codec = head.properties.get(
+        TableProperties.WRITE_AVRO_COMPRESSION, TableProperties.WRITE_AVRO_COMPRESSION_DEFAULT
+    )
+    return codec if CODEC_MAPPING_ICEBERG_TO_AVRO.get(codec, codec) in KNOWN_CODECS else None
 
 
 def _unassigned(manifest: ManifestFile, staged: Snapshot) -> ManifestFile:

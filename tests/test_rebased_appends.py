@@ -29,7 +29,7 @@ from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.types import StringType
 
-from tests.appenders import NO_CLIENT_RETRIES, ROWS, SCHEMA, append_batches, rows, tags
+from tests.appenders import NO_CLIENT_RETRIES, ROWS, SCHEMA, V3Appender, append_batches, rows, tags
 from tests.http_client import http
 from tests.server import IsbreServer
 from tests.waiting import eventually
@@ -361,3 +361,15 @@ def test_a_rebase_that_keeps_losing_gives_up_saying_so(
     with pytest.raises(CommitFailedException, match="made the append again on the new head of main 0 times"):
         stale.append(rows(1, 0))
     assert catalog.service.tables.rebase.outcomes["gave-up"] == 1
+
+
+def test_a_table_whose_codec_isbre_cannot_write_keeps_the_refusal(
+    server: IsbreServer, rest_catalog: RestCatalog, namespace: str
+) -> None:
+    """The manifest list's codec is the table's property, which its writers set to anything: a
+    stale append on a table naming no codec isbre writes is refused as before, not failed."""
+    identifier = f"{namespace}.odd"
+    create(rest_catalog, identifier, v3=True, **{"write.avro.compression-codec": "bogus"})
+    first, stale = V3Appender(server.url, identifier), V3Appender(server.url, identifier)
+    first.append(rows(0, 0), tags(0, 0))
+    refused(server, "not-a-fast-append", lambda: stale.append(rows(1, 0), tags(1, 0)))
