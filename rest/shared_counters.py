@@ -67,7 +67,11 @@ class Counts:
         for kind, count in dict(raw["reports"]).items():
             reports[report_type(str(kind))] += int(count)
         rebases = Counter(
-            {outcome: int(count) for outcome, count in dict(raw["rebases"]).items() if outcome in OUTCOMES}
+            {
+                outcome: int(count)
+                for outcome, count in dict(raw.get("rebases", {})).items()
+                if outcome in OUTCOMES
+            }
         )
         return cls(writer, requests, reports, int(raw["streams"]), rebases)
 

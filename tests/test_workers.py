@@ -16,9 +16,11 @@ from pathlib import Path
 
 import httpx
 import psutil
+import pyarrow as pa
 import pytest
 from isbre.rest.auth import sha256_hex
 from isbre.rest.shared_counters import FOLDER, running_workers
+from pyiceberg.catalog.rest import RestCatalog
 
 from tests.http_client import http
 from tests.lineage_receiver import Receiver
@@ -257,6 +259,7 @@ def test_a_crafted_counter_file_cannot_forge_metrics_lines(two: IsbreServer) -> 
         real,
         requests=[['GET",route="x"} 1\nisbre_commit_seq 999999\n#', "/v1/config\nforged 1", 200, 1]],
         reports={"scan-report\nisbre_store_up 0": 5},
+        rebases={'committed"} 1\nisbre_commit_seq 999999\n#': 3, "gave-up": 2},
     )
     path = folder / f"{os.getpid()}.json"  # a process that is alive: its file is summed
     path.write_text(json.dumps(crafted))
@@ -266,8 +269,26 @@ def test_a_crafted_counter_file_cannot_forge_metrics_lines(two: IsbreServer) -> 
             plain = exposition_is_well_formed(text)
             assert plain["isbre_commit_seq"] != "999999" and plain["isbre_store_up"] == "1"
             assert 'isbre_metrics_reports_total{type="other"} 5' in text
+            assert 'isbre_commit_rebases_total{outcome="gave-up"} 2' in text  # an outcome it knows
     finally:
         path.unlink()
+
+
+def test_rebased_appends_are_counted_by_whichever_worker_made_them(two: IsbreServer) -> None:
+    catalog = RestCatalog("isbre", uri=two.url)
+    catalog.create_namespace("rebased")
+    table = catalog.create_table("rebased.t", pa.schema([pa.field("n", pa.int64())]))
+    stale = [catalog.load_table("rebased.t") for _ in range(4)]
+    batch = pa.table({"n": [1]})
+    table.append(batch)
+    for view in stale:  # each made on the empty table: all four rebased, by one worker or the other
+        view.append(batch)
+
+    def counted() -> bool:
+        return 'isbre_commit_rebases_total{outcome="committed"} 4' in http.get(f"{two.url}/metrics").text
+
+    for _ in range(4):  # the scrape reaches one worker or the other: each sums both
+        eventually(counted, "both workers' rebased commits in one scrape")
 
 
 def test_the_failed_login_limit_holds_across_workers(tmp_path: Path) -> None:
