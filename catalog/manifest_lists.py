@@ -10,7 +10,6 @@ files; delete manifests get none.
 
 from __future__ import annotations
 
-from copy import copy
 from dataclasses import dataclass
 from io import BytesIO
 from typing import Any
@@ -52,8 +51,9 @@ def first_row_id(manifest: ManifestFile) -> int | None:
 
 
 def without_first_row_id(manifest: ManifestFile) -> ManifestFile:
-    """A copy of `manifest` that the next v3 list it is written to gives row ids again."""
-    moved = copy(manifest)
+    """A copy of `manifest` that the next v3 list it is written to gives row ids again. A copy of
+    its values: `copy.copy` of a PyIceberg record shares them with the original."""
+    moved = ManifestFile(*(manifest[i] for i in range(len(manifest))))
     if len(moved) > FIRST_ROW_ID:
         moved[FIRST_ROW_ID] = None
     return moved

@@ -255,7 +255,7 @@ def _unassigned(manifest: ManifestFile, staged: Snapshot) -> ManifestFile:
     again by the new manifest list; one it kept from before it, as it is."""
     if manifest.added_snapshot_id != staged.snapshot_id:
         return manifest
-    moved = without_first_row_id(manifest)  # a copy: the manifest read may be cached
+    moved = without_first_row_id(manifest)  # a copy: the manifest read is left as it was
     moved.sequence_number = UNASSIGNED_SEQ
     if manifest.min_sequence_number == staged.sequence_number:
         moved.min_sequence_number = UNASSIGNED_SEQ

@@ -88,3 +88,11 @@ def test_a_remembered_encoding_is_used_only_for_the_same_entry(tmp_path: Path) -
     read = read_manifests(IO, second, 3)
     assert [(m.sequence_number, first_row_id(m)) for m in read] == [(3, 0), (5, 20)]
     assert encodings.weight == 2
+
+
+def test_a_manifest_made_ready_again_leaves_the_one_read_as_it_was() -> None:
+    read = manifest("kept", 3, 10, row_id=40)
+    again = without_first_row_id(read)
+    again.sequence_number = UNASSIGNED_SEQ
+    assert (read.sequence_number, first_row_id(read)) == (3, 40)
+    assert (again.sequence_number, first_row_id(again)) == (UNASSIGNED_SEQ, None)
