@@ -373,3 +373,24 @@ def test_a_table_whose_codec_isbre_cannot_write_keeps_the_refusal(
     first, stale = V3Appender(server.url, identifier), V3Appender(server.url, identifier)
     first.append(rows(0, 0), tags(0, 0))
     refused(server, "not-a-fast-append", lambda: stale.append(rows(1, 0), tags(1, 0)))
+
+
+@pytest.mark.parametrize("spelling", ["other table", "dot-dot"])
+def test_a_stale_append_naming_a_manifest_outside_its_table_is_not_rebased(
+    server: IsbreServer, rest_catalog: RestCatalog, namespace: str, spelling: str
+) -> None:
+    """The catalog writes the manifests a rebased append added into a list of its own: each must be
+    the table's file. One in another table's folder, however spelled, keeps the stale append's
+    409, and no list the catalog writes names it."""
+    identifier = f"{namespace}.mine"
+    create(rest_catalog, identifier, v3=True)
+    other = create(rest_catalog, f"{namespace}.theirs", v3=True)
+    location = rest_catalog.load_table(identifier).metadata.location
+    theirs = f"{other.metadata.location}/metadata"
+    if spelling == "dot-dot":
+        theirs = f"{location}/metadata/../../{other.metadata.location.rsplit('/', 1)[1]}/metadata"
+    first, stale = V3Appender(server.url, identifier), V3Appender(server.url, identifier)
+    first.append(rows(0, 0), tags(0, 0))
+    refused(server, "not-a-fast-append", lambda: stale.append(rows(1, 0), tags(1, 0), manifests_at=theirs))
+    table = rest_catalog.load_table(identifier)
+    assert len(table.snapshots()) == 1 and table.scan().to_arrow().num_rows == ROWS
