@@ -185,9 +185,17 @@ def test_a_scripted_session_produces_exactly_the_expected_runs(
     assert parent["run"]["runId"] == "01923fb6-1b2c-7d8e-9f00-a1b2c3d4e5f6"
 
     assert drop["outputs"][0]["facets"]["lifecycleStateChange"]["lifecycleStateChange"] == "DROP"
-    # The worker publishes its counters a few times a second: they may lag the deliveries.
+    # The worker publishes its counters a few times a second: they may lag the deliveries. It counts
+    # each event as it goes and stamps `last_delivery_at` once the chunk's cursor has moved: wait
+    # for both.
     url = f"{lineage_server.url}/v1/lineage/status"
-    status = eventually(lambda: (s := http.get(url).json())["events_sent"] >= 2 * runs and s, "counted")
+
+    def counted() -> dict | None:
+        found = http.get(url).json()
+        done = found["events_sent"] >= 2 * runs and found["last_delivery_at"] is not None
+        return found if done else None
+
+    status = eventually(counted, "every event counted and its chunk's delivery stamped")
     assert status["enabled"] and status["backlog"] == 0 and status["events_sent"] == 2 * runs
     assert time.time() - 60 < status["last_delivery_at"] <= time.time()
 
