@@ -397,7 +397,9 @@ def test_a_cursor_reader_gets_every_appended_row_once(server: IsbreServer) -> No
     assert cursor_plan(server, table, cursor)["tasks"] == []  # nothing new: nothing again
 
     # Compaction rewrites every file into one: a cursor reader gets no row twice.
-    jobs = check_ok(http.post(url(server, table, "maintenance"), json={"jobs": ["compact-data-files"]}))
+    jobs = check_ok(
+        http.post(url(server, table, "maintenance"), json={"jobs": ["compact-data-files"]}, timeout=60)
+    )
     assert jobs.json()["jobs"][0]["committed"], jobs.text
     compacted = cursor_plan(server, catalog.load_table("cursor.t"), cursor)
     assert compacted["tasks"] == [] and compacted["isbre-rewrites"] == []

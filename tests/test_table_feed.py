@@ -143,6 +143,7 @@ def test_a_feed_hands_over_every_appended_row_once(tmp_path: Path) -> None:
         compacted = http.post(
             f"{port_server.url}/v1/isbre/namespaces/stream/tables/t/maintenance",
             json={"jobs": ["compact-data-files"]},
+            timeout=60,  # the job runs in a process started for it
         )
         assert compacted.status_code == 200, compacted.text
         assert feed.read(timeout=0.5).num_rows == 0
