@@ -10,15 +10,20 @@ files; delete manifests get none.
 
 from __future__ import annotations
 
+import functools
+import json
 from dataclasses import dataclass
 from io import BytesIO
 from typing import Any
 
 from isbre.catalog.lru import Lru
+from pyiceberg.avro.decoder import new_decoder
 from pyiceberg.avro.encoder import BinaryEncoder
-from pyiceberg.avro.file import AvroFile, AvroOutputFile
+from pyiceberg.avro.file import META_SCHEMA, AvroFile, AvroFileHeader, AvroOutputFile
+from pyiceberg.avro.reader import Reader
+from pyiceberg.avro.resolver import construct_reader, resolve_reader
 from pyiceberg.avro.writer import Writer
-from pyiceberg.io import FileIO, OutputFile
+from pyiceberg.io import FileIO, InputFile, OutputFile
 from pyiceberg.manifest import (
     MANIFEST_LIST_FILE_SCHEMAS,
     UNASSIGNED_SEQ,
@@ -29,6 +34,8 @@ from pyiceberg.manifest import (
     PartitionFieldSummary,
     write_manifest_list,
 )
+from pyiceberg.schema import Schema
+from pyiceberg.utils.schema_conversion import AvroSchemaConversion
 
 # Where a v3 manifest list's `first_row_id` sits in PyIceberg's manifest record (after the v2 fields).
 FIRST_ROW_ID = len(MANIFEST_LIST_FILE_SCHEMAS[3].fields) - 1
@@ -36,13 +43,48 @@ FIRST_ROW_ID = len(MANIFEST_LIST_FILE_SCHEMAS[3].fields) - 1
 
 def read_manifests(io: FileIO, location: str, format_version: int) -> list[ManifestFile]:
     """The manifests of the list at `location`, with their `first_row_id` on a v3 table."""
-    with AvroFile[ManifestFile](
-        io.new_input(location),
-        MANIFEST_LIST_FILE_SCHEMAS[3 if format_version >= 3 else 2],
+    with _ListFile(io.new_input(location), format_version) as reader:
+        return list(reader)
+
+
+# Resolving a list's schema into a reader takes about as long as decoding a hundred of its entries,
+# and a table's lists declare one or two schemas: the readers of the last few schemas are kept. A
+# schema is what a list's writer declared, so one longer than this is resolved every time instead.
+_KEPT_SCHEMAS = 16
+_KEPT_SCHEMA_CHARS = 64 << 10
+_HEADER = construct_reader(META_SCHEMA, {-1: AvroFileHeader})
+
+
+class _ListFile(AvroFile[ManifestFile]):
+    """PyIceberg's Avro file, read as a manifest list of the table's format version, with the
+    reader of the schema its header declares resolved once for all lists declaring it."""
+
+    def __init__(self, input_file: InputFile, format_version: int) -> None:
+        super().__init__(input_file)
+        self.version = 3 if format_version >= 3 else 2
+
+    def __enter__(self) -> _ListFile:
+        with self.input_file.open() as stream:
+            self.decoder = new_decoder(stream.read())
+        self.header = _HEADER.read(self.decoder)
+        declared = self.header.meta.get("avro.schema")
+        if declared is None:
+            raise ValueError("No schema found in Avro file headers")
+        resolve = _resolved if len(declared) <= _KEPT_SCHEMA_CHARS else _resolved.__wrapped__
+        self.schema, self.reader = resolve(declared, self.version)
+        return self
+
+
+@functools.lru_cache(maxsize=_KEPT_SCHEMAS)
+def _resolved(declared: str, version: int) -> tuple[Schema, Reader]:
+    schema = AvroSchemaConversion().avro_to_iceberg(json.loads(declared))
+    reader = resolve_reader(
+        schema,
+        MANIFEST_LIST_FILE_SCHEMAS[version],
         read_types={-1: ManifestFile, 508: PartitionFieldSummary},
         read_enums={517: ManifestContent},
-    ) as reader:
-        return list(reader)
+    )
+    return schema, reader
 
 
 def first_row_id(manifest: ManifestFile) -> int | None:

@@ -1,15 +1,21 @@
 """Manifest lists as the catalog writes them when it makes a snapshot again: v3 row ids assigned
 as the spec says, sequence numbers assigned to the snapshot's own manifests, and remembered
-encodings that never stand for an entry whose content differs."""
+encodings that never stand for an entry whose content differs; lists read with the reader of the
+schema they declare, kept for the next list declaring it."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+from isbre.catalog import manifest_lists
 from isbre.catalog.lru import Lru
 from isbre.catalog.manifest_lists import first_row_id, read_manifests, without_first_row_id, write_manifests
+from pyiceberg.avro.encoder import BinaryEncoder
+from pyiceberg.avro.file import MAGIC, META_SCHEMA, AvroFileHeader
+from pyiceberg.avro.resolver import construct_writer
 from pyiceberg.io.pyarrow import PyArrowFileIO
-from pyiceberg.manifest import UNASSIGNED_SEQ, ManifestContent, ManifestFile
+from pyiceberg.manifest import UNASSIGNED_SEQ, ManifestContent, ManifestFile, read_manifest_list
 
 IO = PyArrowFileIO()
 
@@ -96,3 +102,44 @@ def test_a_manifest_made_ready_again_leaves_the_one_read_as_it_was() -> None:
     again.sequence_number = UNASSIGNED_SEQ
     assert (read.sequence_number, first_row_id(read)) == (3, 40)
     assert (again.sequence_number, first_row_id(again)) == (UNASSIGNED_SEQ, None)
+
+
+def test_lists_of_other_schemas_read_in_turn_are_each_read_by_their_own(tmp_path: Path) -> None:
+    # The reader of a schema is kept: a v2 list and a v3 list, each read as v2 and as v3, in turn,
+    # twice, read as PyIceberg's own reader reads them.
+    v2, v3 = str(tmp_path / "v2.avro"), str(tmp_path / "v3.avro")
+    two = ManifestFile(*(manifest("two", UNASSIGNED_SEQ, 4)[i] for i in range(15)))
+    write_manifests(IO, v2, 2, 7, None, 4, None, "deflate", [two])
+    write_manifests(IO, v3, 3, 7, None, 5, 50, "null", [manifest("three", UNASSIGNED_SEQ, 6)])
+    for _ in range(2):
+        for location, name, row_id in ((v2, "two", None), (v3, "three", 50)):
+            for version in (2, 3):
+                (read,) = read_manifests(IO, location, version)
+                assert read.manifest_path.endswith(f"/{name}.avro")
+                assert first_row_id(read) == (row_id if version == 3 else None)
+                assert [read[i] for i in range(15)] == [pyiceberg_read(location)[i] for i in range(15)]
+
+
+def pyiceberg_read(location: str) -> ManifestFile:
+    (only,) = read_manifest_list(IO.new_input(location))
+    return only
+
+
+def test_a_list_whose_schema_is_too_long_to_keep_is_read_all_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    location = str(tmp_path / "list.avro")
+    write_manifests(IO, location, 3, 7, None, 5, 0, "deflate", [manifest("long", UNASSIGNED_SEQ, 6)])
+    monkeypatch.setattr(manifest_lists, "_KEPT_SCHEMA_CHARS", 10)
+    kept = manifest_lists._resolved.cache_info().currsize
+    (read,) = read_manifests(IO, location, 3)
+    assert read.manifest_path.endswith("/long.avro") and first_row_id(read) == 0
+    assert manifest_lists._resolved.cache_info().currsize == kept
+
+
+def test_a_list_declaring_no_schema_is_refused(tmp_path: Path) -> None:
+    location = tmp_path / "bare.avro"
+    with location.open("wb") as stream:
+        construct_writer(META_SCHEMA).write(BinaryEncoder(stream), AvroFileHeader(MAGIC, {}, b"s" * 16))
+    with pytest.raises(ValueError, match="No schema found"):
+        read_manifests(IO, str(location), 2)
