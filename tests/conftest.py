@@ -84,8 +84,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 # The longest modules (pytest --durations=0, summed per module), longest first.
 LONGEST = (
-    "test_events", "test_workers", "test_object_storage", "test_fuzz", "test_lineage", "test_replicas",
-    "test_console", "test_ingest", "test_protocol", "test_table_feed",
+    "test_workers", "test_events", "test_object_storage", "test_console", "test_maintenance",
+    "test_replicas", "test_lineage", "test_cli", "test_table_trust", "test_rebased_appends",
+    "test_table_feed", "test_fuzz", "test_protocol",
 )  # fmt: skip
 
 
