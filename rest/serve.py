@@ -18,7 +18,6 @@ from typing import Any, TypedDict
 import uvicorn
 from isbre.catalog.warehouses import open_warehouses
 from isbre.events.fanout import SharedFanout, shared_socket
-from isbre.rest.app import create_app
 from isbre.rest.connections import guarded_protocol
 from isbre.rest.refusals import RefusedError
 from isbre.rest.settings import Settings, warehouses
@@ -130,6 +129,8 @@ def single_process_server(
 ) -> uvicorn.Server:
     """The whole catalog served by one uvicorn server in this process (`run()` serves until it is
     told to stop). `log_config`: uvicorn's logging set-up, None to leave the process's own alone."""
+    from isbre.rest.app import create_app  # here: a supervisor of several workers serves no request
+
     protocol = guarded_protocol(settings.max_header_kb << 10, settings.header_timeout_seconds)
     config = uvicorn.Config(
         create_app(settings), http=protocol, log_config=log_config, **_uvicorn_options(settings)
