@@ -271,11 +271,30 @@ def main(argv: list[str] | None = None) -> int:
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     commit_log = CommitLog.follow(helper_store())
     try:
+        try:
+            server = FanoutServer(commit_log, args)
+        except StoreUnavailableError as exc:
+            if args.channel_fd is not None:
+                _refuse_handed_over(socket.socket(fileno=args.channel_fd), exc)
+            raise
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-            runner.run(FanoutServer(commit_log, args).run())
+            runner.run(server.run())
     finally:
         commit_log.close()
     return 0
+
+
+def _refuse_handed_over(channel: socket.socket, exc: StoreUnavailableError) -> None:
+    """A process that cannot start answers 503 to the connections its server handed over already.
+    Reading is shut first, so that the server's next hand-over fails and it serves that stream
+    itself: none is left in the channel to be closed without an answer when this process exits."""
+    channel.shutdown(socket.SHUT_RD)
+    channel.setblocking(False)
+    with contextlib.suppress(OSError):
+        while (handed := socket.recv_fds(channel, 1 << 16, 1))[0]:
+            for fd in handed[1]:
+                _refuse_unavailable(socket.socket(fileno=fd), exc)
+    channel.close()
 
 
 def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
