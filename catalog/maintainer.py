@@ -75,6 +75,8 @@ class MaintenanceStats:
     # met: the table is degraded until a run of that job meets none.
     foreign_paths: int = 0
     confined: dict[str, str] = field(default_factory=dict)
+    # Commits of jobs that Iceberg's conflict rules refused on the head (catalog/conflicts.py), by job.
+    abandoned: Counter[str] = field(default_factory=Counter)
 
     def degraded(self) -> list[str]:
         failing = [
@@ -243,6 +245,7 @@ class Maintainer:
             self.stats.files_rewritten += report.rewritten_files
             self.stats.bytes_rewritten += report.rewritten_bytes
             self.stats.foreign_paths += len(report.foreign_paths)
+            self.stats.abandoned[report.job] += len(report.abandoned)
             if report.foreign_paths:
                 self.stats.confined[f"{table} {report.job}"] = report.problems[-1]
             else:

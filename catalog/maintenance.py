@@ -361,6 +361,9 @@ class JobReport:
     foreign_paths: list[str] = field(default_factory=list)
     # Why a job that ran found nothing to do (None when it did something, or failed).
     nothing_to_do: str | None = None
+    # Commits of the job that Iceberg's rules refused on the table's head (catalog/conflicts.py),
+    # each with why: what they would have changed is left as it was.
+    abandoned: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -384,6 +387,8 @@ class JobReport:
             body["foreign-paths"] = self.foreign_paths[:20]
         if self.nothing_to_do is not None:
             body["nothing-to-do"] = self.nothing_to_do
+        if self.abandoned:
+            body["abandoned"] = self.abandoned[:20]
         return body
 
     @classmethod
@@ -403,6 +408,7 @@ class JobReport:
             rewritten_bytes=found.get("rewritten-bytes", 0),
             foreign_paths=found.get("foreign-paths", []),
             nothing_to_do=found.get("nothing-to-do"),
+            abandoned=found.get("abandoned", []),
         )
 
 

@@ -28,6 +28,7 @@ from isbre.catalog.compaction import (
     target_file_size,
 )
 from isbre.catalog.confined_io import ConfinedIO, ForeignPathError
+from isbre.catalog.conflicts import ConflictError, check_expiry, check_rewrite_files, check_rewrite_manifests
 from isbre.catalog.consumers import Consumers
 from isbre.catalog.deletion import delete_each
 from isbre.catalog.file_uris import file_uri, local_path
@@ -42,6 +43,7 @@ from isbre.catalog.maintenance import (
     REMOVE_ORPHAN_FILES,
     REWRITE_MANIFESTS,
     REWRITING_JOBS,
+    ExpiryPlan,
     JobReport,
     orphan_min_age_ms,
     orphans,
@@ -57,7 +59,7 @@ from isbre.catalog.request_context import ANONYMOUS, RequestContext
 from isbre.catalog.service_core import MAX_COMMIT_ATTEMPTS, ServiceCore
 from isbre.catalog.table_operations import Tables, TableState
 from isbre.catalog.table_staging import TableChange, places_of
-from pyiceberg.exceptions import CommitFailedException, ValidationException
+from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import DataFile
 from pyiceberg.table.metadata import TableMetadata
@@ -77,6 +79,8 @@ if TYPE_CHECKING:
     from isbre.catalog.job_process import JobProcesses
 
 log = logging.getLogger(__name__)
+# What a commit of a job's must pass on the head it is staged on (catalog/conflicts.py).
+Rules = Callable[[TableMetadata], None]
 
 
 class UnknownJobError(ValueError):
@@ -154,7 +158,8 @@ class Maintenance:
         report = JobReport(EXPIRE_SNAPSHOTS)
         for _ in range(MAX_COMMIT_ATTEMPTS):
             before = self.tables.load(ident)
-            plan = plan_expiry(before.metadata, now_ms, self.consumers.held(ident, now_ms))
+            held = self.consumers.held(ident, now_ms)
+            plan = plan_expiry(before.metadata, now_ms, held)
             if not plan:
                 report.nothing_to_do = "no snapshot or ref is past the table's retention (history.expire.*)"
                 return report
@@ -165,11 +170,17 @@ class Maintenance:
             updates: list[TableUpdate] = [RemoveSnapshotRefUpdate(ref_name=name) for name in plan.refs]
             if plan.snapshot_ids:
                 updates.append(RemoveSnapshotsUpdate(snapshot_ids=list(plan.snapshot_ids)))
-            change = TableChange(ident, tuple(requirements), tuple(updates), job=EXPIRE_SNAPSHOTS)
+            rules = _expiring(plan, now_ms, held)
+            change = TableChange(
+                ident, tuple(requirements), tuple(updates), job=EXPIRE_SNAPSHOTS, validate=rules
+            )
             try:
                 after = self.tables.commit(change, context=context)
             except CommitFailedException:
                 continue  # a commit moved a branch meanwhile: it wins, and the plan is made again
+            except ConflictError as conflict:  # a ref made meanwhile keeps what the plan removes
+                log.info("expiry of %s planned again: %s", ident, conflict)
+                continue
             report.committed = True
             report.removed_snapshots = len(plan.snapshot_ids)
             report.removed_refs = list(plan.refs)
@@ -248,10 +259,11 @@ class Maintenance:
     def _compact_data_files(self, ident: Identifier, io: ConfinedIO, context: RequestContext) -> JobReport:
         """Rewrite groups of small data files (catalog/compaction.py) as files of the target size,
         in one `replace` snapshot. The new files are written once; if a commit lands meanwhile,
-        the snapshot is made again on top of it (an append always wins and is kept), unless the
-        files being replaced are gone from the table: then nothing is committed and the new files,
-        which nothing references, are deleted. The replaced files stay until expiry removes the
-        snapshots that read them."""
+        the snapshot is made again on top of it (an append always wins and is kept), checked
+        against every snapshot committed since the files were read (catalog/conflicts.py): a group
+        one of whose files went meanwhile, or that a delete committed since applies to, is
+        abandoned (the report says so, its new files are deleted) and the others are committed.
+        The replaced files stay until expiry removes the snapshots that read them."""
         report = JobReport(COMPACT_DATA_FILES)
         state = self.tables.load(ident)
         try:
@@ -267,42 +279,49 @@ class Maintenance:
                 f"small data files (the most: {most})"
             )
             return report
-        removed = [data_file for group in groups for data_file in group]
-        for data_file in removed:  # all of them before any is read
+        for data_file in (f for group in groups for f in group):  # all of them before any is read
             io.check(data_file.file_path)
         self.core.limits.check_room(self.core.local_warehouse)  # the same reserve of free disk as commits
         try:
-            added = [
-                new
+            rewritten = [
+                (group, self._rewritten(state.metadata, self._read(state.metadata, group, io), io))
                 for group in groups
-                for new in self._rewritten(state.metadata, self._read(state.metadata, group, io), io)
             ]
         except BaseException:
             # A full disk, a file gone: nothing references what was written, so it goes now.
             self._delete(report, state.metadata, [(path, "partial new data file") for path in io.written])
             raise
-        unused = [(f.file_path, "unused new data file") for f in added]
-        summary = {JOB_PROPERTY: COMPACT_DATA_FILES}
-
-        def make(state: TableState) -> Staging:
-            assert state.metadata_location is not None
-            return replace_files(
-                ident.parts, state.metadata, state.metadata_location, io, removed, added, summary
-            )
-
-        try:
-            self._commit_rewrite(ident, state, COMPACT_DATA_FILES, make, io, context)
-        except ValidationException as exc:  # a concurrent change removed files being replaced
-            report.problems.append(f"not committed: {exc}")
-            self._delete(report, state.metadata, unused)
-            return report
-        except CommitFailedException:
-            self._delete(report, state.metadata, unused)
-            raise
-        report.committed = True
-        report.rewritten_files = len(removed)
-        report.added_files = len(added)
-        report.rewritten_bytes = sum(f.file_size_in_bytes for f in removed)
+        while rewritten:
+            removed = [data_file for group, _ in rewritten for data_file in group]
+            added = [data_file for _, new in rewritten for data_file in new]
+            try:
+                self._commit_rewrite(
+                    ident,
+                    state,
+                    COMPACT_DATA_FILES,
+                    _replacing(ident, io, live.snapshot_id, removed, added),
+                    io,
+                    context,
+                )
+            except ConflictError as conflict:
+                # Iceberg's rules refuse these groups on the head (catalog/conflicts.py): their rows
+                # stay in the files they were in, and the rest of the job goes on without them.
+                hit = [each for each in rewritten if not conflict.files or _touches(each[0], conflict.files)]
+                report.abandoned.append(
+                    f"{sum(len(group) for group, _ in hit)} file(s) left as they were: {conflict}"
+                )
+                unused = [(f.file_path, "unused new data file") for _, new in hit for f in new]
+                self._delete(report, state.metadata, unused)
+                rewritten = [each for each in rewritten if each not in hit]
+                continue
+            except CommitFailedException:
+                self._delete(report, state.metadata, [(f.file_path, "unused new data file") for f in added])
+                raise
+            report.committed = True
+            report.rewritten_files = len(removed)
+            report.added_files = len(added)
+            report.rewritten_bytes = sum(f.file_size_in_bytes for f in removed)
+            break
         return report
 
     def _rewrite_manifests(self, ident: Identifier, io: ConfinedIO, context: RequestContext) -> JobReport:
@@ -320,17 +339,7 @@ class Maintenance:
         for manifest in before:  # all of them before any is read
             io.check(manifest.manifest_path)
 
-        def make(state: TableState) -> Staging:
-            assert state.metadata_location is not None
-            return merged_manifests(
-                ident.parts,
-                state.metadata,
-                state.metadata_location,
-                io,
-                {JOB_PROPERTY: REWRITE_MANIFESTS},
-            )
-
-        after = self._commit_rewrite(ident, state, REWRITE_MANIFESTS, make, io, context)
+        after = self._commit_rewrite(ident, state, REWRITE_MANIFESTS, _merging(ident, io), io, context)
         if after is None:
             report.nothing_to_do = (
                 "the manifests are merged as far as commit.manifest.target-size-bytes allows"
@@ -351,21 +360,24 @@ class Maintenance:
         ident: Identifier,
         state: TableState,
         job: str,
-        make: Callable[[TableState], Staging],
+        make: Callable[[TableState], tuple[Staging, Rules]],
         io: ConfinedIO,
         context: RequestContext,
     ) -> TableState | None:
-        """Commit the replace snapshot `make` stages on the table's head; None if it changes no
+        """Commit the replace snapshot `make` stages on the table's head, with the rules it must pass
+        there (catalog/conflicts.py, checked where the commit is staged); None if it changes no
         manifest (nothing to commit). When a commit lands first, the snapshot is moved onto it if
         only appends landed (catalog/rebase.py), else made again. Raises CommitFailedException
-        after MAX_COMMIT_ATTEMPTS lost races, and what `make` raises."""
+        after MAX_COMMIT_ATTEMPTS lost races, ConflictError when the rules refuse it, and what
+        `make` raises."""
         staged: tuple[Snapshot, int] | None = None  # the snapshot made, and the head it was made on
+        rules: Rules | None = None
         for _ in range(MAX_COMMIT_ATTEMPTS):
             moved = rebased(state.metadata, io, *staged) if staged is not None else None
             if moved is not None:
                 requirements, updates = moved
             else:
-                requirements, updates = make(state)
+                (requirements, updates), rules = make(state)
                 made = next(u.snapshot for u in updates if isinstance(u, AddSnapshotUpdate))
                 head = state.metadata.current_snapshot()
                 if (
@@ -376,7 +388,11 @@ class Maintenance:
                     return None
                 staged = (made, state.metadata.current_snapshot_id or 0)
             change = TableChange(
-                ident, (AssertTableUUID(uuid=state.metadata.table_uuid), *requirements), updates, job=job
+                ident,
+                (AssertTableUUID(uuid=state.metadata.table_uuid), *requirements),
+                updates,
+                job=job,
+                validate=rules,
             )
             try:
                 return self.tables.commit(change, context=context)
@@ -417,3 +433,62 @@ def _same_manifests(io: FileIO, made: Snapshot, head: Snapshot, format_version: 
     return {m.manifest_path for m in read_manifests(io, made.manifest_list, format_version)} == {
         m.manifest_path for m in read_manifests(io, head.manifest_list, format_version)
     }
+
+
+def _replacing(
+    ident: Identifier,
+    io: ConfinedIO,
+    starting_snapshot_id: int | None,
+    removed: list[DataFile],
+    added: list[DataFile],
+) -> Callable[[TableState], tuple[Staging, Rules]]:
+    """How compaction stages its replace on a head: checked against what was committed since the
+    files were read (an error naming the files that conflict), then made."""
+
+    def rules(head: TableMetadata) -> None:
+        check_rewrite_files(head, io, starting_snapshot_id, removed)
+
+    def make(state: TableState) -> tuple[Staging, Rules]:
+        assert state.metadata_location is not None
+        rules(state.metadata)  # before PyIceberg's producer, which would refuse a missing file unnamed
+        summary = {JOB_PROPERTY: COMPACT_DATA_FILES}
+        staging = replace_files(
+            ident.parts, state.metadata, state.metadata_location, io, removed, added, summary
+        )
+        return staging, rules
+
+    return make
+
+
+def _touches(group: list[DataFile], files: frozenset[str]) -> bool:
+    return any(data_file.file_path in files for data_file in group)
+
+
+def _merging(ident: Identifier, io: ConfinedIO) -> Callable[[TableState], tuple[Staging, Rules]]:
+    """How a manifest rewrite stages its replace on a head, and the rule it must pass there: every
+    manifest it replaces is still the head's."""
+
+    def make(state: TableState) -> tuple[Staging, Rules]:
+        assert state.metadata_location is not None
+        summary = {JOB_PROPERTY: REWRITE_MANIFESTS}
+        staging = merged_manifests(ident.parts, state.metadata, state.metadata_location, io, summary)
+        made = next(u.snapshot for u in staging[1] if isinstance(u, AddSnapshotUpdate))
+        version = state.metadata.format_version
+        base = state.metadata.current_snapshot()
+        kept = {m.manifest_path for m in read_manifests(io, made.manifest_list, version)}
+        listed = read_manifests(io, base.manifest_list, version) if base is not None else []
+        replaced = [m for m in listed if m.manifest_path not in kept]
+        return staging, lambda head: check_rewrite_manifests(head, io, replaced)
+
+    return make
+
+
+def _expiring(plan: ExpiryPlan, now_ms: int, held: frozenset[int]) -> Rules:
+    """The rule an expiry's commit must pass on the head it is staged on: the head's own plan
+    removes at least what `plan` removes."""
+
+    def rules(head: TableMetadata) -> None:
+        again = plan_expiry(head, now_ms, held)
+        check_expiry(plan.snapshot_ids, plan.refs, again.snapshot_ids, again.refs)
+
+    return rules

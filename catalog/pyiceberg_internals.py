@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from isbre.catalog.table_properties import honoured_metadata
 from pyiceberg.expressions import BooleanExpression
-from pyiceberg.manifest import DataFile, ManifestFile
+from pyiceberg.manifest import DataFile, ManifestEntry, ManifestFile, _inherit_from_manifest
 from pyiceberg.table import Table, Transaction
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Operation, Summary
@@ -49,6 +49,11 @@ def apply_table_update(update: TableUpdate, metadata: TableMetadata, context: Up
 def add_to_metadata_log(metadata: TableMetadata, location: str, last_updated_ms: int) -> TableMetadata:
     """`metadata` with the file at `location` (last updated at `last_updated_ms`) in its log."""
     return _update_table_metadata_log(metadata, location, last_updated_ms)
+
+
+def inherit_from_manifest(entry: ManifestEntry, manifest: ManifestFile) -> ManifestEntry:
+    """`entry` with the snapshot id and sequence numbers the spec says it inherits from `manifest`."""
+    return _inherit_from_manifest(entry, manifest)
 
 
 def empty_table_metadata() -> TableMetadata:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from isbre.catalog.coverage import Span, snapshot_spans
@@ -51,6 +51,9 @@ class TableChange:
     requirements: tuple[TableRequirement, ...]
     updates: tuple[AnyTableUpdate, ...]
     job: str | None = None  # the catalog's own maintenance job that asks for it
+    # The catalog's own commits: Iceberg's rules for them (catalog/conflicts.py), checked on the
+    # very metadata the change is staged on; raises ConflictError.
+    validate: Callable[[TableMetadata], None] | None = None
 
 
 @dataclass
@@ -168,6 +171,8 @@ def stage(change: TableChange, base: Pointer | None, current: Loaded[TableMetada
             check_no_code(update.updates)
     for requirement in change.requirements:
         check_requirement(requirement, current.metadata if current else None)
+    if change.validate is not None and current is not None:
+        change.validate(current.metadata)
     if current is None:
         metadata = _created_by_updates(change)
     else:

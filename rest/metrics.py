@@ -285,6 +285,12 @@ def metrics(request: Request) -> Response:
                 "Paths outside their table that a table's metadata named to a job, which left them alone.",
                 [("", done.foreign_paths)],
             ),
+            _line(
+                "isbre_maintenance_commits_abandoned_total",
+                "counter",
+                "Maintenance jobs' commits that Iceberg's conflict rules refused on the table's head.",
+                [(labels(job=job), n) for job, n in sorted(done.abandoned.items())],
+            ),
         ]
     requests = counts.requests
     blocks.append(

@@ -50,9 +50,16 @@ class V3Appender:
         self.io = PyArrowFileIO()
         self.metadata: dict[str, Any] = self.client.get(self.endpoint).raise_for_status().json()["metadata"]
 
-    def append(self, batch: pa.Table, properties: dict[str, str], manifests_at: str | None = None) -> None:
+    def append(
+        self,
+        batch: pa.Table,
+        properties: dict[str, str],
+        manifests_at: str | None = None,
+        disguised: bool = False,
+    ) -> None:
         """One fast append of `batch`; its manifest written under `manifests_at` (a hostile client's
-        choice) instead of the table's metadata folder when given."""
+        choice) instead of the table's metadata folder when given; `disguised`: its entry EXISTING,
+        with a sequence number of its own, while the list's counters say one file was ADDED."""
         metadata = TableMetadataUtil.parse_obj(self.metadata)
         location = self.metadata["location"]
         snapshot_id = random.getrandbits(62)
@@ -66,10 +73,17 @@ class V3Appender:
         ) as writer:
             writer.add(
                 ManifestEntry.from_args(
-                    status=ManifestEntryStatus.ADDED, snapshot_id=snapshot_id, data_file=data_file
+                    status=ManifestEntryStatus.EXISTING if disguised else ManifestEntryStatus.ADDED,
+                    snapshot_id=snapshot_id,
+                    sequence_number=1 if disguised else None,
+                    file_sequence_number=1 if disguised else None,
+                    data_file=data_file,
                 )
             )
         manifest = writer.to_manifest_file()
+        if disguised:
+            manifest[7], manifest[8] = 1, 0  # added_files_count, existing_files_count
+            manifest[10], manifest[11] = batch.num_rows, 0  # added_rows_count, existing_rows_count
         parent = metadata.current_snapshot()
         base = read_manifests(self.io, parent.manifest_list, 3) if parent is not None else []
         listed = f"{location}/metadata/snap-{snapshot_id}-{uuid.uuid4()}.avro"

@@ -61,6 +61,9 @@ def position_deletes(table: Table, data_file: DataFile, positions: list[int]) ->
         partition=data_file.partition,
         record_count=len(positions),
         file_size_in_bytes=size,
+        # As Java's writers do: the bounds of `file_path` say which data files the deletes reach.
+        lower_bounds={FILE_PATH_ID: data_file.file_path.encode()},
+        upper_bounds={FILE_PATH_ID: data_file.file_path.encode()},
     )
     found.spec_id = data_file.spec_id
     return found

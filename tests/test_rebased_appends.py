@@ -394,3 +394,20 @@ def test_a_stale_append_naming_a_manifest_outside_its_table_is_not_rebased(
     refused(server, "not-a-fast-append", lambda: stale.append(rows(1, 0), tags(1, 0), manifests_at=theirs))
     table = rest_catalog.load_table(identifier)
     assert len(table.snapshots()) == 1 and table.scan().to_arrow().num_rows == ROWS
+
+
+def test_a_stale_append_whose_entries_are_not_what_its_list_says_is_not_rebased(
+    server: IsbreServer, rest_catalog: RestCatalog, namespace: str
+) -> None:
+    """The rebase trusts the entries, not the counters a writer put in its list: a manifest holding
+    an EXISTING entry with a sequence number of its own, listed as one ADDED file, keeps the stale
+    append's 409, and the table reads what it held before."""
+    identifier = f"{namespace}.disguised"
+    create(rest_catalog, identifier, v3=True)
+    first, stale = V3Appender(server.url, identifier), V3Appender(server.url, identifier)
+    first.append(rows(0, 0), tags(0, 0))
+    refused(server, "not-a-fast-append", lambda: stale.append(rows(1, 0), tags(1, 0), disguised=True))
+    table = rest_catalog.load_table(identifier)
+    assert len(table.snapshots()) == 1 and table.scan().to_arrow().num_rows == ROWS
+    stale.metadata = V3Appender(server.url, identifier).metadata
+    stale.append(rows(1, 0), tags(1, 0))  # the same append written plainly is made on the head

@@ -1,0 +1,73 @@
+"""Manifest entries read in the table's own format version, v3's fields kept.
+
+PyIceberg 0.12 reads every manifest with its v2 schema, which drops what a v3 entry adds: a data
+file's `first_row_id`, and a deletion vector's `referenced_data_file`, `content_offset` and
+`content-size-in-bytes`. The catalog's conflict rules (catalog/conflicts.py) need the data file a
+deletion vector deletes from; on a v1 or v2 table the entries are PyIceberg's own.
+"""
+
+from __future__ import annotations
+
+from isbre.catalog.pyiceberg_internals import inherit_from_manifest
+from pyiceberg.avro.file import AvroFile
+from pyiceberg.io import FileIO
+from pyiceberg.manifest import (
+    MANIFEST_ENTRY_SCHEMAS,
+    DataFile,
+    DataFileContent,
+    FileFormat,
+    ManifestEntry,
+    ManifestEntryStatus,
+    ManifestFile,
+)
+
+# Where v3's fields sit in PyIceberg's data file record (after the v2 fields, in the spec's order).
+_V3_FIELDS = [f.name for f in MANIFEST_ENTRY_SCHEMAS[3].find_field("data_file").field_type.fields]  # type: ignore[attr-defined]
+_FIRST_ROW_ID = _V3_FIELDS.index("first_row_id")
+_REFERENCED_DATA_FILE = _V3_FIELDS.index("referenced_data_file")
+_CONTENT_OFFSET = _V3_FIELDS.index("content_offset")
+_CONTENT_SIZE = _V3_FIELDS.index("content_size_in_bytes")
+
+
+def read_entries(
+    io: FileIO,
+    manifest: ManifestFile,
+    format_version: int,
+    discard_deleted: bool = True,
+    inherit: bool = True,
+) -> list[ManifestEntry]:
+    """The entries of `manifest`; with `inherit`, their snapshot ids and sequence numbers filled in
+    from the manifest as the spec says (else as written)."""
+    with AvroFile[ManifestEntry](
+        io.new_input(manifest.manifest_path),
+        MANIFEST_ENTRY_SCHEMAS[3 if format_version >= 3 else 2],
+        read_types={-1: ManifestEntry, 2: DataFile},
+        read_enums={0: ManifestEntryStatus, 101: FileFormat, 134: DataFileContent},
+    ) as reader:
+        return [
+            inherit_from_manifest(entry, manifest) if inherit else entry
+            for entry in reader
+            if not discard_deleted or entry.status != ManifestEntryStatus.DELETED
+        ]
+
+
+def _v3_field(data_file: DataFile, index: int) -> object:
+    return data_file[index] if len(data_file) > index else None
+
+
+def first_row_id(data_file: DataFile) -> int | None:
+    found = _v3_field(data_file, _FIRST_ROW_ID)
+    return found if isinstance(found, int) else None
+
+
+def referenced_data_file(data_file: DataFile) -> str | None:
+    """The one data file a delete file (a deletion vector, or a position delete file that says so)
+    deletes from; None when it may delete from any file of its partition."""
+    found = _v3_field(data_file, _REFERENCED_DATA_FILE)
+    return found if isinstance(found, str) else None
+
+
+def content_range(data_file: DataFile) -> tuple[int, int] | None:
+    """A deletion vector's offset and length in its Puffin file."""
+    offset, size = _v3_field(data_file, _CONTENT_OFFSET), _v3_field(data_file, _CONTENT_SIZE)
+    return (offset, size) if isinstance(offset, int) and isinstance(size, int) else None

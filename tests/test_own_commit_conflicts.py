@@ -1,0 +1,220 @@
+"""The catalog's own commits obey Iceberg's conflict rules: a delete committed while compaction
+rewrites the files it deletes from wins, and the compaction of those files is abandoned; a tag made
+while expiry plans keeps its snapshot.
+
+Each race is made deterministic the way tests/test_maintenance.py makes it: the job is held after it
+has read and rewritten its files, before it commits, while the test commits the other change. What
+the table then reads (PyIceberg applies position and equality deletes) is compared with a model:
+the rows appended, less the rows deleted."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from isbre.catalog import Identifier, conflicts
+from isbre.catalog.conflicts import ConflictError, check_rewrite_files
+from isbre.catalog.embedded import LmdbCatalog
+from isbre.catalog.maintenance import JobReport
+from pyiceberg.catalog import Catalog
+from pyiceberg.io.pyarrow import PyArrowFileIO
+from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+from pyiceberg.partitioning import PartitionField, PartitionSpec
+from pyiceberg.schema import Schema
+from pyiceberg.table import Table
+from pyiceberg.transforms import IdentityTransform
+from pyiceberg.types import LongType, NestedField, StringType
+
+from tests.duck import connect
+from tests.row_deltas import commit_deletes, equality_deletes, position_deletes
+from tests.test_maintenance import exists, service_of
+
+COMPACTING = {"isbre.maintenance.compact.min-input-files": "5"}
+SCHEMA = Schema(
+    NestedField(1, "p", StringType(), required=False), NestedField(2, "n", LongType(), required=False)
+)
+BY_P = PartitionSpec(PartitionField(1, 1000, IdentityTransform(), "p"))
+T = Identifier.of(("db",), "t")
+APPENDS = 6
+
+
+@pytest.fixture
+def catalog(tmp_path: Path) -> Catalog:
+    embedded = LmdbCatalog("local", warehouse=str(tmp_path / "warehouse"))
+    embedded.create_namespace("db")
+    return embedded
+
+
+def rows(table: Table, workdir: Path, pyiceberg_too: bool = True) -> list[tuple[str, int]]:
+    """What the table reads, as DuckDB's iceberg extension reads its metadata file; PyIceberg reads
+    the same unless told not to (it reads no equality deletes)."""
+    table = table.refresh()
+    duck = connect(workdir)
+    found = sorted(duck.execute("SELECT p, n FROM iceberg_scan(?)", [table.metadata_location]).fetchall())
+    if pyiceberg_too:
+        arrow = table.scan().to_arrow()
+        assert sorted(zip(arrow["p"].to_pylist(), arrow["n"].to_pylist(), strict=True)) == found
+    return found
+
+
+def appended(catalog: Catalog, partitions: tuple[str, ...], spec: PartitionSpec = BY_P) -> Table:
+    """Six appends, each of two rows in each of `partitions`: one small file per partition each."""
+    table = catalog.create_table("db.t", schema=SCHEMA, partition_spec=spec, properties=COMPACTING)
+    arrow_schema = pa.schema([pa.field("p", pa.string()), pa.field("n", pa.int64())])
+    for i in range(APPENDS):
+        batch = [(p, 10 * i + k) for p in partitions for k in range(2)]
+        table.append(pa.Table.from_pylist([{"p": p, "n": n} for p, n in batch], schema=arrow_schema))
+    return table.refresh()
+
+
+def file_holding(table: Table, p: str, n: int) -> DataFile:
+    """The data file of the current snapshot that holds the row (p, n)."""
+    for task in table.scan().plan_files():
+        with table.io.new_input(task.file.file_path).open() as stream:
+            if {"p": p, "n": n} in pq.read_table(stream).to_pylist():
+                return task.file
+    raise AssertionError(f"no file holds {(p, n)}")
+
+
+def compact_while(
+    catalog: Catalog, monkeypatch: pytest.MonkeyPatch, meanwhile: Callable[[], object]
+) -> tuple[JobReport, list[str]]:
+    """Compact the table while `meanwhile` commits: after the job has read and rewritten its first
+    group of files, before it commits. The report, and the files the job wrote."""
+    service = service_of(catalog)
+    rewrite = service.maintenance._rewritten
+    written: list[str] = []
+
+    def held_before_commit(metadata: Any, rows: pa.Table, io: Any) -> list[DataFile]:
+        files = rewrite(metadata, rows, io)
+        if not written:
+            meanwhile()
+        written.extend(f.file_path for f in files)
+        return files
+
+    monkeypatch.setattr(service.maintenance, "_rewritten", held_before_commit)
+    (report,) = service.maintenance.run(T, ["compact-data-files"])
+    return report, written
+
+
+def model(partitions: tuple[str, ...], deleted: set[tuple[str, int]]) -> list[tuple[str, int]]:
+    return sorted({(p, 10 * i + k) for i in range(APPENDS) for p in partitions for k in range(2)} - deleted)
+
+
+def test_a_position_delete_committed_while_compaction_runs_keeps_its_rows_deleted(
+    catalog: Catalog, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    table = appended(catalog, ("a",))
+    target = file_holding(table, "a", 20)
+    deleted = position_deletes(table, target, [0])
+    report, written = compact_while(catalog, monkeypatch, lambda: commit_deletes(table.refresh(), [deleted]))
+    assert not report.committed and not report.problems
+    (abandoned,) = report.abandoned
+    assert abandoned.startswith(f"{APPENDS} file(s) left as they were")
+    # The delete's file_path bounds name one file: that one conflicts, and with it its group.
+    said = "1 data file(s) the rewrite replaces have deletes committed since it started, first"
+    assert f"{said} {target.file_path}" in abandoned
+    assert rows(table, tmp_path) == model(("a",), {("a", 20)})
+    assert written and not any(map(exists, written))
+    current = table.refresh().current_snapshot()
+    assert current is not None and current.summary is not None and current.summary.operation.value == "delete"
+
+
+def test_an_equality_delete_committed_while_compaction_runs_keeps_its_rows_deleted(
+    catalog: Catalog, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    unpartitioned = PartitionSpec()
+    table = appended(catalog, ("a",), unpartitioned)
+    deleted = equality_deletes(table, "n", [1, 31])
+    report, written = compact_while(catalog, monkeypatch, lambda: commit_deletes(table.refresh(), [deleted]))
+    assert not report.committed and len(report.abandoned) == 1
+    assert f"{APPENDS} data file(s) the rewrite replaces have deletes" in report.abandoned[0]
+    assert rows(table, tmp_path, pyiceberg_too=False) == model(("a",), {("a", 1), ("a", 31)})
+    assert written and not any(map(exists, written))
+
+
+def test_a_delete_in_one_partition_abandons_that_partition_s_compaction_only(
+    catalog: Catalog, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    table = appended(catalog, ("a", "b"))
+    target = file_holding(table, "a", 41)
+    a_files = {t.file.file_path for t in table.scan().plan_files() if t.file.partition[0] == "a"}
+    deleted = position_deletes(table, target, [1])
+    report, written = compact_while(catalog, monkeypatch, lambda: commit_deletes(table.refresh(), [deleted]))
+    assert report.committed and report.rewritten_files == APPENDS and report.added_files == 1
+    (abandoned,) = report.abandoned
+    assert abandoned.startswith(f"{APPENDS} file(s) left as they were")
+    assert rows(table, tmp_path) == model(("a", "b"), {("a", 41)})
+    files = {t.file.file_path: t.file.partition[0] for t in table.refresh().scan().plan_files()}
+    assert {path for path, p in files.items() if p == "a"} == a_files  # a's small files, as they were
+    assert sum(p == "b" for p in files.values()) == 1  # b's, compacted
+    # a's group's new file is gone; b's is the table's.
+    assert [path for path in written if exists(path)] == [path for path, p in files.items() if p == "b"]
+
+
+def test_a_tag_made_while_expiry_plans_keeps_its_snapshot(
+    catalog: Catalog, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    table = catalog.create_table(
+        "db.t",
+        schema=SCHEMA,
+        properties={"history.expire.max-snapshot-age-ms": "1", "history.expire.min-snapshots-to-keep": "1"},
+    )
+    arrow_schema = pa.schema([pa.field("p", pa.string()), pa.field("n", pa.int64())])
+    for n in range(3):
+        table.append(pa.Table.from_pylist([{"p": "a", "n": n}], schema=arrow_schema))
+    oldest = table.refresh().metadata.snapshots[0].snapshot_id
+    service = service_of(catalog)
+    held = service.maintenance.consumers.held
+    tagged: list[bool] = []
+
+    def tag_first(ident: Identifier, now_ms: int) -> frozenset[int]:
+        if not tagged:  # after the job loaded the table, before it plans and commits
+            table.refresh().manage_snapshots().create_tag(oldest, "keep").commit()
+            tagged.append(True)
+        return held(ident, now_ms)
+
+    monkeypatch.setattr(service.maintenance.consumers, "held", tag_first)
+    (report,) = service.maintenance.run(T, ["expire-snapshots"], 10**13)
+    table = table.refresh()
+    assert report.committed and table.metadata.refs["keep"].snapshot_id == oldest
+    assert table.snapshot_by_id(oldest) is not None and len(table.metadata.snapshots) == 2
+
+
+def deletion_vector(table: Table, referenced: str) -> DataFile:
+    """A deletion vector's manifest entry as a v3 manifest holds it: a Puffin blob that names the one
+    data file it deletes from (only the entry is read here)."""
+    found = DataFile.from_args(
+        3,
+        content=DataFileContent.POSITION_DELETES,
+        file_path=f"{table.metadata.location}/data/dv.puffin",
+        file_format=FileFormat.PUFFIN,
+        partition=next(iter(table.scan().plan_files())).file.partition,
+        record_count=1,
+        file_size_in_bytes=64,
+        referenced_data_file=referenced,
+        content_offset=4,
+        content_size_in_bytes=40,
+    )
+    found.spec_id = table.spec().spec_id
+    return found
+
+
+def test_a_deletion_vector_conflicts_with_the_rewrite_of_its_own_data_file_only(catalog: Catalog) -> None:
+    """The rule Java's DeleteFileIndex applies: a deletion vector deletes from the one file it names."""
+    table = appended(catalog, ("a",))
+    start = table.metadata.current_snapshot_id
+    files = [t.file for t in table.scan().plan_files()]
+    named, other = files[0], files[1:]
+    dv = conflicts._Delete(deletion_vector(table, named.file_path), spec_unpartitioned=False)
+    assert conflicts._applies(dv, named) and not any(conflicts._applies(dv, f) for f in other)
+    # On the table as it is, nothing was committed since the start: every file may be rewritten.
+    check_rewrite_files(table.metadata, PyArrowFileIO(), start, files)
+    commit_deletes(table, [position_deletes(table, named, [0])])
+    with pytest.raises(ConflictError) as refused:
+        check_rewrite_files(table.refresh().metadata, PyArrowFileIO(), start, files)
+    assert refused.value.files == {named.file_path}  # the bounds of the delete's file_path name it
