@@ -125,6 +125,10 @@ class LmdbView(WriteView):
         raw = self._txn.get(key.encode(), db=self._db("idempotency"))
         return None if raw is None else json.loads(as_bytes(raw))
 
+    def placed(self, owner: str) -> str | None:
+        found = self._txn.get(OWNER + owner.encode(), db=self._db("locations"))
+        return None if found is None else as_bytes(found).decode()
+
     def overlapping(self, location: str) -> list[tuple[str, str]]:
         db = self._db("locations")
         found = []

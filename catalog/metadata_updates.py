@@ -42,6 +42,7 @@ from pyiceberg.table.update import (
     AddSchemaUpdate,
     AddSnapshotUpdate,
     AddSortOrderUpdate,
+    AssignUUIDUpdate,
     SetCurrentSchemaUpdate,
     SetDefaultSortOrderUpdate,
     SetDefaultSpecUpdate,
@@ -188,6 +189,9 @@ def apply_updates(
     added = _LastAdded()
     metadata = base
     for update in updates:
+        if isinstance(update, AssignUUIDUpdate) and location is not None and update.uuid != base.table_uuid:
+            # The Java reference refuses it too: consumers, coverage and locations are the uuid's.
+            raise ValueError(f"Cannot reassign uuid: the table's is {base.table_uuid}, not {update.uuid}")
         if isinstance(update, UpgradeFormatVersionUpdate):
             metadata = _upgraded(update, metadata, context)
             continue

@@ -94,6 +94,16 @@ def require_free(view: ReadView, ident: Identifier, kind: str, renamed: Identifi
         raise _EXISTS[found](message)
 
 
+def require_new_uuid(view: ReadView, table_uuid: str) -> None:
+    """No table or view of the store holds `table_uuid`: everything the catalog keeps per table
+    (consumers, coverage, location claims) is keyed by it, so a table's identity is never shared
+    (a create or register naming another's uuid is refused, 409)."""
+    if view.placed(table_uuid) is not None:
+        raise TableAlreadyExistsError(
+            f"Table uuid {table_uuid} is already another table's in this catalog: a table's uuid is its own"
+        )
+
+
 def read_for_register(cache: MetadataCache[Any], policy: LocationPolicy, location: str) -> Loaded[Any]:
     policy.check(location, "Metadata location")
     try:

@@ -112,6 +112,10 @@ class ReadView(ABC):
         of the object at each (locations are normalized: see catalog/locations.py)."""
 
     @abstractmethod
+    def placed(self, owner: str) -> str | None:
+        """The location indexed as `owner`'s (a table's or view's uuid, for its location), if any."""
+
+    @abstractmethod
     def marker(self, name: str) -> bool:
         """Whether a one-time step (a migration) named `name` has been done."""
 

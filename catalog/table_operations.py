@@ -40,6 +40,7 @@ from isbre.catalog.service_core import (
     read_for_register,
     require_free,
     require_namespace,
+    require_new_uuid,
     unplace,
 )
 from isbre.catalog.sink_rows import SinkRows, snapshots_rows
@@ -295,6 +296,7 @@ class Tables:
                     if entry.base is None:
                         require_namespace(batch.view, entry.ident.namespace)
                         require_free(batch.view, entry.ident, TABLE)
+                        require_new_uuid(batch.view, entry.pointer.uuid)
                 for entry in staged:
                     if entry.moved:
                         self.core.claim_places(batch.view, entry.pointer.uuid, entry.places, "Table")
@@ -470,6 +472,7 @@ class Tables:
             pointer = Pointer(metadata_location, str(loaded.metadata.table_uuid))
             if existing is not None:
                 unplace(batch.view, existing.uuid)
+            require_new_uuid(batch.view, pointer.uuid)
             where = named_places(loaded.metadata.location, loaded.metadata.properties)
             self.core.claim_places(batch.view, pointer.uuid, where, "Table", moving=False)
             batch.view.put_pointer(TABLE, ident, pointer)

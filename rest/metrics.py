@@ -126,19 +126,17 @@ class RouteCapture:
 
 
 def _sink_rows(totals: list[SinkRows], named: bool) -> str:
-    """`named`: tables by warehouse and name; else (the endpoint is public while authentication
-    guards the names) by uuid."""
-    samples = []
-    for table in sorted(totals, key=lambda t: (t.warehouse, t.table, t.table_uuid)):
-        for name, count in sorted(table.rows.items()):
+    """`named`: per table, by warehouse and name; else (the endpoint is public while authentication
+    guards the names) summed over every table: a table's uuid is no label either, as the catalog
+    keeps each table's state under it."""
+    summed: Counter[tuple[tuple[str, str], ...]] = Counter()
+    for table in totals:
+        for name, count in table.rows.items():
             disposition, _, reason = name.partition(".")
-            where = (
-                {"warehouse": table.warehouse, "table": table.table}
-                if named
-                else {"table_uuid": table.table_uuid}
-            )
-            where["disposition"] = disposition
-            samples.append((labels(**where, **({"reason": reason} if reason else {})), count))
+            where = [("warehouse", table.warehouse), ("table", table.table)] if named else []
+            where.append(("disposition", disposition))
+            summed[tuple(where + ([("reason", reason)] if reason else []))] += count
+    samples = [(labels(**dict(where)), count) for where, count in sorted(summed.items())]
     return _line(
         "isbre_sink_rows_total",
         "counter",

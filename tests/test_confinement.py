@@ -166,8 +166,9 @@ def test_a_table_may_not_sit_in_or_around_another_or_the_store(
         f"{server.url}{P}/namespaces/{namespace}/register",
         json={"name": "twin", "metadata-location": metadata_location},
     )
-    assert twin.status_code == 400, twin.text
-    # Once the first table is gone, its place is free again.
+    # The same metadata twice: its uuid, as well as its place, is the first table's.
+    assert twin.status_code == 409 and "already another table's" in twin.text, twin.text
+    # Once the first table is gone, its place (and its uuid) is free again.
     assert http.delete(f"{tables}/first").status_code == 204
     again = http.post(
         f"{server.url}{P}/namespaces/{namespace}/register",

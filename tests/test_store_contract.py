@@ -141,11 +141,17 @@ def test_locations_overlap_above_at_and_below(store: Store) -> None:
         assert view.overlapping("file:///w/ns") == [("file:///w/ns/a", "a"), ("file:///w/ns/b", "b")]
         assert view.overlapping("file:///w/ns/a") == [("file:///w/ns/a", "a")]
         assert view.overlapping("file:///w/ns/ab") == []  # a sibling that starts alike
+        assert (view.placed("a"), view.placed("b"), view.placed("c")) == (
+            "file:///w/ns/a",
+            "file:///w/ns/b",
+            None,
+        )
     with store.write() as view:
         view.place("a", "file:///w/ns/moved")  # a move replaces the old place
         view.unplace("b")
     with store.read() as view:
         assert view.overlapping("file:///w/ns") == [("file:///w/ns/moved", "a")]
+        assert (view.placed("a"), view.placed("b")) == ("file:///w/ns/moved", None)
 
 
 def test_coverage_merges_and_is_dropped_with_the_table(store: Store) -> None:

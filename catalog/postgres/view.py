@@ -168,6 +168,10 @@ class PostgresView(WriteView):
         raw = self._db.scalar(IDEMPOTENT, {"key": key})
         return None if raw is None else json.loads(raw)
 
+    def placed(self, owner: str) -> str | None:
+        found = self._sql().scalar(select(locations.c.location).where(locations.c.owner == owner))
+        return None if found is None else str(found)
+
     def overlapping(self, location: str) -> list[tuple[str, str]]:
         above = [location[:end] for end, ch in enumerate(location) if ch == "/"]
         exact = select(locations.c.location, locations.c.owner).where(
