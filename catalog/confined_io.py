@@ -5,14 +5,23 @@ and delete files. Read with the server's own access, a manifest naming another t
 would copy that table's rows into the writer's table, and a manifest list naming `/etc/passwd`
 would be opened. Every read, write and delete here first passes the table's own path check
 (catalog/deletion.py's `TableFiles`, the one purge uses): under one of the table's places, not in
-another table's, and on local disk not led elsewhere by a link. A path that fails it is refused
-before anything is opened, and remembered, so that the job can say what it met.
+another table's. A path that fails it is refused before anything is opened, and remembered, so
+that the job can say what it met. On local disk the file is then opened through directory
+handles from a trusted root, never through a link (catalog/table_handles.py): a folder swapped
+for a link after the check is refused when it is reached, and remembered the same way.
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
+from typing import TypeVar
+
+import pyarrow as pa
 from isbre.catalog.deletion import OutsideTableError, TableFiles
-from pyiceberg.io import FileIO, InputFile, OutputFile
+from pyiceberg.io import FileIO, InputFile, InputStream, OutputFile, OutputStream
+
+T = TypeVar("T")
 
 
 class ForeignPathError(OutsideTableError):
@@ -29,26 +38,92 @@ class ConfinedIO(FileIO):
         self.foreign: list[str] = []  # every path refused, in the order met
         self.written: list[str] = []  # every file opened for writing
 
-    def check(self, location: str) -> str:
-        """`location` if it is the table's, else ForeignPathError (and it is remembered)."""
+    def confined(self, location: str, reach: Callable[[TableFiles], T]) -> T:
+        """What `reach` does with the table's files for `location`; ForeignPathError (remembered)
+        when `location` is not the table's, or leads out of it."""
         try:
             if self._files is None:
                 raise OutsideTableError(f"{location!r}: the table's places are not the server's to touch")
-            return self._files.check(location)
+            return reach(self._files)
         except OutsideTableError as exc:
             self.foreign.append(location)
             raise ForeignPathError(f"{location} is outside the table: {exc}") from exc
 
+    def check(self, location: str) -> str:
+        """`location` if it is the table's, else ForeignPathError (and it is remembered)."""
+        return self.confined(location, lambda files: files.check(location))
+
     def new_input(self, location: str) -> InputFile:
-        return self._io.new_input(self.check(location))
+        self.check(location)
+        if self.confined(location, lambda files: files.local(location)):
+            return _LocalInput(self, location)
+        return self._io.new_input(location)
 
     def new_output(self, location: str) -> OutputFile:
-        output = self._io.new_output(self.check(location))
+        self.check(location)
         self.written.append(location)
-        return output
+        if self.confined(location, lambda files: files.local(location)):
+            return _LocalOutput(self, location)
+        return self._io.new_output(location)
+
+    def names_in(self, folder: str) -> list[str]:
+        """The names in the table's local folder `folder`, listed through handles."""
+        return self.confined(folder, lambda files: files.names_in(folder))
+
+    def files(self, place: str) -> list[tuple[str, float]]:
+        """Every file under the table's local place `place` and its modification time, listed
+        through handles (a linked folder is not entered)."""
+        return self.confined(place, lambda files: list(files.files(place)))
 
     def delete(self, location: str | InputFile | OutputFile) -> None:
         path = location if isinstance(location, str) else location.location
-        self.check(path)
-        assert self._files is not None
-        self._files.delete(path)
+        self.confined(path, lambda files: files.delete(path))
+
+
+class _LocalInput(InputFile):
+    """A table's file on local disk, opened through handles each time it is read."""
+
+    def __init__(self, io: ConfinedIO, location: str) -> None:
+        super().__init__(location)
+        self._io = io
+
+    def __len__(self) -> int:
+        size = self._io.confined(self.location, lambda files: files.size(self.location))
+        assert size is not None  # a local file of the table
+        return size
+
+    def exists(self) -> bool:
+        try:
+            len(self)
+        except FileNotFoundError:
+            return False
+        return True
+
+    def open(self, seekable: bool = True) -> InputStream:
+        found = self._io.confined(self.location, lambda files: files.open(self.location))
+        assert found is not None
+        return pa.PythonFile(os.fdopen(found, "rb"), mode="r")  # type: ignore[return-value]
+
+
+class _LocalOutput(OutputFile):
+    """A new file of the table on local disk, created through handles."""
+
+    def __init__(self, io: ConfinedIO, location: str) -> None:
+        super().__init__(location)
+        self._io = io
+
+    def __len__(self) -> int:
+        return len(self.to_input_file())
+
+    def exists(self) -> bool:
+        return self.to_input_file().exists()
+
+    def to_input_file(self) -> InputFile:
+        return _LocalInput(self._io, self.location)
+
+    def create(self, overwrite: bool = False) -> OutputStream:
+        if not overwrite and self.exists():
+            raise FileExistsError(f"Cannot create file, already exists: {self.location}")
+        found = self._io.confined(self.location, lambda files: files.open(self.location, write=True))
+        assert found is not None
+        return pa.PythonFile(os.fdopen(found, "wb"), mode="w")  # type: ignore[return-value]

@@ -1,50 +1,55 @@
-"""The one way isbre deletes a table's files: confined to the table's own resolved location.
+"""The one way isbre reaches a table's files to delete (and, for its jobs, to read and write) them:
+confined to the table's own places.
 
-Every path a purge deletes comes from metadata a client wrote, so each is
-turned, once, into the exact thing that is removed (a path on disk, or a
-bucket and key) and that same value is judged and used. On local disk the
-table's root is resolved (symlinks and all) and must lie inside a resolved
-warehouse root, away from the store's files; a file is then reached from the
-root's directory descriptor one component at a time without following any
-symbolic link, so nothing the kernel resolves can lead out of the table, even
-if a directory is swapped for a link meanwhile. A link planted as a file is
-removed itself, never what it points at.
+Every path a purge deletes comes from metadata a client wrote, so each is turned, once, into the
+exact thing that is removed (a path below a trusted root, or a bucket and key) and that same value
+is judged and used. On local disk a table's place must lie below a root where tables may live (a
+warehouse, an allowed location), which is resolved once, and away from the store's files; a file
+is then reached from the root's handle one folder at a time without following any symbolic link
+(catalog/table_handles.py), so nothing the kernel resolves can lead out of the table, even if a
+folder is swapped for a link after a check. A link planted as a file is removed itself, never
+what it points at.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from isbre.catalog.file_uris import local_path
+from isbre.catalog.file_uris import file_uri, local_path
 from isbre.catalog.locations import LocationNotAllowedError, inside, normalized
 from isbre.catalog.object_storage import ObjectStorageIO, s3_object
+from isbre.catalog.table_handles import (
+    OutsideTableError,
+    directory,
+    files_below,
+    open_below,
+    remove_empty_below,
+    stat_below,
+    unlink_below,
+)
 from pyiceberg.io import FileIO
 
-_WALK = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+__all__ = ["OutsideTableError", "TableFiles", "delete_each"]
 
 
-class OutsideTableError(LocationNotAllowedError):
-    """A path that is not the table's to delete."""
-
-
-def _resolved(location: str) -> Path | None:
+def _local(location: str) -> Path | None:
     path = local_path(normalized(location))
-    return Path(os.path.realpath(path)) if path is not None else None
+    return Path(os.path.normpath(path)) if path is not None else None
 
 
 @dataclass(frozen=True)
 class _Place:
     location: str  # normalized
     local: Path | None  # its path as written, on local disk
-    resolved: Path | None  # that path resolved, judged to lie in the warehouse
+    root: Path | None  # the resolved root it lies below, on local disk
+    parts: tuple[str, ...] = ()  # the folders from that root down to it
 
 
 class TableFiles:
-    """Deletes files of one table, and nothing else.
+    """Reaches files of one table, and nothing else.
 
     `places`: where the table's files go (its location, and its `write.metadata.path` if set);
     `roots`: where tables may live (normalized locations); `protected`: the store's own files;
@@ -60,26 +65,31 @@ class TableFiles:
     ) -> None:
         self._io = io
         self._claimed_by_other = claimed_by_other
-        resolved_roots = [r for r in (_resolved(each) for each in roots) if r is not None]
-        guarded = [p for p in (_resolved(each) for each in protected) if p is not None]
-        self._places = [self._judged(place, resolved_roots, guarded) for place in places]
+        # Deepest first: a place is reached from the nearest root it lies below.
+        written = sorted({p for p in map(_local, roots) if p is not None}, key=lambda p: -len(p.parts))
+        self._roots = [(root, Path(os.path.realpath(root))) for root in written]
+        guarded = [Path(os.path.realpath(p)) for p in map(_local, protected) if p is not None]
+        self._places = [self._judged(place, guarded) for place in places]
         self.location = self._places[0].location
         self._claimed_directories: dict[str, bool] = {}
 
-    def _judged(self, location: str, roots: list[Path], protected: list[Path]) -> _Place:
+    def _judged(self, location: str, protected: list[Path]) -> _Place:
         found = normalized(location)
-        local = local_path(found)
+        local = _local(found)
         if local is None:
             if not found.startswith("s3://") or not isinstance(self._io, ObjectStorageIO):
                 raise OutsideTableError(f"isbre deletes files on local disk and S3 only, not at {location!r}")
             return _Place(found, None, None)
-        resolved = Path(os.path.realpath(local))
-        if not any(resolved == r or r in resolved.parents for r in roots):
-            raise OutsideTableError(f"The table's place {location!r} resolves outside the warehouse")
+        below = next(((w, r) for w, r in self._roots if w in local.parents), None)
+        if below is None:
+            raise OutsideTableError(f"The table's place {location!r} lies outside the warehouse")
+        written, root = below
+        parts = local.relative_to(written).parts
+        reached = root.joinpath(*parts)
         for place in protected:
-            if resolved == place or place in resolved.parents or resolved in place.parents:
+            if reached == place or place in reached.parents or reached in place.parents:
                 raise OutsideTableError(f"The table's place {location!r} is in or around the store")
-        return _Place(found, Path(os.path.normpath(local)), resolved)
+        return _Place(found, local, root, parts)
 
     def place_of(self, path: str, remembered: bool = False) -> tuple[_Place, str]:
         """The place of the table that `path` lies under, and `path` normalized; OutsideTableError
@@ -94,7 +104,7 @@ class TableFiles:
         place = next((p for p in self._places if inside(found, p.location) and found != p.location), None)
         if place is None or self._claimed(found, remembered):
             raise OutsideTableError(f"{path!r} is not under the table's places ({self.location}, ...)")
-        if place.resolved is None:
+        if place.root is None:
             bucket, key = s3_object(found)
             root_bucket, root_key = s3_object(place.location)
             if bucket != root_bucket or not key.startswith(root_key + "/"):
@@ -109,62 +119,81 @@ class TableFiles:
             self._claimed_directories[directory] = self._claimed_by_other(found)
         return self._claimed_directories[directory]
 
+    def _below(self, path: str, remembered: bool = True) -> tuple[Path, tuple[str, ...]] | None:
+        """The root a local file of the table is reached from, and the parts down to it; None on S3."""
+        place, found = self.place_of(path, remembered)
+        if place.root is None:
+            return None
+        local = _local(found)
+        assert local is not None and place.local is not None
+        return place.root, place.parts + local.relative_to(place.local).parts
+
     def check(self, path: str) -> str:
         """`path` if the table's job may read or write it: under one of its places, and on local disk
-        reaching no further than the place once links are followed. OutsideTableError if not."""
-        place, found = self.place_of(path, remembered=True)
-        local = local_path(found)
-        if local is not None and place.resolved is not None:
-            resolved = Path(os.path.realpath(local))
-            if resolved != place.resolved and place.resolved not in resolved.parents:
-                raise OutsideTableError(f"{path!r} leads outside the table's place {place.location}")
+        through no link as far as its folders exist. OutsideTableError if not."""
+        below = self._below(path)
+        if below is not None:
+            try:
+                with directory(below[0], below[1][:-1], path):
+                    pass
+            except FileNotFoundError:
+                pass  # a folder a write will make
         return path
+
+    def local(self, path: str) -> bool:
+        """Whether `path` (the table's) lies on local disk, where it is reached through handles."""
+        place, _ = self.place_of(path, remembered=True)
+        return place.root is not None
+
+    def open(self, path: str, write: bool = False) -> int | None:
+        """A descriptor of the table's local file `path` (None: not on local disk, use the FileIO),
+        reached through handles; for writing, created or truncated with the folders on the way."""
+        below = self._below(path)
+        return None if below is None else open_below(*below, path, write=write)
+
+    def size(self, path: str) -> int | None:
+        """The size of the table's local file `path` (None: not on local disk)."""
+        below = self._below(path)
+        return None if below is None else stat_below(*below, path).st_size
 
     def delete(self, path: str) -> None:
         """Delete `path` if it is the table's: OutsideTableError if not, FileNotFoundError if gone."""
-        place, found = self.place_of(path)
-        if place.resolved is None:
+        below = self._below(path, remembered=False)
+        if below is None:
             assert isinstance(self._io, ObjectStorageIO)
-            self._io.delete_key(*s3_object(found))
+            self._io.delete_key(*s3_object(normalized(path)))
             return
-        found_path = local_path(found)
-        assert found_path is not None and place.local is not None
-        _unlink_below(place.resolved, found_path.relative_to(place.local).parts, path)
+        unlink_below(*below, path)
+
+    def names_in(self, folder: str) -> list[str]:
+        """The names in the table's local folder `folder` (a place or below one)."""
+        below = self._below(f"{folder.rstrip('/')}/listed")  # a name in it: the folder is its parent
+        if below is None:
+            raise OutsideTableError(f"listing {folder} is not supported: only local warehouses are listed")
+        with directory(below[0], below[1][:-1], folder) as handle:
+            return os.listdir(handle)
+
+    def files(self, place: str) -> Iterator[tuple[str, float]]:
+        """Every file under one of the table's local places, and its modification time; a folder
+        that is a link is not entered (and a link planted as a file is listed as one)."""
+        found = next((p for p in self._places if p.location == normalized(place)), None)
+        if found is None or found.root is None or found.local is None:
+            raise OutsideTableError(f"listing {place} is not supported: only local warehouses are listed")
+        for parts, mtime in files_below(found.root, found.parts, place):
+            yield file_uri(found.local.joinpath(*parts)), mtime
 
     def remove_empty_directories(self) -> None:
         """Remove the empty directories under each of the table's places, and the places themselves
         if they are empty then; on S3 the zero-byte "directory" objects that no longer hold anything."""
         for place in self._places:
-            if place.resolved is None:
+            if place.root is None:
                 assert isinstance(self._io, ObjectStorageIO)
                 self._io.remove_empty_markers(place.location)
                 continue
-            if not place.resolved.is_dir():
-                continue
-            for _, directories, _, parent in os.fwalk(place.resolved, topdown=False, follow_symlinks=False):
-                for name in directories:
-                    with contextlib.suppress(OSError):
-                        os.rmdir(name, dir_fd=parent)  # only empty ones go; a link is no directory here
-            with contextlib.suppress(OSError):
-                place.resolved.rmdir()
-
-
-def _unlink_below(root: Path, parts: tuple[str, ...], path: str) -> None:
-    """Unlink `root/parts...` reaching it from `root`'s descriptor, following no link on the way."""
-    directory = os.open(root, _WALK)
-    try:
-        for part in parts[:-1]:
             try:
-                below = os.open(part, _WALK, dir_fd=directory)
-            except FileNotFoundError:
-                raise
-            except OSError as exc:  # ELOOP or ENOTDIR: a symbolic link or a file, not a directory
-                raise OutsideTableError(f"{path!r} passes through a link or a file: {part!r}") from exc
-            os.close(directory)
-            directory = below
-        os.unlink(parts[-1], dir_fd=directory)
-    finally:
-        os.close(directory)
+                remove_empty_below(place.root, place.parts, place.location)
+            except (FileNotFoundError, OutsideTableError):
+                continue  # gone, or a link now: nothing of the table's to remove there
 
 
 @dataclass

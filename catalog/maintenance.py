@@ -275,13 +275,13 @@ def referenced_files(io: FileIO, metadata: TableMetadata, location: str) -> set[
 def orphans(
     listed: Iterable[tuple[str, float]], referenced: set[str], now_ms: int, min_age_ms: int
 ) -> list[tuple[str, str]]:
-    """(path, what it is) of the listed files (local paths, with their modification time in
-    seconds) that the table does not reference and that are older than `min_age_ms`."""
+    """(location, what it is) of the listed files (local locations, with their modification time
+    in seconds) that the table does not reference and that are older than `min_age_ms`."""
     known = {os.path.normpath(p) for p in (local_path(uri) for uri in referenced) if p is not None}
     return [
-        (path, "orphan file")
-        for path, modified in sorted(listed)
-        if os.path.normpath(path) not in known and now_ms - modified * 1000 > min_age_ms
+        (location, "orphan file")
+        for location, modified in sorted(listed)
+        if os.path.normpath(str(local_path(location))) not in known and now_ms - modified * 1000 > min_age_ms
     ]
 
 

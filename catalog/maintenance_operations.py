@@ -8,13 +8,10 @@ table pointing at a deleted file, at worst files nobody points at.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from isbre.catalog.compaction import (
@@ -31,7 +28,7 @@ from isbre.catalog.confined_io import ConfinedIO, ForeignPathError
 from isbre.catalog.conflicts import ConflictError, check_expiry, check_rewrite_files, check_rewrite_manifests
 from isbre.catalog.consumers import Consumers
 from isbre.catalog.deletion import delete_each
-from isbre.catalog.file_uris import file_uri, local_path
+from isbre.catalog.file_uris import local_path
 from isbre.catalog.identifiers import Identifier
 from isbre.catalog.maintenance import (
     COMPACT_DATA_FILES,
@@ -121,7 +118,7 @@ class Maintenance:
         self.core.store.catch_up()
         run: dict[str, Callable[[ConfinedIO], JobReport]] = {
             EXPIRE_SNAPSHOTS: lambda io: self._expire_snapshots(ident, when, io, context),
-            REMOVE_METADATA_FILES: lambda io: self._remove_metadata_files(ident),
+            REMOVE_METADATA_FILES: lambda io: self._remove_metadata_files(ident, io),
             REWRITE_MANIFESTS: lambda io: self._rewrite_manifests(ident, io, context),
             COMPACT_DATA_FILES: lambda io: self._compact_data_files(ident, io, context),
             REMOVE_ORPHAN_FILES: lambda io: self._remove_orphan_files(ident, when, io),
@@ -205,7 +202,7 @@ class Maintenance:
         report.skipped_files += done.skipped
         report.problems += done.problems
 
-    def _remove_metadata_files(self, ident: Identifier) -> JobReport:
+    def _remove_metadata_files(self, ident: Identifier, io: ConfinedIO) -> JobReport:
         """With `write.metadata.delete-after-commit.enabled`, delete the metadata files older than
         every version the table still lists (the commits keep `write.metadata.previous-versions-max`
         of them in its metadata log)."""
@@ -216,12 +213,11 @@ class Maintenance:
             report.nothing_to_do = f"the table's {DELETE_AFTER_COMMIT} is not true"
             return report
         directory = state.metadata_location.rsplit("/", 1)[0]
-        local = local_path(directory)
-        if local is None:
+        if local_path(directory) is None:
             report.problems.append(f"listing {directory} is not supported: only local warehouses are cleaned")
             return report
         try:
-            names = os.listdir(local)
+            names = io.names_in(directory)
         except OSError as exc:
             report.problems.append(f"cannot list {directory}: {exc}")
             return report
@@ -232,28 +228,27 @@ class Maintenance:
     def _remove_orphan_files(self, ident: Identifier, now_ms: int, io: ConfinedIO) -> JobReport:
         """Delete the files under the table's places that none of its metadata reaches and that are
         older than `isbre.maintenance.orphan-files.min-age-ms` (a younger one may be a commit's
-        under way). Nothing is deleted if any manifest cannot be read."""
+        under way). Nothing is deleted if any manifest cannot be read. The places are listed
+        through handles: a folder of the table swapped for a link is not entered."""
         report = JobReport(REMOVE_ORPHAN_FILES)
         state = self.tables.load(ident)
         assert state.metadata_location is not None
         listed: list[tuple[str, float]] = []
         for place in places_of(state.metadata.location, state.metadata.properties):
-            root = local_path(place)
-            if root is None:
+            if local_path(place) is None:
                 report.problems.append(f"listing {place} is not supported: only local warehouses are cleaned")
                 return report
-            for directory, _, names in os.walk(root):
-                for name in names:
-                    path = os.path.join(directory, name)
-                    with contextlib.suppress(FileNotFoundError):  # removed meanwhile
-                        listed.append((path, os.lstat(path).st_mtime))
+            try:
+                listed += io.files(place)
+            except FileNotFoundError:
+                continue  # nothing written there yet
         try:
             referenced = referenced_files(io, state.metadata, state.metadata_location)
         except Exception as exc:  # an unreadable manifest: what it names is unknown, so delete nothing
             report.problems.append(f"cannot list the table's files: {type(exc).__name__}: {exc}")
             return report
         found = orphans(listed, referenced, now_ms, orphan_min_age_ms(state.metadata.properties))
-        self._delete(report, state.metadata, [(file_uri(Path(path)), what) for path, what in found])
+        self._delete(report, state.metadata, found)
         return report
 
     def _compact_data_files(self, ident: Identifier, io: ConfinedIO, context: RequestContext) -> JobReport:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import os
 import sys
 import uuid
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from isbre.catalog import deletion
 from isbre.catalog.embedded import LmdbCatalog
 from isbre.catalog.file_uris import local_path
 from isbre.catalog.identifiers import Identifier
@@ -53,15 +55,26 @@ def numbers(start: int) -> pa.Table:
 
 
 class Opened:
-    """Every location PyIceberg's Arrow FileIO is asked to open, read or write (observed, not changed)."""
+    """Every location PyIceberg's Arrow FileIO is asked to open, read or write, and every file the
+    server opens through directory handles, as the kernel names what it opened (observed, not
+    changed)."""
 
     def __init__(self) -> None:
         self.locations: list[str] = []
 
     def __enter__(self) -> Opened:
         self._saved = (PyArrowFileIO.new_input, PyArrowFileIO.new_output)
+        self._open_below = deletion.open_below
         new_input, new_output = self._saved
         opened = self.locations
+        open_below = self._open_below
+
+        def observed_handle(*args: Any, **kwargs: Any) -> int:
+            found = open_below(*args, **kwargs)
+            opened.append(Path(os.readlink(f"/proc/self/fd/{found}")).as_uri())
+            return found
+
+        deletion.open_below = observed_handle  # type: ignore[attr-defined]
 
         def observed_input(io: PyArrowFileIO, location: str) -> Any:
             opened.append(location)
@@ -76,6 +89,7 @@ class Opened:
 
     def __exit__(self, *exc: object) -> None:
         PyArrowFileIO.new_input, PyArrowFileIO.new_output = self._saved  # type: ignore[method-assign]
+        deletion.open_below = self._open_below  # type: ignore[attr-defined]
 
 
 def tree(root: Path, leave_out: Path | None = None) -> dict[str, str]:
