@@ -145,6 +145,10 @@ class LmdbView(WriteView):
                     break
         return found
 
+    def key(self, purpose: str) -> bytes | None:
+        found = self._txn.get(b"key:" + purpose.encode(), db=self._db("meta"))
+        return None if found is None else as_bytes(found)
+
     def marker(self, name: str) -> bool:
         return self._txn.get(b"marker:" + name.encode(), db=self._db("meta")) is not None
 
@@ -283,6 +287,10 @@ class LmdbView(WriteView):
             if self._txn.get(location, db=db) == owner.encode():
                 self._txn.delete(location, db=db)
             self._txn.delete(OWNER + owner.encode(), db=db)
+
+    def put_key(self, purpose: str, key: bytes) -> None:
+        with self._full_is_retryable():
+            self._txn.put(b"key:" + purpose.encode(), key, db=self._db("meta"))
 
     def set_marker(self, name: str) -> None:
         with self._full_is_retryable():

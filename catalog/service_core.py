@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import secrets
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -387,6 +388,23 @@ class ServiceCore:
         """The disk whose free space commits check: the warehouse's, or for a warehouse on object
         storage the store's (when it has one here)."""
         return local_path(self.warehouse) or self.store.local_dir()
+
+    def key(self, purpose: str) -> bytes:
+        """The store's random key for `purpose`, made by the first process that asks: every worker
+        and replica of the catalog, and the catalog after a restart, sign and check with it."""
+        with self.store.read(self.scope, snapshot=False) as view:
+            found = view.key(purpose)
+        if found is not None:
+            return found
+
+        def mutation(batch: Batch) -> bytes:
+            kept = batch.view.key(purpose)
+            if kept is None:  # another process may have made it meanwhile: the first one is kept
+                kept = secrets.token_bytes(32)
+                batch.view.put_key(purpose, kept)
+            return kept
+
+        return self.run(mutation)
 
     def _index_locations(self) -> None:
         """Stores made before locations were indexed: index every table's and view's location, once."""

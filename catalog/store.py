@@ -116,6 +116,10 @@ class ReadView(ABC):
         """The location indexed as `owner`'s (a table's or view's uuid, for its location), if any."""
 
     @abstractmethod
+    def key(self, purpose: str) -> bytes | None:
+        """The random key the store keeps for `purpose` (signing plan ids), if one was made."""
+
+    @abstractmethod
     def marker(self, name: str) -> bool:
         """Whether a one-time step (a migration) named `name` has been done."""
 
@@ -206,6 +210,10 @@ class WriteView(ReadView):
 
     @abstractmethod
     def set_marker(self, name: str) -> None: ...
+
+    @abstractmethod
+    def put_key(self, purpose: str, key: bytes) -> None:
+        """Keep `key` for `purpose`: every process of the catalog signs and checks with it."""
 
     @abstractmethod
     def clear_markers(self) -> None:

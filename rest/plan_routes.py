@@ -9,6 +9,7 @@ scan's data manifests that any worker (or replica) plans again on request. isbre
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request, Response
@@ -19,6 +20,7 @@ from isbre.catalog.scan_planning import PlannedTask, Planner, RowFilter
 from isbre.rest.access import InNamespace, ReadsNamespace
 from isbre.rest.delegation import HEADER, wanted
 from isbre.rest.models import PlanTableScanRequest
+from isbre.rest.plan_filters import bounded_filter
 from isbre.rest.runtime import runtime
 from isbre.rest.scan_json import PlanId, PlanTask, TaskWriter, isbre_fields, pages
 from isbre.rest.table_routes import delegated
@@ -40,7 +42,9 @@ def _field_ids(schema: Schema, names: list[str] | None, case_sensitive: bool) ->
     return tuple(found)
 
 
-def _first_page(catalog: CatalogService, planner: Planner, plan: PlanId, page_size: int) -> dict[str, Any]:
+def _first_page(
+    catalog: CatalogService, planner: Planner, plan: PlanId, page_size: int, key: bytes
+) -> dict[str, Any]:
     """The plan's first page: manifests planned in order until they give `page_size` tasks (a
     selective filter is answered whole), the rest as plan tasks of about `page_size` files each."""
     manifests = planner.data_manifests()
@@ -56,7 +60,7 @@ def _first_page(catalog: CatalogService, planner: Planner, plan: PlanId, page_si
     return {
         "status": "completed",
         **writer.scan_tasks(tasks),
-        "plan-tasks": [PlanTask(plan.scan, a, b, plan.stats_fields).token() for a, b in rest],
+        "plan-tasks": [PlanTask(plan.scan, a, b, plan.stats_fields).token(key) for a, b in rest],
         **isbre_fields(plan.scan, plan.commit_seq, rewrites, writer),
     }
 
@@ -78,41 +82,61 @@ def _plan(
     catalog = service(request)
     work = runtime(request).planning
     page_size = runtime(request).settings.plan_page_size
-    found = work.run(token, lambda: _first_page(catalog, planner, plan, page_size))
+    found = work.run(token, lambda: _first_page(catalog, planner, plan, page_size, work.key))
     if found is None:
         return JSONResponse({"status": "submitted", "plan-id": token})
     return _answer(request, target, table, planner, {**found, "plan-id": token})
+
+
+def _plan_request(raw: bytes, max_terms: int) -> PlanTableScanRequest:
+    """The request, its filter bounded and balanced first (rest/plan_filters.py)."""
+    try:
+        found = json.loads(raw)
+    except RecursionError as exc:
+        raise ValueError("Invalid request: the JSON body is nested too deeply") from exc
+    except ValueError:
+        return parse(PlanTableScanRequest, raw)  # refused, in the words every request gets
+    if isinstance(found, dict) and isinstance(found.get("filter"), dict):
+        found["filter"] = bounded_filter(found["filter"], max_terms)
+    return parse(PlanTableScanRequest, json.dumps(found).encode())
 
 
 @router.post(PLAN)
 def plan_table_scan(
     request: Request, target: ReadsNamespace, table: str, raw: bytes = Depends(raw_body)
 ) -> Response:
-    body = parse(PlanTableScanRequest, raw)
-    resolved = service(request).plans.resolve(
-        target.ident(table),
-        PlanRequest(
-            snapshot_id=body.snapshot_id,
-            start_snapshot_id=body.start_snapshot_id,
-            end_snapshot_id=body.end_snapshot_id,
-            after_commit_seq=body.after_commit_seq,
-            rows=RowFilter(
-                body.filter if body.filter is not None else AlwaysTrue(),
-                body.case_sensitive,
-                body.use_snapshot_schema,
+    work = runtime(request).planning
+    max_terms = runtime(request).settings.plan_max_filter_terms
+
+    def resolved() -> tuple[PlanId, Planner]:
+        body = _plan_request(raw, max_terms)
+        found = service(request).plans.resolve(
+            target.ident(table),
+            PlanRequest(
+                snapshot_id=body.snapshot_id,
+                start_snapshot_id=body.start_snapshot_id,
+                end_snapshot_id=body.end_snapshot_id,
+                after_commit_seq=body.after_commit_seq,
+                rows=RowFilter(
+                    body.filter if body.filter is not None else AlwaysTrue(),
+                    body.case_sensitive,
+                    body.use_snapshot_schema,
+                ),
             ),
-        ),
-    )
-    schema = resolved.planner.metadata.schema()
-    _field_ids(schema, body.select, body.case_sensitive)
-    stats = _field_ids(schema, body.stats_fields, body.case_sensitive)
-    plan = PlanId.new(resolved.scan, stats, resolved.commit_seq)
-    return _plan(request, target, table, resolved.planner, plan, plan.token())
+        )
+        schema = found.planner.metadata.schema()
+        _field_ids(schema, body.select, body.case_sensitive)
+        stats = _field_ids(schema, body.stats_fields, body.case_sensitive)
+        return PlanId.new(found.scan, stats, found.commit_seq), found.planner
+
+    # Parsing and resolving a request is planning work too: it takes a slot like the plan.
+    plan, planner = work.bounded(resolved)
+    return _plan(request, target, table, planner, plan, plan.token(work.key))
 
 
 @router.get(PLAN + "/{plan_id}")
 def fetch_planning_result(request: Request, target: ReadsNamespace, table: str, plan_id: str) -> Response:
-    plan = PlanId.of(plan_id)
+    plan = PlanId.of(plan_id, runtime(request).planning.key)
     planner = service(request).plans.planner(target.ident(table), plan.scan)
     if runtime(request).planning.cancelled(plan_id):
         return JSONResponse({"status": "cancelled"})
@@ -121,7 +145,7 @@ def fetch_planning_result(request: Request, target: ReadsNamespace, table: str, 
 
 @router.delete(PLAN + "/{plan_id}")
 def cancel_planning(request: Request, target: ReadsNamespace, table: str, plan_id: str) -> Response:
-    plan = PlanId.of(plan_id)
+    plan = PlanId.of(plan_id, runtime(request).planning.key)
     service(request).plans.planner(target.ident(table), plan.scan)  # the plan must be this table's
     runtime(request).planning.cancel(plan_id)
     return Response(status_code=204)
@@ -131,7 +155,7 @@ def cancel_planning(request: Request, target: ReadsNamespace, table: str, plan_i
 def fetch_scan_tasks(
     request: Request, target: ReadsNamespace, table: str, raw: bytes = Depends(raw_body)
 ) -> Response:
-    task = PlanTask.of(parse(FetchScanTasksRequest, raw).plan_task)
+    task = PlanTask.of(parse(FetchScanTasksRequest, raw).plan_task, runtime(request).planning.key)
     planner = service(request).plans.planner(target.ident(table), task.scan)
 
     def plan() -> dict[str, Any]:

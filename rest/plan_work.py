@@ -35,9 +35,11 @@ SERVER_PLANNING = {"scan-planning-mode": "server", "rest-scan-planning-enabled":
 
 class PlanWork:
     def __init__(
-        self, concurrent: int, wait_seconds: float, server_planned: frozenset[str] = frozenset()
+        self, concurrent: int, wait_seconds: float, key: bytes, server_planned: frozenset[str] = frozenset()
     ) -> None:
-        """`server_planned`: the warehouses whose clients are told to plan on the server."""
+        """`key`: what plan ids and plan tasks are signed with (the store's, rest/scan_json.py);
+        `server_planned`: the warehouses whose clients are told to plan on the server."""
+        self.key = key
         self.wait_seconds = wait_seconds
         self.server_planned = server_planned
         self._pool = ThreadPoolExecutor(concurrent, thread_name_prefix="isbre-plan")

@@ -9,6 +9,8 @@ them back as they wrote them.
 from __future__ import annotations
 
 import base64
+import hashlib
+import hmac
 import json
 import os
 from dataclasses import dataclass
@@ -60,14 +62,34 @@ def parse_expression(raw: Any) -> BooleanExpression:
     return _EXPRESSION.validate_python(raw)
 
 
-def _encode(what: dict[str, Any]) -> str:
-    raw = json.dumps(what, separators=(",", ":")).encode()
+# A plan id or plan task carries its whole scan, so that any worker or replica serves it; it is
+# signed with the store's key (`ServiceCore.key`), and only a token whose signature holds is
+# parsed: a client can neither forge one nor make the server parse what it did not write.
+PLAN_TOKEN_KEY = "plan-tokens"
+_SIGNATURE_BYTES = 16
+# What a token may be: the scan a plan request can ask for, filter bounds included (see models.py).
+MAX_TOKEN_CHARS = 4 << 20
+
+
+def _b64(raw: bytes) -> str:
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-def _decode(token: str, kind: str) -> dict[str, Any]:
+def _signature(key: bytes, payload: str) -> str:
+    return _b64(hmac.new(key, payload.encode(), hashlib.sha256).digest()[:_SIGNATURE_BYTES])
+
+
+def _encode(what: dict[str, Any], key: bytes) -> str:
+    payload = _b64(json.dumps(what, separators=(",", ":")).encode())
+    return f"{payload}.{_signature(key, payload)}"
+
+
+def _decode(token: str, kind: str, key: bytes) -> dict[str, Any]:
+    payload, _, signature = token.partition(".")
+    if len(token) > MAX_TOKEN_CHARS or not hmac.compare_digest(signature, _signature(key, payload)):
+        raise _missing(kind)
     try:
-        found = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+        found = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
         if not isinstance(found, dict) or found.get("k") != kind:
             raise ValueError(kind)
         return found
@@ -121,14 +143,15 @@ class PlanTask:
     end: int
     stats_fields: tuple[int, ...]
 
-    def token(self) -> str:
+    def token(self, key: bytes) -> str:
         return _encode(
             {
                 "k": "task",
                 **_scan_fields(self.scan),
                 "m": [self.first, self.end],
                 "st": list(self.stats_fields),
-            }
+            },
+            key,
         )
 
     @staticmethod
@@ -136,8 +159,8 @@ class PlanTask:
         return _missing("task")
 
     @classmethod
-    def of(cls, token: str) -> PlanTask:
-        found = _decode(token, "task")
+    def of(cls, token: str, key: bytes) -> PlanTask:
+        found = _decode(token, "task", key)
         try:
             first, end = (int(n) for n in found["m"])
             stats = tuple(int(n) for n in found["st"])
@@ -160,7 +183,7 @@ class PlanId:
     def new(cls, scan: Scan, stats_fields: tuple[int, ...], commit_seq: int | None) -> PlanId:
         return cls(scan, stats_fields, commit_seq, os.urandom(8).hex())
 
-    def token(self) -> str:
+    def token(self, key: bytes) -> str:
         return _encode(
             {
                 "k": "plan",
@@ -168,12 +191,13 @@ class PlanId:
                 "st": list(self.stats_fields),
                 "cs": self.commit_seq,
                 "n": self.nonce,
-            }
+            },
+            key,
         )
 
     @classmethod
-    def of(cls, token: str) -> PlanId:
-        found = _decode(token, "plan")
+    def of(cls, token: str, key: bytes) -> PlanId:
+        found = _decode(token, "plan", key)
         try:
             stats = tuple(int(n) for n in found["st"])
             commit_seq = _optional_int(found["cs"])

@@ -246,6 +246,12 @@ class Settings(BaseSettings):
         description="How long a plan request waits for its plan before answering `submitted` (the "
         "client then polls with the plan id).",
     )
+    plan_max_filter_terms: int = Field(
+        10_000,
+        ge=1,
+        description="Predicates and values a scan plan request's filter may hold (an `in` list counts each "
+        "value); a larger filter gets 400.",
+    )
     max_concurrent_plans: int = Field(
         4, ge=1, description="Scan plans one server process works on at once; more wait, then get 503."
     )

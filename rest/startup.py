@@ -30,6 +30,7 @@ from isbre.lineage.names import LineageNames
 from isbre.rest.delegation import Delegation
 from isbre.rest.plan_work import PlanWork
 from isbre.rest.runtime import RequestCounters, Runtime
+from isbre.rest.scan_json import PLAN_TOKEN_KEY
 from isbre.rest.settings import Settings, warehouses
 from isbre.rest.shared_counters import SharedCounters
 
@@ -206,7 +207,12 @@ async def running(settings: Settings, worker: bool, counters: RequestCounters) -
         server_planned = frozenset(
             name for name, spec in settings.served() if spec.scan_planning_mode == "server"
         )
-        planning = PlanWork(settings.max_concurrent_plans, settings.plan_wait_seconds, server_planned)
+        planning = PlanWork(
+            settings.max_concurrent_plans,
+            settings.plan_wait_seconds,
+            services[0].core.key(PLAN_TOKEN_KEY),
+            server_planned,
+        )
         stops.append(planning.close)
         found = Runtime(
             settings,

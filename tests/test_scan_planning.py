@@ -4,8 +4,10 @@ from a commit cursor hand over each appended file once, and every path in a plan
 
 from __future__ import annotations
 
+import base64
+import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,8 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from isbre.rest.plan_filters import bounded_filter
+from isbre.rest.scan_json import parse_expression
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.expressions import (
     And,
@@ -30,10 +34,12 @@ from pyiceberg.expressions import (
     Or,
     StartsWith,
 )
+from pyiceberg.expressions.visitors import expression_evaluator
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table import StaticTable, Table
 from pyiceberg.transforms import IdentityTransform
+from pyiceberg.typedef import Record
 from pyiceberg.types import LongType, NestedField, StringType
 
 from tests.crafted import crafted_snapshot
@@ -508,3 +514,81 @@ def test_cursor_plans_on_a_postgresql_store(tmp_path: Path, request: pytest.Fixt
         assert behind.status_code == 410, behind.text
     finally:
         shared.stop()
+
+
+def tampered(token: str, change: Callable[[dict[str, Any]], None], filter_json: str | None = None) -> str:
+    """`token` with its payload changed by `change` (and its filter made `filter_json`, when given:
+    JSON text too deep for Python's own encoder), its signature kept."""
+    payload, _, signature = token.partition(".")
+    found = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    change(found)
+    text = json.dumps(found)
+    if filter_json is not None:
+        text = text.replace(json.dumps(found["f"]), filter_json, 1)
+    again = base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+    return f"{again}.{signature}"
+
+
+def nested(depth: int) -> str:
+    """A filter nested `depth` levels deep, as JSON text."""
+    return '{"type":"not","child":' * depth + '{"type":"eq","term":"id","value":1}' + "}" * depth
+
+
+def test_plan_ids_and_tasks_are_signed_and_a_changed_one_is_never_parsed(server: IsbreServer) -> None:
+    catalog = RestCatalog("isbre", uri=server.url)
+    catalog.create_namespace("signed")
+    table = appended(catalog, "signed.t", 4)
+    answer = check_ok(http.post(url(server, table), json={})).json()
+    plan_id, (task, *_) = answer["plan-id"], answer["plan-tasks"]
+    assert "." in plan_id and "." in task  # a payload and its signature
+
+    def widened(found: dict[str, Any]) -> None:
+        found["m"] = [0, 10**6]
+
+    deep = nested(1000)  # past the parser's recursion: a 500 before tokens were signed
+    for method, where, body in (
+        ("GET", url(server, table, f"plan/{tampered(plan_id, lambda _: None, deep)}"), None),
+        ("DELETE", url(server, table, f"plan/{tampered(plan_id, lambda _: None, deep)}"), None),
+        ("POST", url(server, table, "tasks"), {"plan-task": tampered(task, lambda _: None, deep)}),
+        ("POST", url(server, table, "tasks"), {"plan-task": tampered(task, widened)}),
+        ("POST", url(server, table, "tasks"), {"plan-task": "x" * (5 << 20)}),
+    ):
+        refused = http.request(method, where, json=body)
+        assert refused.status_code == 404, (method, refused.text[:300])
+        assert refused.json()["error"]["type"] in ("NoSuchPlanIdException", "NoSuchPlanTaskException")
+    # The untouched ones still serve.
+    assert check_ok(http.post(url(server, table, "tasks"), json={"plan-task": task})).json()[
+        "file-scan-tasks"
+    ]
+    assert check_ok(http.get(url(server, table, f"plan/{plan_id}"))).json()["status"] == "completed"
+
+
+def test_plan_filters_are_bounded_and_long_chains_are_planned(server: IsbreServer) -> None:
+    catalog = RestCatalog("isbre", uri=server.url)
+    catalog.create_namespace("bounded")
+    table = appended(catalog, "bounded.t", 3)
+    too_deep = http.post(
+        url(server, table),
+        content=f'{{"filter":{nested(1000)}}}'.encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    assert too_deep.status_code == 400 and "nested" in too_deep.json()["error"]["message"], too_deep.text
+    huge = {"type": "in", "term": "id", "values": list(range(20_000))}
+    refused = http.post(url(server, table), json={"filter": huge})
+    assert refused.status_code == 400 and "plan_max_filter_terms" in refused.text, refused.text
+    # Clients nest `a and b and c ...` as deep as it is long: a chain of 500 is read balanced, and
+    # planned as the model says (ids 0..89; the chain excludes 0, 3, 6, ... 1497).
+    chain: dict[str, Any] = {"type": "not-eq", "term": "id", "value": 0}
+    for i in range(1, 500):
+        chain = {"type": "and", "left": chain, "right": {"type": "not-eq", "term": "id", "value": 3 * i}}
+    answer = whole_plan(server, table, {"filter": chain})
+    kept = {t["data-file"]["file-path"] for t in answer["tasks"]}
+    assert kept == {f.file_path for f in data_files(table)}  # every file holds a row the chain keeps
+    assert kept == {
+        t.file.file_path
+        for t in local(table).scan(row_filter=parse_expression(bounded_filter(chain, 10_000))).plan_files()
+    }
+    residual = answer["tasks"][0]["residual-filter"]
+    expression = parse_expression(residual)
+    keeps = expression_evaluator(SCHEMA, expression, True)
+    assert [i for i in range(90) if keeps(Record(i, None, None))] == [i for i in range(90) if i % 3 != 0]

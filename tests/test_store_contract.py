@@ -154,6 +154,15 @@ def test_locations_overlap_above_at_and_below(store: Store) -> None:
         assert (view.placed("a"), view.placed("b")) == ("file:///w/ns/moved", None)
 
 
+def test_a_key_is_kept_for_its_purpose(store: Store) -> None:
+    with store.read() as view:
+        assert view.key("plan-tokens") is None
+    with store.write() as view:
+        view.put_key("plan-tokens", bytes(range(32)))
+    with store.read() as view:
+        assert view.key("plan-tokens") == bytes(range(32)) and view.key("other") is None
+
+
 def test_coverage_merges_and_is_dropped_with_the_table(store: Store) -> None:
     key = SpanKey("kafka-1", "orders", 0)
     with store.write() as view:

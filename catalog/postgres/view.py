@@ -189,6 +189,10 @@ class PostgresView(WriteView):
         )
         return found + [(loc, owner) for loc, owner in self._sql().execute(under)]
 
+    def key(self, purpose: str) -> bytes | None:
+        found = self._sql().scalar(select(meta.c.value).where(meta.c.key == f"key:{purpose}"))
+        return None if found is None else bytes.fromhex(found)
+
     def marker(self, name: str) -> bool:
         return self._sql().scalar(select(meta.c.key).where(meta.c.key == f"marker:{name}")) is not None
 
@@ -346,6 +350,9 @@ class PostgresView(WriteView):
 
     def unplace(self, owner: str) -> None:
         self._sql().execute(delete(locations).where(locations.c.owner == owner))
+
+    def put_key(self, purpose: str, key: bytes) -> None:
+        self._upsert(meta, key=f"key:{purpose}", value=key.hex())
 
     def set_marker(self, name: str) -> None:
         self._upsert(meta, key=f"marker:{name}", value="")
