@@ -17,8 +17,8 @@ import os
 from collections.abc import Callable
 from typing import TypeVar
 
-import pyarrow as pa
-from isbre.catalog.deletion import OutsideTableError, TableFiles
+from isbre.catalog.deletion import OutsideTableError, Reached, TableFiles
+from isbre.catalog.table_handles import open_below, stat_below
 from pyiceberg.io import FileIO, InputFile, InputStream, OutputFile, OutputStream
 
 T = TypeVar("T")
@@ -54,17 +54,13 @@ class ConfinedIO(FileIO):
         return self.confined(location, lambda files: files.check(location))
 
     def new_input(self, location: str) -> InputFile:
-        self.check(location)
-        if self.confined(location, lambda files: files.local(location)):
-            return _LocalInput(self, location)
-        return self._io.new_input(location)
+        reached = self.confined(location, lambda files: files.reach(location))
+        return _LocalInput(self, location, reached) if reached else self._io.new_input(location)
 
     def new_output(self, location: str) -> OutputFile:
-        self.check(location)
+        reached = self.confined(location, lambda files: files.reach(location))
         self.written.append(location)
-        if self.confined(location, lambda files: files.local(location)):
-            return _LocalOutput(self, location)
-        return self._io.new_output(location)
+        return _LocalOutput(self, location, reached) if reached else self._io.new_output(location)
 
     def names_in(self, folder: str) -> list[str]:
         """The names in the table's local folder `folder`, listed through handles."""
@@ -83,14 +79,13 @@ class ConfinedIO(FileIO):
 class _LocalInput(InputFile):
     """A table's file on local disk, opened through handles each time it is read."""
 
-    def __init__(self, io: ConfinedIO, location: str) -> None:
+    def __init__(self, io: ConfinedIO, location: str, reached: Reached) -> None:
         super().__init__(location)
         self._io = io
+        self._reached = reached
 
     def __len__(self) -> int:
-        size = self._io.confined(self.location, lambda files: files.size(self.location))
-        assert size is not None  # a local file of the table
-        return size
+        return self._io.confined(self.location, lambda _: stat_below(*self._reached, self.location).st_size)
 
     def exists(self) -> bool:
         try:
@@ -100,17 +95,17 @@ class _LocalInput(InputFile):
         return True
 
     def open(self, seekable: bool = True) -> InputStream:
-        found = self._io.confined(self.location, lambda files: files.open(self.location))
-        assert found is not None
-        return pa.PythonFile(os.fdopen(found, "rb"), mode="r")  # type: ignore[return-value]
+        found = self._io.confined(self.location, lambda _: open_below(*self._reached, self.location))
+        return os.fdopen(found, "rb")
 
 
 class _LocalOutput(OutputFile):
     """A new file of the table on local disk, created through handles."""
 
-    def __init__(self, io: ConfinedIO, location: str) -> None:
+    def __init__(self, io: ConfinedIO, location: str, reached: Reached) -> None:
         super().__init__(location)
         self._io = io
+        self._reached = reached
 
     def __len__(self) -> int:
         return len(self.to_input_file())
@@ -119,11 +114,11 @@ class _LocalOutput(OutputFile):
         return self.to_input_file().exists()
 
     def to_input_file(self) -> InputFile:
-        return _LocalInput(self._io, self.location)
+        return _LocalInput(self._io, self.location, self._reached)
 
     def create(self, overwrite: bool = False) -> OutputStream:
         if not overwrite and self.exists():
             raise FileExistsError(f"Cannot create file, already exists: {self.location}")
-        found = self._io.confined(self.location, lambda files: files.open(self.location, write=True))
-        assert found is not None
-        return pa.PythonFile(os.fdopen(found, "wb"), mode="w")  # type: ignore[return-value]
+        reached = self._reached
+        found = self._io.confined(self.location, lambda _: open_below(*reached, self.location, write=True))
+        return os.fdopen(found, "wb")

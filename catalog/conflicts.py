@@ -105,16 +105,37 @@ def _applies(delete: _Delete, data_file: DataFile) -> bool:
     return same_partition
 
 
-def _live_data_files(head: TableMetadata, io: FileIO) -> set[str]:
+def _gone(
+    head: TableMetadata, io: FileIO, start: Snapshot | None, replaced: Collection[DataFile]
+) -> set[str]:
+    """Which of `replaced` (live in `start`) the head no longer reads. A manifest never changes
+    once written, so a file whose manifests the head still lists is live: only the manifests of
+    the start that the head dropped, and those the head added, are read."""
     current = head.current_snapshot()
     if current is None:
+        return {f.file_path for f in replaced}
+    ours = {f.file_path for f in replaced}
+    before = _data_manifests(head, io, start) if start is not None else []
+    now = {m.manifest_path: m for m in _data_manifests(head, io, current)}
+    dropped = [m for m in before if m.manifest_path not in now]
+    if not dropped:
         return set()
-    return {
-        entry.data_file.file_path
-        for manifest in read_manifests(io, current.manifest_list, head.format_version)
-        if manifest.content == ManifestContent.DATA
-        for entry in read_entries(io, manifest, head.format_version)
+    listed = {m.manifest_path for m in before}
+    in_dropped = {
+        e.data_file.file_path for m in dropped for e in read_entries(io, m, head.format_version)
+    } & ours
+    live = {
+        e.data_file.file_path
+        for path, m in now.items()
+        if path not in listed
+        for e in read_entries(io, m, head.format_version)
     }
+    return in_dropped - live
+
+
+def _data_manifests(head: TableMetadata, io: FileIO, snapshot: Snapshot) -> list[ManifestFile]:
+    found = read_manifests(io, snapshot.manifest_list, head.format_version)
+    return [m for m in found if m.content == ManifestContent.DATA]
 
 
 def check_rewrite_files(
@@ -123,7 +144,10 @@ def check_rewrite_files(
     """A rewrite of `replaced` (read at `starting_snapshot_id`) may commit on `head`: ConflictError
     naming every replaced file that went meanwhile or that a delete committed since applies to."""
     since = committed_since(head, starting_snapshot_id)
-    gone = {f.file_path for f in replaced} - _live_data_files(head, io)
+    if not since:
+        return  # the head is the snapshot the files were read from
+    start = head.snapshot_by_id(starting_snapshot_id) if starting_snapshot_id is not None else None
+    gone = _gone(head, io, start, replaced)
     if gone:
         raise ConflictError(
             f"{len(gone)} data file(s) the rewrite replaces are no longer in the table, "

@@ -25,9 +25,7 @@ from isbre.catalog.table_handles import (
     OutsideTableError,
     directory,
     files_below,
-    open_below,
     remove_empty_below,
-    stat_below,
     unlink_below,
 )
 from pyiceberg.io import FileIO
@@ -38,6 +36,10 @@ __all__ = ["OutsideTableError", "TableFiles", "delete_each"]
 def _local(location: str) -> Path | None:
     path = local_path(normalized(location))
     return Path(os.path.normpath(path)) if path is not None else None
+
+
+# A local file of a table: the resolved root it lies below, and the folders and name down to it.
+Reached = tuple[Path, tuple[str, ...]]
 
 
 @dataclass(frozen=True)
@@ -119,8 +121,9 @@ class TableFiles:
             self._claimed_directories[directory] = self._claimed_by_other(found)
         return self._claimed_directories[directory]
 
-    def _below(self, path: str, remembered: bool = True) -> tuple[Path, tuple[str, ...]] | None:
-        """The root a local file of the table is reached from, and the parts down to it; None on S3."""
+    def reach(self, path: str, remembered: bool = True) -> Reached | None:
+        """The root a local file of the table is reached from, and the folders and name down to it
+        (None on S3); OutsideTableError if `path` is not the table's."""
         place, found = self.place_of(path, remembered)
         if place.root is None:
             return None
@@ -131,7 +134,7 @@ class TableFiles:
     def check(self, path: str) -> str:
         """`path` if the table's job may read or write it: under one of its places, and on local disk
         through no link as far as its folders exist. OutsideTableError if not."""
-        below = self._below(path)
+        below = self.reach(path)
         if below is not None:
             try:
                 with directory(below[0], below[1][:-1], path):
@@ -140,25 +143,9 @@ class TableFiles:
                 pass  # a folder a write will make
         return path
 
-    def local(self, path: str) -> bool:
-        """Whether `path` (the table's) lies on local disk, where it is reached through handles."""
-        place, _ = self.place_of(path, remembered=True)
-        return place.root is not None
-
-    def open(self, path: str, write: bool = False) -> int | None:
-        """A descriptor of the table's local file `path` (None: not on local disk, use the FileIO),
-        reached through handles; for writing, created or truncated with the folders on the way."""
-        below = self._below(path)
-        return None if below is None else open_below(*below, path, write=write)
-
-    def size(self, path: str) -> int | None:
-        """The size of the table's local file `path` (None: not on local disk)."""
-        below = self._below(path)
-        return None if below is None else stat_below(*below, path).st_size
-
     def delete(self, path: str) -> None:
         """Delete `path` if it is the table's: OutsideTableError if not, FileNotFoundError if gone."""
-        below = self._below(path, remembered=False)
+        below = self.reach(path, remembered=False)
         if below is None:
             assert isinstance(self._io, ObjectStorageIO)
             self._io.delete_key(*s3_object(normalized(path)))
@@ -167,7 +154,7 @@ class TableFiles:
 
     def names_in(self, folder: str) -> list[str]:
         """The names in the table's local folder `folder` (a place or below one)."""
-        below = self._below(f"{folder.rstrip('/')}/listed")  # a name in it: the folder is its parent
+        below = self.reach(f"{folder.rstrip('/')}/listed")  # a name in it: the folder is its parent
         if below is None:
             raise OutsideTableError(f"listing {folder} is not supported: only local warehouses are listed")
         with directory(below[0], below[1][:-1], folder) as handle:

@@ -78,6 +78,14 @@ class MaintenanceStats:
     # Commits of jobs that Iceberg's conflict rules refused on the head (catalog/conflicts.py), by job.
     abandoned: Counter[str] = field(default_factory=Counter)
 
+    def forget(self, table: str) -> None:
+        """A dropped (or renamed) table's state: nothing of it is due or degraded any more."""
+        for kept in (self.last_runs, self.compaction_seen, self.orphans_looked):
+            kept.pop(table, None)
+        for jobs in (self.failing, self.confined):
+            for key in [key for key in jobs if key.rsplit(" ", 1)[0] == table]:
+                del jobs[key]
+
     def degraded(self) -> list[str]:
         failing = [
             f"{table}: {error}" for table, (times, error) in self.failing.items() if times >= FAILING_AFTER
@@ -127,9 +135,14 @@ class Maintainer:
         records = self._log.commits_since(cursor, 1000)
         due: dict[tuple[str, Identifier], None] = {}
         for record in records:
+            warehouse = record.warehouse or self._first.name
+            if record.kind == "table.drop" and record.name is not None:
+                self._forget(warehouse, Identifier.of(tuple(record.namespace), record.name))
+            elif record.kind == "table.rename" and record.previous:
+                previous = record.previous
+                self._forget(warehouse, Identifier.of(tuple(previous["namespace"]), previous["name"]))
             # The jobs' own commits make nothing due.
             if record.kind in TABLE_KINDS and record.job is None and record.name is not None:
-                warehouse = record.warehouse or self._first.name
                 due[(warehouse, Identifier.of(tuple(record.namespace), record.name))] = None
         for warehouse, ident in due:
             if self._stop.is_set():
@@ -137,6 +150,10 @@ class Maintainer:
             if (service := self._services.get(warehouse)) is not None:
                 self.run_due(service, ident)
         return records[-1].commit_seq if records else cursor
+
+    def _forget(self, warehouse: str, ident: Identifier) -> None:
+        self.stats.forget(f"{warehouse}.{ident}")
+        self._watched.pop((warehouse, ident), None)
 
     def _recheck(self) -> None:
         """Run what time alone makes due (snapshots aging past the policy, the orphan interval) on

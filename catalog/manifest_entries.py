@@ -8,8 +8,12 @@ deletion vector deletes from; on a v1 or v2 table the entries are PyIceberg's ow
 
 from __future__ import annotations
 
+import functools
+
+from isbre.catalog.manifest_lists import KeptSchemaFile, parsed_schema
 from isbre.catalog.pyiceberg_internals import inherit_from_manifest
-from pyiceberg.avro.file import AvroFile
+from pyiceberg.avro.reader import Reader
+from pyiceberg.avro.resolver import resolve_reader
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import (
     MANIFEST_ENTRY_SCHEMAS,
@@ -20,6 +24,7 @@ from pyiceberg.manifest import (
     ManifestEntryStatus,
     ManifestFile,
 )
+from pyiceberg.schema import Schema
 
 # Where v3's fields sit in PyIceberg's data file record (after the v2 fields, in the spec's order).
 _V3_FIELDS = [f.name for f in MANIFEST_ENTRY_SCHEMAS[3].find_field("data_file").field_type.fields]  # type: ignore[attr-defined]
@@ -38,17 +43,27 @@ def read_entries(
 ) -> list[ManifestEntry]:
     """The entries of `manifest`; with `inherit`, their snapshot ids and sequence numbers filled in
     from the manifest as the spec says (else as written)."""
-    with AvroFile[ManifestEntry](
-        io.new_input(manifest.manifest_path),
-        MANIFEST_ENTRY_SCHEMAS[3 if format_version >= 3 else 2],
-        read_types={-1: ManifestEntry, 2: DataFile},
-        read_enums={0: ManifestEntryStatus, 101: FileFormat, 134: DataFileContent},
-    ) as reader:
+    version = 3 if format_version >= 3 else 2
+    with KeptSchemaFile[ManifestEntry](io.new_input(manifest.manifest_path), _resolved, version) as reader:
         return [
             inherit_from_manifest(entry, manifest) if inherit else entry
             for entry in reader
             if not discard_deleted or entry.status != ManifestEntryStatus.DELETED
         ]
+
+
+@functools.lru_cache(maxsize=16)
+def _resolved(declared: str, version: int) -> tuple[Schema, Reader]:
+    """The reader of manifest entries whose file declares `declared`: a table's manifests declare
+    one schema per partition spec, so it is resolved once, not for every manifest."""
+    schema = parsed_schema(declared)
+    reader = resolve_reader(
+        schema,
+        MANIFEST_ENTRY_SCHEMAS[version],
+        read_types={-1: ManifestEntry, 2: DataFile},
+        read_enums={0: ManifestEntryStatus, 101: FileFormat, 134: DataFileContent},
+    )
+    return schema, reader
 
 
 def _v3_field(data_file: DataFile, index: int) -> object:

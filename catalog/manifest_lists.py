@@ -14,7 +14,7 @@ import functools
 import json
 from dataclasses import dataclass
 from io import BytesIO
-from typing import Any
+from typing import Any, TypeVar
 
 from isbre.catalog.lru import Lru
 from pyiceberg.avro.decoder import new_decoder
@@ -35,15 +35,18 @@ from pyiceberg.manifest import (
     write_manifest_list,
 )
 from pyiceberg.schema import Schema
+from pyiceberg.typedef import StructProtocol
 from pyiceberg.utils.schema_conversion import AvroSchemaConversion
 
+R = TypeVar("R", bound=StructProtocol)
 # Where a v3 manifest list's `first_row_id` sits in PyIceberg's manifest record (after the v2 fields).
 FIRST_ROW_ID = len(MANIFEST_LIST_FILE_SCHEMAS[3].fields) - 1
 
 
 def read_manifests(io: FileIO, location: str, format_version: int) -> list[ManifestFile]:
     """The manifests of the list at `location`, with their `first_row_id` on a v3 table."""
-    with _ListFile(io.new_input(location), format_version) as reader:
+    version = 3 if format_version >= 3 else 2
+    with KeptSchemaFile[ManifestFile](io.new_input(location), _resolved, version) as reader:
         return list(reader)
 
 
@@ -55,29 +58,36 @@ _KEPT_SCHEMA_CHARS = 64 << 10
 _HEADER = construct_reader(META_SCHEMA, {-1: AvroFileHeader})
 
 
-class _ListFile(AvroFile[ManifestFile]):
-    """PyIceberg's Avro file, read as a manifest list of the table's format version, with the
-    reader of the schema its header declares resolved once for all lists declaring it."""
+class KeptSchemaFile(AvroFile[R]):
+    """PyIceberg's Avro file, its records read by the reader `resolve(declared, version)` makes of
+    the schema its header declares: a function kept with functools.lru_cache, so that it is
+    resolved once for all files declaring the same schema (one longer than _KEPT_SCHEMA_CHARS is
+    resolved every time, and not kept)."""
 
-    def __init__(self, input_file: InputFile, format_version: int) -> None:
+    def __init__(self, input_file: InputFile, resolve: Any, version: int) -> None:
         super().__init__(input_file)
-        self.version = 3 if format_version >= 3 else 2
+        self._resolve = resolve
+        self._version = version
 
-    def __enter__(self) -> _ListFile:
+    def __enter__(self) -> KeptSchemaFile[R]:
         with self.input_file.open() as stream:
             self.decoder = new_decoder(stream.read())
         self.header = _HEADER.read(self.decoder)
         declared = self.header.meta.get("avro.schema")
         if declared is None:
             raise ValueError("No schema found in Avro file headers")
-        resolve = _resolved if len(declared) <= _KEPT_SCHEMA_CHARS else _resolved.__wrapped__
-        self.schema, self.reader = resolve(declared, self.version)
+        resolve = self._resolve if len(declared) <= _KEPT_SCHEMA_CHARS else self._resolve.__wrapped__
+        self.schema, self.reader = resolve(declared, self._version)
         return self
+
+
+def parsed_schema(declared: str) -> Schema:
+    return AvroSchemaConversion().avro_to_iceberg(json.loads(declared))
 
 
 @functools.lru_cache(maxsize=_KEPT_SCHEMAS)
 def _resolved(declared: str, version: int) -> tuple[Schema, Reader]:
-    schema = AvroSchemaConversion().avro_to_iceberg(json.loads(declared))
+    schema = parsed_schema(declared)
     reader = resolve_reader(
         schema,
         MANIFEST_LIST_FILE_SCHEMAS[version],

@@ -174,9 +174,6 @@ def appended_again(
         except OutsideTableError as exc:
             raise NotRebasedError(str(exc)) from exc
     remembered = remembered or Remembered()
-    _check_kept(
-        head, io, staged, [m for m in theirs if m.added_snapshot_id != staged.snapshot_id], remembered
-    )
     try:
         # The counters are the writer's word; the entries are what a reader reads.
         check_added_entries(io, own, staged.snapshot_id, head.format_version)
@@ -200,22 +197,6 @@ def appended_again(
     )
     remembered.keep(made.snapshot.manifest_list, made.manifests)
     return made
-
-
-def _check_kept(
-    head: TableMetadata, io: FileIO, staged: Snapshot, kept: list[ManifestFile], remembered: Remembered
-) -> None:
-    """The manifests an append's list carries from before it are its parent's: made again, they are
-    replaced by the head's, so a manifest its writer listed from anywhere else would be lost."""
-    if not kept:
-        return
-    parent = head.snapshot_by_id(staged.parent_snapshot_id) if staged.parent_snapshot_id is not None else None
-    if parent is None:
-        raise NotRebasedError("its list carries manifests of a snapshot the table no longer has")
-    before = {m.manifest_path for m in remembered.manifests(io, parent.manifest_list, head.format_version)}
-    foreign = [m.manifest_path for m in kept if m.manifest_path not in before]
-    if foreign:
-        raise NotRebasedError(f"manifest {foreign[0]} is neither the append's own nor its parent's")
 
 
 def _made_again(

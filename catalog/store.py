@@ -33,8 +33,13 @@ class InsufficientStorageError(Exception):
 
 
 class StoreUnavailableError(Exception):
-    """The store cannot be reached (its database is down or unreachable): nothing was done, or, for
-    a commit, its outcome is unknown; the same request can be tried again shortly."""
+    """The store cannot be reached (its database is down or unreachable): nothing was done, or, where
+    `maybe_committed`, a transaction was lost as it ended and its outcome is unknown; the same
+    request can be tried again shortly."""
+
+    def __init__(self, message: str, maybe_committed: bool = False) -> None:
+        super().__init__(message)
+        self.maybe_committed = maybe_committed
 
 
 class CommitStateUnknownError(Exception):

@@ -321,10 +321,10 @@ class Tables:
                 mutation, reads, context, answer=lambda states: states[0].metadata_location
             )
         except StoreUnavailableError as exc:
-            # The transaction may have committed before the store was lost: the new files then are
-            # what the tables point at, and must stay. Ask the store, as the Java reference's
-            # checkCommitStatus does, before removing anything.
-            landed = self._landed(staged)
+            # Lost as its transaction ended, a commit may have landed: the new files then are what
+            # the tables point at, and must stay. Ask the store, as the Java reference's
+            # checkCommitStatus does, before removing anything. Lost before that, it did not (503).
+            landed = self._landed(staged) if exc.maybe_committed else False
             if landed is None:
                 raise CommitStateUnknownError(
                     f"The commit's outcome is unknown: the catalog's store was lost as it ended ({exc}) "

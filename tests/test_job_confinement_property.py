@@ -19,7 +19,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from isbre.catalog import deletion
+from isbre.catalog import confined_io
 from isbre.catalog.embedded import LmdbCatalog
 from isbre.catalog.file_uris import local_path
 from isbre.catalog.identifiers import Identifier
@@ -64,7 +64,7 @@ class Opened:
 
     def __enter__(self) -> Opened:
         self._saved = (PyArrowFileIO.new_input, PyArrowFileIO.new_output)
-        self._open_below = deletion.open_below
+        self._open_below = confined_io.open_below
         new_input, new_output = self._saved
         opened = self.locations
         open_below = self._open_below
@@ -74,7 +74,7 @@ class Opened:
             opened.append(Path(os.readlink(f"/proc/self/fd/{found}")).as_uri())
             return found
 
-        deletion.open_below = observed_handle  # type: ignore[attr-defined]
+        confined_io.open_below = observed_handle  # type: ignore[attr-defined]
 
         def observed_input(io: PyArrowFileIO, location: str) -> Any:
             opened.append(location)
@@ -89,7 +89,7 @@ class Opened:
 
     def __exit__(self, *exc: object) -> None:
         PyArrowFileIO.new_input, PyArrowFileIO.new_output = self._saved  # type: ignore[method-assign]
-        deletion.open_below = self._open_below  # type: ignore[attr-defined]
+        confined_io.open_below = self._open_below  # type: ignore[attr-defined]
 
 
 def tree(root: Path, leave_out: Path | None = None) -> dict[str, str]:

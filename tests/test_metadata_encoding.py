@@ -21,7 +21,6 @@ from pyiceberg.table.update import (
     AddSchemaUpdate,
     AddSnapshotUpdate,
     AddSortOrderUpdate,
-    AssignUUIDUpdate,
     RemovePropertiesUpdate,
     RemoveSnapshotRefUpdate,
     RemoveSnapshotsUpdate,
@@ -109,7 +108,6 @@ STEPS: list[tuple[str, tuple[TableUpdate, ...]]] = [
     ("remove-ref", (RemoveSnapshotRefUpdate(ref_name="b"),)),
     ("remove-snapshots", (RemoveSnapshotsUpdate(snapshot_ids=[1]),)),
     ("set-location", (SetLocationUpdate(location=f"{ROOT}-moved"),)),
-    ("assign-uuid", (AssignUUIDUpdate(uuid="9c12d441-03fe-4693-9a96-a0705ddf69c1"),)),
     ("upgrade to v3", (UpgradeFormatVersionUpdate(format_version=3),)),
     ("v3 append", appended(4, v3=True)),
 ]

@@ -508,6 +508,35 @@ def test_postgres_stopped_under_load_gives_503s_and_service_resumes(tmp_path: Pa
         database.stop()
 
 
+def test_a_table_commit_refused_while_the_database_is_down_is_503_not_unknown(tmp_path: Path) -> None:
+    """A commit that could not begin its transaction certainly did not land: `503`, which a client
+    retries, not the `500 CommitStateUnknownException` kept for a transaction lost as it ended."""
+    database = PostgresServer.start()  # its own: stopping it must not disturb other tests
+    try:
+        server = replica(tmp_path / "warehouse", database.url)
+        catalog = RestCatalog("isbre", uri=server.url)
+        catalog.create_namespace("down")
+        table = catalog.create_table("down.t", schema=pa.schema([pa.field("n", pa.int64())]))
+        endpoint = f"{server.url}/v1/isbre/namespaces/down/tables/t"
+        database.pause()
+        answers = [
+            http.post(
+                endpoint,
+                json={"updates": [{"action": "set-properties", "updates": {"k": str(i)}}]},
+                timeout=60,
+            )
+            for i in range(4)
+        ]
+        assert [a.status_code for a in answers] == [503] * 4, [a.text for a in answers]
+        assert {a.json()["error"]["type"] for a in answers} == {"ServiceUnavailableException"}
+        database.resume()
+        assert "k" not in eventually(lambda: catalog.load_table("down.t").properties, "the table loads again")
+        assert catalog.load_table("down.t").metadata_location == table.metadata_location
+        server.stop()
+    finally:
+        database.stop()
+
+
 def test_store_copy_keeps_history_tables_and_cursors(tmp_path: Path, request: pytest.FixtureRequest) -> None:
     warehouse = tmp_path / "warehouse"
     embedded = IsbreServer(warehouse).start()

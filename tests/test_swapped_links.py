@@ -17,7 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from isbre.catalog import Identifier, deletion
+from isbre.catalog import Identifier, confined_io
 from isbre.catalog.deletion import TableFiles
 from isbre.catalog.embedded import LmdbCatalog
 from isbre.catalog.file_uris import local_path
@@ -76,29 +76,33 @@ class Setting:
         self.wdata.symlink_to(self.victim_data, target_is_directory=True)
 
 
-STEPS = ("check", "open", "size", "delete", "names_in", "files")
+STEPS = ("check", "reach", "delete", "names_in", "files")
 
 
 @contextlib.contextmanager
-def swapped_at(setting: Setting, step: int | None, opened: list[str]) -> Iterator[list[str]]:
-    """Swap the folder just before the `step`-th use of the table's files (None: never), and
+def swapped_at(setting: Setting, step_at: int | None, opened: list[str]) -> Iterator[list[str]]:
+    """Swap the folder just before the `step_at`-th use of the table's files (None: never), and
     record, for every file the server opens through handles, what the kernel opened."""
     calls: list[str] = []
     counting = threading.Lock()
     saved = {name: getattr(TableFiles, name) for name in STEPS}
-    open_below = deletion.open_below
+    open_below = confined_io.open_below
+
+    def step(name: str) -> None:
+        with counting:  # PyIceberg reads a compaction's files in threads
+            if step_at is not None and len(calls) == step_at:
+                setting.swap()
+            calls.append(name)
 
     def counted(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
         def call(self: TableFiles, *args: Any, **kwargs: Any) -> Any:
-            with counting:  # PyIceberg reads a compaction's files in threads
-                if step is not None and len(calls) == step:
-                    setting.swap()
-                calls.append(name)
+            step(name)
             return method(self, *args, **kwargs)
 
         return call
 
     def observed(*args: Any, **kwargs: Any) -> int:
+        step("open")
         found = open_below(*args, **kwargs)
         opened.append(os.readlink(f"/proc/self/fd/{found}"))
         return found
@@ -106,12 +110,12 @@ def swapped_at(setting: Setting, step: int | None, opened: list[str]) -> Iterato
     try:
         for name, method in saved.items():
             setattr(TableFiles, name, counted(name, method))
-        deletion.open_below = observed  # type: ignore[attr-defined]
+        confined_io.open_below = observed  # type: ignore[attr-defined]
         yield calls
     finally:
         for name, method in saved.items():
             setattr(TableFiles, name, method)
-        deletion.open_below = open_below  # type: ignore[attr-defined]
+        confined_io.open_below = open_below  # type: ignore[attr-defined]
 
 
 def run(setting: Setting, what: str) -> None:

@@ -208,6 +208,14 @@ def test_a_manifest_naming_another_namespace_s_file_is_never_read_by_compaction(
     metrics = http.get(f"{trusted.url}/metrics").text
     assert "isbre_maintenance_foreign_paths_total 0" not in metrics
     assert catalog.load_table("b.secrets").scan().to_arrow().num_rows == 6
+    # A table dropped is no longer degraded: /health forgets it.
+    assert http.delete(url(trusted, "thief")).status_code == 204
+
+    def forgotten() -> bool:
+        health = http.get(f"{trusted.url}/health").json()["components"]["maintenance"]
+        return not any("a.thief" in why for why in health.get("failing", []))
+
+    eventually(forgotten, "/health still names the dropped table")
 
 
 def test_a_manifest_list_outside_the_table_is_refused_at_commit(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import zlib
@@ -129,19 +130,33 @@ class PostgresStore(Store):
     def write(self) -> Iterator[PostgresView]:
         listener, notified = self._listener, None
         try:
-            with self._connection(self.engine) as connection, connection.begin():
-                connection.execute(WRITER_LOCK_STATEMENT)
-                view = PostgresView(connection, self.opened_scopes)
-                yield view
-                if view.txn.appended:
-                    view.set_high_water(view.txn.appended[-1])
-                view.txn.flush(connection)
-                if view.txn.appended:
-                    notified = view.txn.appended[-1]
-                    if listener is not None:
-                        listener.sending(notified)
-                    # Delivered to listeners when, and only if, the transaction commits.
-                    connection.execute(NOTIFY, {"commit_seq": str(notified)})
+            with self._connection(self.engine) as connection:
+                transaction = connection.begin()
+                try:
+                    connection.execute(WRITER_LOCK_STATEMENT)
+                    view = PostgresView(connection, self.opened_scopes)
+                    yield view
+                    if view.txn.appended:
+                        view.set_high_water(view.txn.appended[-1])
+                    view.txn.flush(connection)
+                    if view.txn.appended:
+                        notified = view.txn.appended[-1]
+                        if listener is not None:
+                            listener.sending(notified)
+                        # Delivered to listeners when, and only if, the transaction commits.
+                        connection.execute(NOTIFY, {"commit_seq": str(notified)})
+                except BaseException:
+                    with contextlib.suppress(exc.SQLAlchemyError):  # lost: the database rolls it back
+                        transaction.rollback()
+                    raise  # before its end: nothing of it was committed
+                try:
+                    transaction.commit()
+                except (exc.OperationalError, exc.InterfaceError) as error:
+                    # Lost as it ended: the database may have committed it before the answer was lost.
+                    raise StoreUnavailableError(
+                        f"lost the catalog database as a transaction ended: {first_line(error)}",
+                        maybe_committed=True,
+                    ) from error
         except BaseException:
             if listener is not None and notified is not None:
                 listener.not_sent(notified)

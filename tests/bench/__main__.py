@@ -24,6 +24,7 @@ from tests.bench import (
     load_table,
     maintenance,
     object_storage,
+    own_commits,
     pipelines,
     planning,
     replicas,
@@ -49,6 +50,10 @@ BENCHMARKS: dict[str, tuple[Callable[[Path], Report | list[Report]], str]] = {
     "planning": (planning.run, "server-side scan plans beside PyIceberg's local ones; plans from a cursor"),
     "request_cpu": (request_cpu.run, "server CPU per read request beside an ASGI app and FastAPI; idle CPU"),
     "hot_table": (hot_table.run, "1 to 16 writer processes appending to one table, beside SqlCatalog"),
+    "own_commits": (
+        own_commits.run,
+        "compaction and a rebased append, CPU, beside PyIceberg's own rewrite and a plain append",
+    ),
     "workers": (workers.run, "clients in processes, 1 worker and N workers"),
     "replicas": (replicas.run, "replicas on PostgreSQL beside SqlCatalog on PostgreSQL"),
     "maintenance": (
