@@ -33,8 +33,8 @@ from pyiceberg.io import FileIO
 __all__ = ["OutsideTableError", "TableFiles", "delete_each"]
 
 
-def _local(location: str) -> Path | None:
-    path = local_path(normalized(location))
+def _local(location: str, literal_percent: bool = False) -> Path | None:
+    path = local_path(normalized(location, literal_percent))
     return Path(os.path.normpath(path)) if path is not None else None
 
 
@@ -100,7 +100,7 @@ class TableFiles:
         the file's directory may be answered from an earlier look at the same directory (a job
         reading thousands of files of a few directories asks the store once for each)."""
         try:
-            found = normalized(path)
+            found = normalized(path, literal_percent=True)
         except LocationNotAllowedError as exc:
             raise OutsideTableError(str(exc)) from exc
         place = next((p for p in self._places if inside(found, p.location) and found != p.location), None)
@@ -127,7 +127,7 @@ class TableFiles:
         place, found = self.place_of(path, remembered)
         if place.root is None:
             return None
-        local = _local(found)
+        local = _local(found, literal_percent=True)
         assert local is not None and place.local is not None
         return place.root, place.parts + local.relative_to(place.local).parts
 

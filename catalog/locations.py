@@ -50,14 +50,19 @@ def check_spelling(location: str) -> None:
         raise LocationNotAllowedError(f"Location {location!r} contains a '.' or '..' segment")
 
 
-def normalized(location: str) -> str:
+def normalized(location: str, literal_percent: bool = False) -> str:
+    """`location` in the one normal form locations are compared in; LocationNotAllowedError for a
+    spelling some reader could take for another place. `literal_percent`: a `%` is a character
+    of the name (a file inside a table's place, named by the table's own engine, as PyIceberg
+    and Spark name a file under a percent-encoded partition value), not a refusal; an encoded
+    separator, dot or control character still is."""
     check_spelling(location)
     parsed = urlparse(location)
     if parsed.scheme == "file" and parsed.netloc:
         raise LocationNotAllowedError(f"Location {location!r} names a host: file URIs must be file:///path")
     path = local_path(location)
     if path is not None:
-        if "%" in location:
+        if "%" in location and not literal_percent:
             raise LocationNotAllowedError(
                 f"Location {location!r} contains '%': local paths are read as written, never "
                 "percent-decoded, so name the directory without it"

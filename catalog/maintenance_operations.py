@@ -50,6 +50,7 @@ from isbre.catalog.maintenance import (
     unreachable_files,
 )
 from isbre.catalog.manifest_lists import read_manifests
+from isbre.catalog.manifest_merge import merged_v3
 from isbre.catalog.pyiceberg_internals import Staging, data_files_of, merged_manifests, replace_files
 from isbre.catalog.rebase import rebased
 from isbre.catalog.request_context import ANONYMOUS, RequestContext
@@ -466,7 +467,10 @@ def _merging(ident: Identifier, io: ConfinedIO) -> Callable[[TableState], tuple[
     def make(state: TableState) -> tuple[Staging, Rules]:
         assert state.metadata_location is not None
         summary = {JOB_PROPERTY: REWRITE_MANIFESTS}
-        staging = merged_manifests(ident.parts, state.metadata, state.metadata_location, io, summary)
+        if state.metadata.format_version >= 3:  # PyIceberg writes no v3 manifest
+            staging = merged_v3(state.metadata, io, summary)
+        else:
+            staging = merged_manifests(ident.parts, state.metadata, state.metadata_location, io, summary)
         made = next(u.snapshot for u in staging[1] if isinstance(u, AddSnapshotUpdate))
         version = state.metadata.format_version
         base = state.metadata.current_snapshot()

@@ -14,8 +14,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from isbre.catalog.lru import Lru
+from isbre.catalog.manifest_entries import inherit_first_row_ids, read_entries
+from isbre.catalog.manifest_lists import first_row_id, read_manifests
 from pyiceberg.io import FileIO
-from pyiceberg.manifest import ManifestEntry, ManifestFile, read_manifest_list
+from pyiceberg.manifest import ManifestEntry, ManifestFile
 
 # What a decoded manifest takes in memory per byte of its Avro file (9.4 to 10.7 measured with
 # tracemalloc on PyIceberg-written manifests of 2 and 12 columns; rounded up, so the bound holds).
@@ -45,28 +47,37 @@ class ManifestCache:
         """The bytes the cache holds, as estimated."""
         return self._files.weight
 
-    def manifests(self, io: FileIO, manifest_list: str) -> tuple[ManifestFile, ...]:
-        """The manifests a manifest list names, in its order."""
+    def manifests(self, io: FileIO, manifest_list: str, format_version: int) -> tuple[ManifestFile, ...]:
+        """The manifests a manifest list names, in its order (on a v3 table with the row id each
+        manifest's first data file inherits)."""
 
         def read() -> _Held:
-            listed = tuple(read_manifest_list(io.new_input(manifest_list)))
+            listed = tuple(read_manifests(io, manifest_list, format_version))
             return _Held(listed, len(listed) * LISTED_MANIFEST_BYTES)
 
-        return self._held((manifest_list, -1), read)
+        return self._held((manifest_list, -format_version), read)
 
     def entries(
-        self, io: FileIO, manifest: ManifestFile, owner: str, check: Callable[[str], object]
+        self,
+        io: FileIO,
+        manifest: ManifestFile,
+        owner: str,
+        check: Callable[[str], object],
+        format_version: int,
     ) -> tuple[ManifestEntry, ...]:
-        """The manifest's live entries (added or existing; deleted ones are left out), once its own
-        path and every file it names have passed `check` for the table `owner` (each raises
-        what it refuses). A manifest is checked once per table that names it, not once per plan:
-        the check resolves every path on disk."""
+        """The manifest's live entries (added or existing; deleted ones are left out), read in the
+        table's format version (v3's fields kept, each data file's first row id inherited as the
+        spec says), once its own path and every file it names have passed `check` for the table
+        `owner` (each raises what it refuses). A manifest is checked once per table that names
+        it, not once per plan: the check resolves every path on disk."""
 
         def read() -> _Held:
-            entries = tuple(manifest.fetch_manifest_entry(io, discard_deleted=True))
-            return _Held(entries, manifest.manifest_length * DECODED_PER_BYTE)
+            entries = read_entries(io, manifest, format_version)
+            if format_version >= 3:
+                inherit_first_row_ids(entries, first_row_id(manifest))
+            return _Held(tuple(entries), manifest.manifest_length * DECODED_PER_BYTE)
 
-        key = (manifest.manifest_path, manifest.manifest_length)
+        key = (manifest.manifest_path, manifest.manifest_length * 10 + format_version)
         checked = (*key, owner)
         if self._checked.peek(checked) is not None:
             return self._held(key, read)

@@ -66,6 +66,22 @@ def _resolved(declared: str, version: int) -> tuple[Schema, Reader]:
     return schema, reader
 
 
+def inherit_first_row_ids(entries: list[ManifestEntry], manifest_first_row_id: int | None) -> None:
+    """Give each live data file of a manifest without a `first_row_id` its own, as the spec's row
+    lineage says (Java's ManifestReader does it as it reads): the manifest's, then on past the
+    rows of each such file before it, in the manifest's order."""
+    if manifest_first_row_id is None:
+        return
+    next_row_id = manifest_first_row_id
+    for entry in entries:
+        data_file = entry.data_file
+        if entry.status == ManifestEntryStatus.DELETED or data_file.content != DataFileContent.DATA:
+            continue
+        if first_row_id(data_file) is None and len(data_file) > _FIRST_ROW_ID:
+            data_file[_FIRST_ROW_ID] = next_row_id
+            next_row_id += data_file.record_count
+
+
 def _v3_field(data_file: DataFile, index: int) -> object:
     return data_file[index] if len(data_file) > index else None
 

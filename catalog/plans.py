@@ -83,6 +83,13 @@ class Plans:
                 return view.snapshot_commit(table_uuid, snapshot_id)
 
             if request.after_commit_seq is not None:
+                if request.after_commit_seq > view.commit_seq():
+                    # As the consumer cursors and the event stream refuse it: a reader would skip
+                    # every commit up to it without noticing.
+                    raise ScanNotPlannableError(
+                        f"isbre-after-commit-seq {request.after_commit_seq} is ahead of the commit log "
+                        f"(its last commit is {view.commit_seq()})"
+                    )
                 first_parent = _FirstParents(view, table_uuid)
                 return self._from_cursor(history, request.after_commit_seq, commit_of, first_parent, rows)
             if request.end_snapshot_id is not None:

@@ -15,8 +15,9 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from isbre.catalog.table_properties import honoured_metadata
+from pyiceberg.avro.file import AvroOutputFile
 from pyiceberg.expressions import BooleanExpression
-from pyiceberg.manifest import DataFile, ManifestEntry, ManifestFile, _inherit_from_manifest
+from pyiceberg.manifest import DataFile, ManifestEntry, ManifestFile, ManifestWriterV2, _inherit_from_manifest
 from pyiceberg.table import Table, Transaction
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Operation, Summary
@@ -28,7 +29,7 @@ from pyiceberg.table.update import (
     _TableMetadataUpdateContext,
     _update_table_metadata_log,
 )
-from pyiceberg.typedef import KeyDefaultDict
+from pyiceberg.typedef import KeyDefaultDict, TableVersion
 from pyiceberg.utils.datetime import datetime_to_millis
 
 if TYPE_CHECKING:
@@ -208,6 +209,25 @@ def _as_replace(update: TableUpdate) -> TableUpdate:
     return AddSnapshotUpdate(snapshot=update.snapshot.model_copy(update={"summary": summary}))
 
 
+class ManifestWriterV3(ManifestWriterV2):
+    """PyIceberg's manifest writer, writing v3 entries (a data file's `first_row_id`, a deletion
+    vector's reference): PyIceberg 0.12 writes no v3 manifest. Its records are read as v3 ones
+    (catalog/manifest_entries.py)."""
+
+    @property
+    def version(self) -> TableVersion:
+        return 3
+
+    def new_writer(self) -> AvroOutputFile[ManifestEntry]:
+        return AvroOutputFile[ManifestEntry](
+            output_file=self._output_file,
+            file_schema=self._with_partition(3),
+            record_schema=self._with_partition(3),
+            schema_name="manifest_entry",
+            metadata=self._meta,
+        )
+
+
 class ScanPruning:
     """PyIceberg's own pruning and residuals for one scan, as its local planner applies them
     (manifest partition summaries, partition values, column metrics), so that a plan made on the
@@ -219,6 +239,7 @@ class ScanPruning:
 
         # The planner's evaluators read the metadata only; it opens no file here.
         self._planner = ManifestGroupPlanner(metadata, load_file_io(), row_filter, case_sensitive)
+        self._row_filter = row_filter
         self._manifests = KeyDefaultDict(self._planner._build_manifest_evaluator)
         self._partitions = KeyDefaultDict(self._planner._build_partition_evaluator)
         self._metrics = self._planner._build_metrics_evaluator()
@@ -231,4 +252,11 @@ class ScanPruning:
         return bool(self._partitions[data_file.spec_id](data_file)) and bool(self._metrics(data_file))
 
     def residual(self, data_file: DataFile) -> BooleanExpression:
-        return self._residuals[data_file.spec_id](data_file).residual_for(data_file.partition)
+        """The part of the filter the file's partition does not settle. PyIceberg 0.12's residual
+        evaluator compares a null partition value with `>` and fails (TypeError); the whole filter
+        is then the residual, which a reader applies to every row (the spec allows any residual
+        that keeps the rows the filter keeps)."""
+        try:
+            return self._residuals[data_file.spec_id](data_file).residual_for(data_file.partition)
+        except TypeError:
+            return self._row_filter

@@ -90,13 +90,22 @@ def rebased(
     if any(m.existing_files_count or m.deleted_files_count for m in added):
         return None
     ours = [_unassigned(m, staged) for m in read_manifests(io, staged.manifest_list, head.format_version)]
-    made = _made_again(head, io, staged, current, added + ours, Operation.REPLACE, Operation.OVERWRITE, {})
-    snapshot = made.snapshot
+    made = made_again(head, io, staged, current, added + ours, Operation.REPLACE, Operation.OVERWRITE, {})
+    return on_main(head, made.snapshot)
+
+
+def on_main(
+    head: TableMetadata, snapshot: Snapshot
+) -> tuple[tuple[TableRequirement, ...], tuple[TableUpdate, ...]]:
+    """The requirements and updates that make `snapshot`, a child of the main branch's head in
+    `head`, the branch's head: the branch must still be where `head` has it."""
+    main = head.refs[MAIN_BRANCH]
+    assert snapshot.parent_snapshot_id == main.snapshot_id
     updates: tuple[TableUpdate, ...] = (
         AddSnapshotUpdate(snapshot=snapshot),
         SetSnapshotRefUpdate(
             snapshot_id=snapshot.snapshot_id,
-            parent_snapshot_id=current.snapshot_id,
+            parent_snapshot_id=main.snapshot_id,
             ref_name=MAIN_BRANCH,
             type=SnapshotRefType.BRANCH,
             # The branch keeps its own retention, if it has one.
@@ -105,7 +114,7 @@ def rebased(
             min_snapshots_to_keep=main.min_snapshots_to_keep,
         ),
     )
-    return (AssertRefSnapshotId(ref=MAIN_BRANCH, snapshot_id=current.snapshot_id),), updates
+    return (AssertRefSnapshotId(ref=MAIN_BRANCH, snapshot_id=main.snapshot_id),), updates
 
 
 # What the manifest lists made again may take in memory, decoded (catalog/manifest_cache.py's
@@ -184,7 +193,7 @@ def appended_again(
     kept = remembered.manifests(io, tip.manifest_list, head.format_version)
     parent = "null" if staged.parent_snapshot_id is None else str(staged.parent_snapshot_id)
     manifests = [_unassigned(m, staged) for m in own] + list(kept)
-    made = _made_again(
+    made = made_again(
         head,
         io,
         staged,
@@ -199,7 +208,7 @@ def appended_again(
     return made
 
 
-def _made_again(
+def made_again(
     head: TableMetadata,
     io: FileIO,
     staged: Snapshot,
@@ -211,7 +220,8 @@ def _made_again(
     encodings: Encodings | None = None,
 ) -> Made:
     """`staged` with `manifests` under a new manifest list, as the child of `tip`; its summary's
-    totals worked out as for a `counted_as` snapshot."""
+    totals worked out as for a `counted_as` snapshot (`manifests` the list assigns sequence
+    numbers and v3 row ids to are those that have none yet)."""
     assert staged.summary is not None
     sequence_number = head.next_sequence_number()
     location = location_provider(head.location, head.properties).new_metadata_location(

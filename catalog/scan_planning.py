@@ -11,16 +11,30 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 from isbre.catalog.confined_io import ConfinedIO
 from isbre.catalog.manifest_cache import ManifestCache
+from isbre.catalog.manifest_entries import referenced_data_file
 from isbre.catalog.pyiceberg_internals import ScanPruning
-from pyiceberg.expressions import AlwaysTrue, BooleanExpression
+from pyiceberg.expressions import (
+    AlwaysTrue,
+    And,
+    BooleanExpression,
+    LiteralPredicate,
+    Not,
+    Or,
+    Reference,
+    SetPredicate,
+)
+from pyiceberg.expressions.literals import StringLiteral
 from pyiceberg.manifest import DataFile, DataFileContent, ManifestContent, ManifestEntry, ManifestEntryStatus
 from pyiceberg.manifest import ManifestFile as Manifest
+from pyiceberg.schema import Schema
 from pyiceberg.table.delete_file_index import DeleteFileIndex
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Operation, Snapshot
+from pyiceberg.types import BinaryType, FixedType
 
 INITIAL_SEQUENCE_NUMBER = 0
 
@@ -100,6 +114,44 @@ def appends(history: History, scan: Scan) -> list[Snapshot]:
     return [s for s in reversed(walked) if s.summary is not None and s.summary.operation == Operation.APPEND]
 
 
+def spec_literals(expression: BooleanExpression, schema: Schema, case_sensitive: bool) -> BooleanExpression:
+    """`expression` with the string literals of binary and fixed columns read as the spec writes
+    their values, hex (PyIceberg reads the JSON as a string literal, which does not bind to those
+    types); ValueError for one that is not hex."""
+    if isinstance(expression, And | Or):
+        left = spec_literals(expression.left, schema, case_sensitive)
+        return type(expression)(left, spec_literals(expression.right, schema, case_sensitive))
+    if isinstance(expression, Not):
+        return Not(spec_literals(expression.child, schema, case_sensitive))
+    if not isinstance(expression, LiteralPredicate | SetPredicate) or not isinstance(
+        expression.term, Reference
+    ):
+        return expression
+    try:
+        field_type = schema.find_field(expression.term.name, case_sensitive).field_type
+    except ValueError:
+        return expression  # binding names it
+    if not isinstance(field_type, BinaryType | FixedType):
+        return expression
+    if isinstance(expression, LiteralPredicate):
+        literal = expression.literal
+        return (
+            type(expression)(expression.term, _bytes(literal))
+            if isinstance(literal, StringLiteral)
+            else expression
+        )
+    if all(isinstance(literal, StringLiteral) for literal in expression.literals):
+        return type(expression)(expression.term, {_bytes(literal) for literal in expression.literals})
+    return expression
+
+
+def _bytes(literal: Any) -> bytes:
+    try:
+        return bytes.fromhex(literal.value)
+    except ValueError as exc:
+        raise ValueError(f"Invalid binary value {literal.value!r}: binary and fixed values are hex") from exc
+
+
 def scanned_metadata(history: History, scan: Scan) -> TableMetadata:
     """The metadata whose current schema the filter binds to: the snapshot's own schema when the
     scan asks for it (time travel), else the table's."""
@@ -121,8 +173,9 @@ class Planner:
         self.scan = scan
         self._io = io
         self._cache = cache
-        rows = scan.rows
-        self._pruning = ScanPruning(scanned_metadata(history, scan), rows.expression, rows.case_sensitive)
+        rows, scanned = scan.rows, scanned_metadata(history, scan)
+        expression = spec_literals(rows.expression, scanned.schema(), rows.case_sensitive)
+        self._pruning = ScanPruning(scanned, expression, rows.case_sensitive)
         self._appends = appends(history, scan) if scan.incremental and scan.end_snapshot_id else []
 
     def data_manifests(self) -> list[Manifest]:
@@ -185,12 +238,13 @@ class Planner:
         return deletes
 
     def _manifests(self, of: Snapshot) -> tuple[Manifest, ...]:
-        return self._cache.manifests(self._io, self._io.check(of.manifest_list))
+        return self._cache.manifests(self._io, self._io.check(of.manifest_list), self.metadata.format_version)
 
     def _entries(self, manifest: Manifest) -> tuple[ManifestEntry, ...]:
         # Every path is checked for this table, not only when first read: another table's manifest
         # list may name the same manifest.
-        return self._cache.entries(self._io, manifest, self.scan.table_uuid, self._io.check)
+        version = self.metadata.format_version
+        return self._cache.entries(self._io, manifest, self.scan.table_uuid, self._io.check, version)
 
 
 class _Deletes:
@@ -202,10 +256,16 @@ class _Deletes:
         self._specs = metadata.specs()
         self._positions = DeleteFileIndex()
         self._equalities: list[tuple[int, DataFile]] = []
+        # Deletion vectors (and position delete files that say so) by the one data file they name.
+        self._referencing: dict[str, list[tuple[int, DataFile]]] = {}
 
     def add(self, entry: ManifestEntry) -> None:
         delete_file = entry.data_file
         if delete_file.content == DataFileContent.POSITION_DELETES:
+            referenced = referenced_data_file(delete_file)
+            if referenced is not None:
+                self._referencing.setdefault(referenced, []).append((_sequence(entry), delete_file))
+                return
             self._positions.add_delete_file(entry, partition_key=delete_file.partition)
         elif delete_file.content == DataFileContent.EQUALITY_DELETES:
             self._equalities.append((_sequence(entry), delete_file))
@@ -216,6 +276,7 @@ class _Deletes:
             self._positions.for_data_file(sequence, data_file, partition_key=data_file.partition),
             key=lambda d: d.file_path,
         )
+        found += [d for at, d in self._referencing.get(data_file.file_path, ()) if at >= sequence]
         for deleted_at, delete_file in self._equalities:
             if deleted_at > sequence and (
                 self._specs[delete_file.spec_id].is_unpartitioned()

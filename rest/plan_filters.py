@@ -54,6 +54,8 @@ def bounded_filter(raw: Any, max_terms: int) -> Any:
     while pending:
         parent, key, depth = pending.pop()
         node = parent[key]
+        if isinstance(node, dict) and node.get("type") in ("true", "false") and len(node) == 1:
+            node = parent[key] = node["type"] == "true"  # the spec's deprecated spelling of a constant
         if not isinstance(node, dict):
             terms += 1  # `true`, `false`, or what the parser will refuse
             continue

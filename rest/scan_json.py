@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pydantic
+from isbre.catalog.manifest_entries import content_range, first_row_id, referenced_data_file
 from isbre.catalog.plans import Rewrite
 from isbre.catalog.scan_planning import PlannedTask, RowFilter, Scan
 from pyiceberg.conversions import from_bytes, to_json
@@ -55,7 +56,15 @@ class NoSuchPlanTaskError(PlanTokenError):
 
 
 def expression_json(expression: BooleanExpression) -> Any:
-    return _EXPRESSION.dump_python(expression, mode="json")
+    """`expression` in the spec's JSON: PyIceberg writes a set predicate's values as `literals`,
+    the spec's SetExpression names them `values` (which PyIceberg reads too)."""
+    return _spec_sets(_EXPRESSION.dump_python(expression, mode="json"))
+
+
+def _spec_sets(found: Any) -> Any:
+    if isinstance(found, dict):
+        return {("values" if key == "literals" else key): _spec_sets(value) for key, value in found.items()}
+    return found
 
 
 def parse_expression(raw: Any) -> BooleanExpression:
@@ -264,7 +273,7 @@ class TaskWriter:
     def content_file(self, data_file: DataFile) -> dict[str, Any]:
         partition_type = self._partition_types.get(data_file.spec_id)
         if partition_type is None:
-            partition_type = self._specs[data_file.spec_id].partition_type(self._schema)
+            partition_type = self._partition_type(data_file.spec_id)
             self._partition_types[data_file.spec_id] = partition_type
         found: dict[str, Any] = {
             "spec-id": data_file.spec_id,
@@ -285,21 +294,28 @@ class TaskWriter:
         if data_file.sort_order_id is not None:
             found["sort-order-id"] = data_file.sort_order_id
         if data_file.content == DataFileContent.DATA:
-            # A v3 data file's (PyIceberg 0.12 reads it, but does not declare it).
-            if (first_row_id := getattr(data_file, "first_row_id", None)) is not None:
-                found["first-row-id"] = first_row_id
+            # A v3 data file's, its own or inherited from its manifest (catalog/manifest_entries.py).
+            if (row_id := first_row_id(data_file)) is not None:
+                found["first-row-id"] = row_id
             found.update(self._statistics(data_file))
         elif data_file.content == DataFileContent.POSITION_DELETES:
-            for key, name in (
-                ("referenced-data-file", "referenced_data_file"),
-                ("content-offset", "content_offset"),
-                ("content-size-in-bytes", "content_size_in_bytes"),
-            ):
-                if (value := getattr(data_file, name, None)) is not None:
-                    found[key] = value
+            if (referenced := referenced_data_file(data_file)) is not None:
+                found["referenced-data-file"] = referenced
+            if (at := content_range(data_file)) is not None:  # a deletion vector's blob
+                found["content-offset"], found["content-size-in-bytes"] = at
         elif data_file.equality_ids:
             found["equality-ids"] = list(data_file.equality_ids)
         return found
+
+    def _partition_type(self, spec_id: int) -> StructType:
+        """The spec's partition type, its fields' types taken from the newest schema that still has
+        every source column (as Java types an older spec whose source was dropped since)."""
+        spec = self._specs[spec_id]
+        sources = {field.source_id for field in spec.fields}
+        for schema in (self._schema, *reversed(self._metadata.schemas)):
+            if all(_has_field(schema, source) for source in sources):
+                return spec.partition_type(schema)
+        return spec.partition_type(self._schema)
 
     def _statistics(self, data_file: DataFile) -> dict[str, Any]:
         if not self._stats_fields:
@@ -322,6 +338,14 @@ class TaskWriter:
         field_type = self._schema.find_type(field_id)
         assert isinstance(field_type, PrimitiveType)
         return _value(field_type, from_bytes(field_type, raw))
+
+
+def _has_field(schema: Schema, field_id: int) -> bool:
+    try:
+        schema.find_field(field_id)
+    except ValueError:
+        return False
+    return True
 
 
 def _value(field_type: IcebergType, value: Any) -> Any:

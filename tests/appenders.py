@@ -19,12 +19,24 @@ import httpx
 import pyarrow as pa
 import pyarrow.parquet as pq
 from isbre.catalog.manifest_lists import read_manifests, write_manifests
+from isbre.catalog.pyiceberg_internals import ManifestWriterV3
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.io.pyarrow import PyArrowFileIO, parquet_file_to_data_file, schema_to_pyarrow
-from pyiceberg.manifest import ManifestEntry, ManifestEntryStatus, write_manifest
+from pyiceberg.manifest import (
+    DataFile,
+    DataFileContent,
+    FileFormat,
+    ManifestEntry,
+    ManifestEntryStatus,
+    ManifestFile,
+    write_manifest,
+)
 from pyiceberg.table.metadata import TableMetadataUtil
 from pyiceberg.table.snapshots import Operation
+from pyiceberg.typedef import Record
+
+from tests.row_deltas import DeletesContent
 
 SCHEMA = pa.schema([pa.field("writer", pa.int64()), pa.field("seq", pa.int64())])
 ROWS = 10
@@ -84,6 +96,50 @@ class V3Appender:
         if disguised:
             manifest[7], manifest[8] = 1, 0  # added_files_count, existing_files_count
             manifest[10], manifest[11] = batch.num_rows, 0  # added_rows_count, existing_rows_count
+        summary = {"operation": "append", "added-data-files": "1", "added-records": str(batch.num_rows)}
+        self._commit(snapshot_id, manifest, {**summary, **properties})
+
+    def delete_from(self, data_path: str, offset: int = 4, size: int = 40) -> str:
+        """Commit a deletion vector of the data file `data_path`, as a v3 delete manifest holds it
+        (its Puffin file is a stand-in: only the plan reads the entry); the vector's path."""
+        metadata = TableMetadataUtil.parse_obj(self.metadata)
+        location = self.metadata["location"]
+        snapshot_id = random.getrandbits(62)
+        puffin = f"{location}/data/{uuid.uuid4()}-deletes.puffin"
+        with self.io.new_output(puffin).create() as stream:
+            stream.write(b"PFA1" + bytes(size) + b"PFA1")
+        vector = DataFile.from_args(
+            3,
+            content=DataFileContent.POSITION_DELETES,
+            file_path=puffin,
+            file_format=FileFormat.PUFFIN,
+            partition=Record(),
+            record_count=1,
+            file_size_in_bytes=size + 8,
+            referenced_data_file=data_path,
+            content_offset=offset,
+            content_size_in_bytes=size,
+        )
+        vector.spec_id = metadata.default_spec_id
+        manifest_path = f"{location}/metadata/{uuid.uuid4()}-m0.avro"
+        writer = _DeleteManifestWriterV3(
+            metadata.spec(), metadata.schema(), self.io.new_output(manifest_path), snapshot_id, "deflate"
+        )
+        with writer:
+            writer.add(
+                ManifestEntry.from_args(
+                    3, status=ManifestEntryStatus.ADDED, snapshot_id=snapshot_id, data_file=vector
+                )
+            )
+        summary = {"operation": "delete", "added-delete-files": "1", "added-position-deletes": "1"}
+        self._commit(snapshot_id, writer.to_manifest_file(), summary)
+        return puffin
+
+    def _commit(self, snapshot_id: int, manifest: ManifestFile, summary: dict[str, str]) -> None:
+        """Commit the snapshot `snapshot_id` adding `manifest` on the table's head, as a v3 writer
+        does: its list gives row ids from the table's next-row-id."""
+        metadata = TableMetadataUtil.parse_obj(self.metadata)
+        location = self.metadata["location"]
         parent = metadata.current_snapshot()
         base = read_manifests(self.io, parent.manifest_list, 3) if parent is not None else []
         listed = f"{location}/metadata/snap-{snapshot_id}-{uuid.uuid4()}.avro"
@@ -105,12 +161,7 @@ class V3Appender:
             "sequence-number": sequence_number,
             "timestamp-ms": int(time.time() * 1000),
             "manifest-list": listed,
-            "summary": {
-                "operation": "append",
-                "added-data-files": "1",
-                "added-records": str(batch.num_rows),
-                **properties,
-            },
+            "summary": summary,
             "schema-id": metadata.current_schema_id,
             "first-row-id": first_row_id,
             "added-rows": written.assigned_rows,
@@ -141,6 +192,10 @@ class V3Appender:
             raise CommitFailedException(answer.json()["error"]["message"])
         answer.raise_for_status()
         self.metadata = answer.json()["metadata"]
+
+
+class _DeleteManifestWriterV3(DeletesContent, ManifestWriterV3):
+    pass
 
 
 def append_batches(

@@ -29,13 +29,19 @@ from pyiceberg.typedef import Record
 FILE_PATH_ID, POS_ID = 2147483546, 2147483545
 
 
-class _DeleteManifestWriter(ManifestWriterV2):
+class DeletesContent:
+    """A manifest writer's side that says it holds delete files (PyIceberg's write data only)."""
+
     def content(self) -> ManifestContent:
         return ManifestContent.DELETES
 
     @property
     def _meta(self) -> dict[str, str]:
-        return {**super()._meta, "content": "deletes"}
+        return {**super()._meta, "content": "deletes"}  # type: ignore[misc]
+
+
+class _DeleteManifestWriter(DeletesContent, ManifestWriterV2):
+    pass
 
 
 def _parquet(table: Table, columns: pa.Table) -> tuple[str, int]:

@@ -26,7 +26,7 @@ def table(tmp_path: Path) -> Table:
 def manifests(table: Table, cache: ManifestCache) -> tuple[ManifestFile, ...]:
     snapshot = table.current_snapshot()
     assert snapshot is not None
-    return cache.manifests(table.io, snapshot.manifest_list)
+    return cache.manifests(table.io, snapshot.manifest_list, 2)
 
 
 def passes(_: str) -> None:
@@ -38,27 +38,32 @@ def test_a_manifest_is_decoded_once_and_the_bound_holds(table: Table) -> None:
     assert len(listed) == 3
     one = listed[0].manifest_length * DECODED_PER_BYTE
     cache = ManifestCache(2 * one + one // 2)  # room for two manifests' entries and no more
-    first = cache.entries(table.io, listed[0], "t", passes)
-    assert cache.entries(table.io, listed[0], "t", passes) is first and (cache.hits, cache.misses) == (1, 1)
+    first = cache.entries(table.io, listed[0], "t", passes, 2)
+    assert cache.entries(table.io, listed[0], "t", passes, 2) is first and (cache.hits, cache.misses) == (
+        1,
+        1,
+    )
     for manifest in listed[1:]:
-        cache.entries(table.io, manifest, "t", passes)
+        cache.entries(table.io, manifest, "t", passes, 2)
     assert cache.weight <= 2 * one + one // 2
-    assert cache.entries(table.io, listed[0], "t", passes) is not first  # the oldest went out
+    assert cache.entries(table.io, listed[0], "t", passes, 2) is not first  # the oldest went out
     assert [entry.data_file.record_count for entry in first] == [10]
 
 
 def test_paths_are_checked_for_each_table_that_names_the_manifest(table: Table) -> None:
     cache = ManifestCache(1 << 20)
     manifest = manifests(table, cache)[0]
-    (data_file,) = [entry.data_file.file_path for entry in cache.entries(table.io, manifest, "owner", passes)]
+    (data_file,) = [
+        entry.data_file.file_path for entry in cache.entries(table.io, manifest, "owner", passes, 2)
+    ]
 
     def refuses(path: str) -> None:
         if path == data_file:
             raise PermissionError(f"{path} is not this table's")
 
     with pytest.raises(PermissionError, match="not this table's"):
-        cache.entries(table.io, manifest, "another", refuses)
+        cache.entries(table.io, manifest, "another", refuses, 2)
     with pytest.raises(PermissionError):  # refused again: a refusal is never remembered as a pass
-        cache.entries(table.io, manifest, "another", refuses)
+        cache.entries(table.io, manifest, "another", refuses, 2)
     # Checked for its own table once, the manifest is not checked again for it.
-    assert len(cache.entries(table.io, manifest, "owner", refuses)) == 1
+    assert len(cache.entries(table.io, manifest, "owner", refuses, 2)) == 1
