@@ -105,8 +105,10 @@ def commit_deletes(table: Table, delete_files: list[DataFile]) -> Table:
     snapshot_id = random.getrandbits(62)
     sequence = metadata.next_sequence_number()
     manifest_path = f"{metadata.location}/metadata/{uuid.uuid4()}-m0.avro"
+    # A manifest holds the files of one spec: the delete files', which may be an older one.
+    spec = table.specs()[delete_files[0].spec_id]
     writer = _DeleteManifestWriter(
-        table.spec(), table.schema(), table.io.new_output(manifest_path), snapshot_id, "null"
+        spec, table.schema(), table.io.new_output(manifest_path), snapshot_id, "null"
     )
     with writer:
         for delete_file in delete_files:
