@@ -86,7 +86,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 LONGEST = (
     "test_workers", "test_events", "test_object_storage", "test_console", "test_maintenance",
     "test_replicas", "test_lineage", "test_cli", "test_table_trust", "test_rebased_appends",
-    "test_table_feed", "test_fuzz", "test_protocol",
+    "test_plans_exact", "test_table_feed", "test_fuzz", "test_protocol", "test_swapped_links",
+    "test_scan_planning",
 )  # fmt: skip
 
 

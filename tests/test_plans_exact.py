@@ -448,7 +448,7 @@ generated_filters = st.recursive(
 
 
 @settings(
-    max_examples=30,
+    max_examples=20,
     deadline=None,
     derandomize=True,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
