@@ -218,3 +218,82 @@ def test_a_deletion_vector_conflicts_with_the_rewrite_of_its_own_data_file_only(
     with pytest.raises(ConflictError) as refused:
         check_rewrite_files(table.refresh().metadata, PyArrowFileIO(), start, files)
     assert refused.value.files == {named.file_path}  # the bounds of the delete's file_path name it
+
+
+def test_a_deletion_vector_committed_while_compaction_runs_abandons_the_compaction(
+    catalog: Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Compaction starts on a v2 table; meanwhile the table is upgraded to v3 and a deletion
+    vector is committed for one of the files being rewritten: the compaction is abandoned, and
+    the table's head is the vector's snapshot (its rows still deleted, by the vector)."""
+    from isbre.catalog import TableChange
+    from isbre.catalog.manifest_lists import read_manifests, write_manifests
+    from isbre.catalog.pyiceberg_internals import ManifestWriterV3
+    from isbre.rest.models import CommitTableRequest
+    from pyiceberg.manifest import ManifestEntry, ManifestEntryStatus
+
+    from tests.row_deltas import DeletesContent
+
+    class DeletesV3(DeletesContent, ManifestWriterV3):
+        pass
+
+    table = appended(catalog, ("a",))
+    target = file_holding(table, "a", 20)
+    service = service_of(catalog)
+
+    def commit(updates: list[dict[str, Any]]) -> None:
+        request = CommitTableRequest.model_validate({"updates": updates})
+        service.tables.commit(TableChange(T, tuple(request.requirements), tuple(request.updates)))
+
+    def upgrade_and_delete() -> None:
+        commit([{"action": "upgrade-format-version", "format-version": 3}])
+        metadata = catalog.load_table("db.t").metadata
+        parent = metadata.current_snapshot()
+        assert parent is not None
+        snapshot_id, io = 7_000_000_001, PyArrowFileIO()
+        vector = deletion_vector(catalog.load_table("db.t"), target.file_path)
+        manifest_path = f"{metadata.location}/metadata/dv-m0.avro"
+        writer = DeletesV3(
+            metadata.spec(), metadata.schema(), io.new_output(manifest_path), snapshot_id, "null"
+        )
+        with writer:
+            writer.add_entry(
+                ManifestEntry.from_args(
+                    3, status=ManifestEntryStatus.ADDED, snapshot_id=snapshot_id, data_file=vector
+                )
+            )
+        listed = f"{metadata.location}/metadata/snap-dv.avro"
+        kept = read_manifests(io, parent.manifest_list, 3)
+        next_row_id = metadata.next_row_id  # type: ignore[attr-defined]
+        sequence = metadata.next_sequence_number()
+        written = write_manifests(
+            io,
+            listed,
+            3,
+            snapshot_id,
+            parent.snapshot_id,
+            sequence,
+            next_row_id,
+            "null",
+            [writer.to_manifest_file(), *kept],
+        )
+        snapshot = {
+            "snapshot-id": snapshot_id,
+            "parent-snapshot-id": parent.snapshot_id,
+            "sequence-number": sequence,
+            "timestamp-ms": parent.timestamp_ms + 1,
+            "manifest-list": listed,
+            "summary": {"operation": "delete"},
+            "schema-id": metadata.current_schema_id,
+            "first-row-id": next_row_id,
+            "added-rows": written.assigned_rows,
+        }
+        ref = {"action": "set-snapshot-ref", "ref-name": "main", "type": "branch", "snapshot-id": snapshot_id}
+        commit([{"action": "add-snapshot", "snapshot": snapshot}, ref])
+
+    report, written = compact_while(catalog, monkeypatch, upgrade_and_delete)
+    assert not report.committed and not report.problems
+    (abandoned,) = report.abandoned
+    assert f"have deletes committed since it started, first {target.file_path}" in abandoned
+    assert catalog.load_table("db.t").metadata.current_snapshot_id == 7_000_000_001
+    assert written and not any(map(exists, written))
