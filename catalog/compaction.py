@@ -12,6 +12,10 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
+from isbre.catalog.manifest_entries import first_row_id as row_id_of
+from isbre.catalog.manifest_entries import inherit_first_row_ids, read_entries
+from isbre.catalog.manifest_lists import first_row_id, read_manifests
+from isbre.catalog.row_lineage import Inherited
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import DataFile, ManifestContent
 from pyiceberg.table.metadata import TableMetadata
@@ -48,30 +52,35 @@ def compaction_enabled(properties: dict[str, str]) -> bool:
 
 @dataclass(frozen=True)
 class LiveFiles:
-    """The data files the current snapshot reads."""
+    """The data files the current snapshot reads, and on a format v3 table what each file's rows
+    inherit of their lineage (by path)."""
 
     snapshot_id: int | None
     files: tuple[DataFile, ...]
+    inherited: dict[str, Inherited]
 
 
 def live_data_files(io: FileIO, metadata: TableMetadata) -> LiveFiles:
     """The current snapshot's data files. A table with delete files is not compacted: a rewritten
     file takes a new sequence number, which older position and equality deletes would no longer
-    apply to; nor one of format v3, whose rewritten rows would take new row ids."""
-    if metadata.format_version >= 3:
-        raise NotCompactedError("format v3 tables are not compacted: rewritten rows would take new row ids")
+    apply to."""
     snapshot = metadata.current_snapshot()
     if snapshot is None:
-        return LiveFiles(None, ())
-    manifests = snapshot.manifests(io)
+        return LiveFiles(None, (), {})
+    manifests = read_manifests(io, snapshot.manifest_list, metadata.format_version)
     if any(manifest.content == ManifestContent.DELETES for manifest in manifests):
         raise NotCompactedError("the table has delete files: run a rewrite that applies them first")
-    files = tuple(
-        entry.data_file
-        for manifest in manifests
-        for entry in manifest.fetch_manifest_entry(io, discard_deleted=True)
-    )
-    return LiveFiles(snapshot.snapshot_id, files)
+    entries = []
+    for manifest in manifests:
+        read = read_entries(io, manifest, metadata.format_version)
+        inherit_first_row_ids(read, first_row_id(manifest))
+        entries += read
+    inherited = {
+        entry.data_file.file_path: Inherited(row_id_of(entry.data_file), entry.sequence_number)
+        for entry in entries
+        if metadata.format_version >= 3
+    }
+    return LiveFiles(snapshot.snapshot_id, tuple(entry.data_file for entry in entries), inherited)
 
 
 def _small_by_partition(

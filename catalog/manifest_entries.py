@@ -45,11 +45,14 @@ def read_entries(
     from the manifest as the spec says (else as written)."""
     version = 3 if format_version >= 3 else 2
     with KeptSchemaFile[ManifestEntry](io.new_input(manifest.manifest_path), _resolved, version) as reader:
-        return [
+        entries = [
             inherit_from_manifest(entry, manifest) if inherit else entry
             for entry in reader
             if not discard_deleted or entry.status != ManifestEntryStatus.DELETED
         ]
+    for entry in entries:  # a file's spec is its manifest's (PyIceberg's reader says so too)
+        entry.data_file.spec_id = manifest.partition_spec_id
+    return entries
 
 
 @functools.lru_cache(maxsize=16)
@@ -80,6 +83,16 @@ def inherit_first_row_ids(entries: list[ManifestEntry], manifest_first_row_id: i
         if first_row_id(data_file) is None and len(data_file) > _FIRST_ROW_ID:
             data_file[_FIRST_ROW_ID] = next_row_id
             next_row_id += data_file.record_count
+
+
+def as_v3(data_file: DataFile, spec_id: int) -> DataFile:
+    """A data file record PyIceberg's writer made (shaped for v1 and v2, and without its spec) as
+    a v3 manifest entry of the spec `spec_id` holds it, its v3 fields unset."""
+    made = DataFile.from_args(
+        3, **{name: data_file[i] for i, name in enumerate(_V3_FIELDS[: len(data_file)])}
+    )
+    made.spec_id = spec_id
+    return made
 
 
 def _v3_field(data_file: DataFile, index: int) -> object:

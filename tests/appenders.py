@@ -9,6 +9,7 @@ manifests with the snapshot's row ids, one `add-snapshot` and `set-snapshot-ref`
 
 from __future__ import annotations
 
+import json
 import random
 import time
 import uuid
@@ -20,6 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from isbre.catalog.manifest_lists import read_manifests, write_manifests
 from isbre.catalog.pyiceberg_internals import ManifestWriterV3
+from pyiceberg.catalog import Catalog
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.io.pyarrow import PyArrowFileIO, parquet_file_to_data_file, schema_to_pyarrow
@@ -32,10 +34,12 @@ from pyiceberg.manifest import (
     ManifestFile,
     write_manifest,
 )
-from pyiceberg.table.metadata import TableMetadataUtil
+from pyiceberg.table import CommitTableRequest
+from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil
 from pyiceberg.table.snapshots import Operation
 from pyiceberg.typedef import Record
 
+from tests.puffin import write_deletion_vector
 from tests.row_deltas import DeletesContent
 
 SCHEMA = pa.schema([pa.field("writer", pa.int64()), pa.field("seq", pa.int64())])
@@ -55,12 +59,19 @@ def tags(writer: int, seq: int) -> dict[str, str]:
 
 
 class V3Appender:
-    def __init__(self, url: str, identifier: str) -> None:
+    """Over the REST API of the server at `url`; or, given `embedded`, through that catalog's
+    own `commit_table` (the commit the REST route makes, without a server)."""
+
+    def __init__(self, url: str, identifier: str, embedded: Catalog | None = None) -> None:
         namespace, name = identifier.split(".")
         self.endpoint = f"{url}/v1/isbre/namespaces/{namespace}/tables/{name}"
         self.client = httpx.Client(timeout=60)
         self.io = PyArrowFileIO()
-        self.metadata: dict[str, Any] = self.client.get(self.endpoint).raise_for_status().json()["metadata"]
+        self.embedded, self.identifier = embedded, identifier
+        if embedded is not None:
+            self.metadata: dict[str, Any] = _as_json(embedded.load_table(identifier).metadata)
+        else:
+            self.metadata = self.client.get(self.endpoint).raise_for_status().json()["metadata"]
 
     def append(
         self,
@@ -99,41 +110,55 @@ class V3Appender:
         summary = {"operation": "append", "added-data-files": "1", "added-records": str(batch.num_rows)}
         self._commit(snapshot_id, manifest, {**summary, **properties})
 
-    def delete_from(self, data_path: str, offset: int = 4, size: int = 40) -> str:
-        """Commit a deletion vector of the data file `data_path`, as a v3 delete manifest holds it
-        (its Puffin file is a stand-in: only the plan reads the entry); the vector's path."""
+    def delete_from(self, data_path: str, positions: list[int], partition: Record | None = None) -> str:
+        """Commit a deletion vector of the rows at `positions` of the data file `data_path` (of
+        the `partition` of the current spec), as a v3 delete manifest holds it; its path."""
         metadata = TableMetadataUtil.parse_obj(self.metadata)
         location = self.metadata["location"]
         snapshot_id = random.getrandbits(62)
         puffin = f"{location}/data/{uuid.uuid4()}-deletes.puffin"
-        with self.io.new_output(puffin).create() as stream:
-            stream.write(b"PFA1" + bytes(size) + b"PFA1")
+        written = write_deletion_vector(
+            self.io, puffin, data_path, positions, snapshot_id, metadata.next_sequence_number()
+        )
         vector = DataFile.from_args(
             3,
             content=DataFileContent.POSITION_DELETES,
             file_path=puffin,
             file_format=FileFormat.PUFFIN,
-            partition=Record(),
-            record_count=1,
-            file_size_in_bytes=size + 8,
+            partition=partition or Record(),
+            record_count=len(positions),
+            file_size_in_bytes=written.file_size,
             referenced_data_file=data_path,
-            content_offset=offset,
-            content_size_in_bytes=size,
+            content_offset=written.offset,
+            content_size_in_bytes=written.length,
         )
         vector.spec_id = metadata.default_spec_id
-        manifest_path = f"{location}/metadata/{uuid.uuid4()}-m0.avro"
+        summary = {"added-position-deletes": str(len(positions)), "added-dvs": "1"}
+        self.commit_deletes(vector, snapshot_id, summary)
+        return puffin
+
+    def commit_deletes(
+        self, delete_file: DataFile, snapshot_id: int | None = None, summary: dict[str, str] | None = None
+    ) -> None:
+        """Commit a `delete` snapshot adding the v3 record `delete_file`, in a manifest of its own."""
+        metadata = TableMetadataUtil.parse_obj(self.metadata)
+        snapshot_id = snapshot_id or random.getrandbits(62)
+        manifest_path = f"{self.metadata['location']}/metadata/{uuid.uuid4()}-m0.avro"
         writer = _DeleteManifestWriterV3(
-            metadata.spec(), metadata.schema(), self.io.new_output(manifest_path), snapshot_id, "deflate"
+            metadata.specs()[delete_file.spec_id],
+            metadata.schema(),
+            self.io.new_output(manifest_path),
+            snapshot_id,
+            "deflate",
         )
         with writer:
             writer.add(
                 ManifestEntry.from_args(
-                    3, status=ManifestEntryStatus.ADDED, snapshot_id=snapshot_id, data_file=vector
+                    3, status=ManifestEntryStatus.ADDED, snapshot_id=snapshot_id, data_file=delete_file
                 )
             )
-        summary = {"operation": "delete", "added-delete-files": "1", "added-position-deletes": "1"}
-        self._commit(snapshot_id, writer.to_manifest_file(), summary)
-        return puffin
+        said = {"operation": "delete", "added-delete-files": "1", **(summary or {})}
+        self._commit(snapshot_id, writer.to_manifest_file(), said)
 
     def _commit(self, snapshot_id: int, manifest: ManifestFile, summary: dict[str, str]) -> None:
         """Commit the snapshot `snapshot_id` adding `manifest` on the table's head, as a v3 writer
@@ -187,6 +212,15 @@ class V3Appender:
                 },
             ],
         }
+        if self.embedded is not None:
+            namespace, name = self.identifier.split(".")
+            request = CommitTableRequest.model_validate(
+                {"identifier": {"namespace": [namespace], "name": name}, **body}
+            )
+            table = self.embedded.load_table(self.identifier)
+            done = self.embedded.commit_table(table, tuple(request.requirements), tuple(request.updates))
+            self.metadata = _as_json(done.metadata)
+            return
         answer = self.client.post(self.endpoint, json=body)
         if answer.status_code == 409:
             raise CommitFailedException(answer.json()["error"]["message"])
@@ -196,6 +230,10 @@ class V3Appender:
 
 class _DeleteManifestWriterV3(DeletesContent, ManifestWriterV3):
     pass
+
+
+def _as_json(metadata: TableMetadata) -> dict[str, Any]:
+    return json.loads(metadata.model_dump_json())
 
 
 def append_batches(

@@ -20,10 +20,16 @@ def spec() -> OpenAPI:
     """The spec as written, but for one schema: `PrimitiveTypeValue` is a `oneOf` of types that
     overlap (every string is a StringTypeValue, a DateTypeValue, a UUIDTypeValue...; every integer
     an IntegerTypeValue and a LongTypeValue), so no value could ever match exactly one of them.
-    Read as the `anyOf` it means, a partition value, a bound or a literal in a filter validates."""
+    Read as the `anyOf` it means, a partition value, a bound or a literal in a filter validates.
+    And a content file's `partition` may hold JSON `null`: a null partition value is what Java's
+    `ContentFileParser` writes (through `SingleValueParser`) and reads for a file of a null
+    partition, which no `PrimitiveTypeValue` can say."""
     document = _string_keys(yaml.safe_load(SPEC.read_text()))
-    primitive = document["components"]["schemas"]["PrimitiveTypeValue"]
-    primitive["anyOf"] = primitive.pop("oneOf")
+    schemas = document["components"]["schemas"]
+    schemas["PrimitiveTypeValue"]["anyOf"] = schemas["PrimitiveTypeValue"].pop("oneOf")
+    schemas["ContentFile"]["properties"]["partition"]["items"] = {
+        "anyOf": [{"$ref": "#/components/schemas/PrimitiveTypeValue"}, {"type": "null"}]
+    }
     return OpenAPI.from_dict(document)
 
 

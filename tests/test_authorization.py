@@ -20,6 +20,7 @@ from isbre.rest.auth import sha256_hex
 from isbre.rest.settings import AuthSettings, Settings
 
 from tests.http_client import http
+from tests.openapi import check
 from tests.server import ID_SCHEMA, IsbreServer, secured_server
 
 RANK = {"public": -1, "reader": 0, "writer": 1, "admin": 2}
@@ -390,7 +391,10 @@ def test_each_route_allows_or_refuses_each_principal(secured: IsbreServer, who: 
         for ns in targets:
             call = case.make(ns)
             allowed = RANK[who.role] >= RANK[case.role] and (not case.scoped or who.scope in (None, ns))
-            status = send(secured, who, call).status_code
+            response = send(secured, who, call)
+            if "/plan" in path or path.endswith("/tasks"):
+                check(response)  # the plan routes' refusals and answers, as the spec writes them
+            status = response.status_code
             # The token endpoint's own 401 (no client credentials here) is its answer, not a refusal.
             refused = status == 403 or (status == 401 and case.role != "public")
             if allowed == refused or (not allowed and status != 403):

@@ -357,6 +357,50 @@ def test_an_append_that_lands_while_compaction_rewrites_is_kept(
     assert [e.sequence_number for e in written] == [replace.sequence_number]
 
 
+def test_an_append_that_lands_while_a_v3_table_compacts_is_kept_and_no_row_changes_id(
+    catalog: Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The compaction's snapshot is moved onto the append (catalog/rebase.py): its new file takes
+    row ids after the append's, and the rows it moved keep theirs (catalog/row_lineage.py)."""
+    from isbre.catalog.manifest_entries import first_row_id, inherit_first_row_ids, read_entries
+    from isbre.catalog.manifest_lists import first_row_id as manifest_first_row_id
+    from isbre.catalog.manifest_lists import read_manifests
+
+    from tests.appenders import SCHEMA, V3Appender, tags
+
+    catalog.create_table("db.t", schema=SCHEMA, properties={**COMPACTING, "format-version": "3"})
+    appender = V3Appender("", "db.t", embedded=catalog)
+    for i in range(6):
+        appender.append(pa.table({"writer": [i, i], "seq": [0, 1]}, schema=SCHEMA), tags(0, i))
+    # The spec's model: two ids an append, in commit order; append i is sequence number i + 1.
+    model = {(i, k): (2 * i + k, i + 1) for i in range(6) for k in (0, 1)}
+    rewrite = service_of(catalog).maintenance._rewritten
+
+    def append_first(metadata: Any, rows: pa.Table, io: Any) -> Any:
+        appender.append(pa.table({"writer": [100], "seq": [0]}, schema=SCHEMA), tags(0, 100))
+        return rewrite(metadata, rows, io)
+
+    monkeypatch.setattr(service_of(catalog).maintenance, "_rewritten", append_first)
+    (report,) = service_of(catalog).maintenance.run(T, ["compact-data-files"])
+    assert report.committed and report.rewritten_files == 6, report
+    table = catalog.load_table("db.t")
+    replace = table.current_snapshot()
+    assert replace is not None and replace.parent_snapshot_id == table.metadata.snapshots[-2].snapshot_id
+    files: dict[str, int | None] = {}
+    for manifest in read_manifests(table.io, replace.manifest_list, 3):
+        entries = read_entries(table.io, manifest, 3)
+        inherit_first_row_ids(entries, manifest_first_row_id(manifest))
+        files |= {entry.data_file.file_path: first_row_id(entry.data_file) for entry in entries}
+    (compacted_path,) = [path for path in files if pq.read_schema(local_path(path)).names[-1] != "seq"]
+    written = pq.read_table(local_path(compacted_path)).to_pylist()
+    assert {
+        (r["writer"], r["seq"]): (r["_row_id"], r["_last_updated_sequence_number"]) for r in written
+    } == model
+    # The append's row took id 12; the compaction's file, made again after it, the 12 ids after.
+    assert sorted(files.values()) == [12, 13]
+    assert table.metadata.next_row_id == 25  # type: ignore[attr-defined]
+
+
 def test_compaction_commits_nothing_when_its_files_went_meanwhile(
     catalog: Catalog, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -406,12 +450,6 @@ def test_after_commits_the_catalog_merges_a_table_s_many_manifests(catalog: Cata
     (report,) = maintainer.run_due(service_of(catalog), T)
     assert report.job == "rewrite-manifests" and report.committed
     assert len(manifests_of(table.refresh())) == 1 and numbers(table) == [*range(8), 100, 101]
-
-
-def test_format_v3_tables_are_not_compacted(catalog: Catalog) -> None:
-    appended(catalog, 0, {**COMPACTING, "format-version": "3"})  # rewritten rows would take new row ids
-    (report,) = service_of(catalog).maintenance.run(T, ["compact-data-files"])
-    assert not report.committed and "format v3" in report.problems[0]
 
 
 def test_a_sink_replays_nothing_after_compaction(catalog: Catalog) -> None:

@@ -29,6 +29,7 @@ from pyiceberg.utils.concurrent import ExecutorFactory
 from tests import duck
 from tests.crafted import crafted_snapshot
 from tests.http_client import http
+from tests.openapi import check
 from tests.s3 import REGION, MotoS3
 from tests.server import ID_SCHEMA, IsbreServer, on_threads
 from tests.sink_helpers import crash_and_replay, rows, span
@@ -654,7 +655,7 @@ def test_a_plan_on_s3_carries_credentials_for_its_table(on_s3: IsbreServer, moto
         json={"filter": {"type": "gt", "term": "id", "value": 1}},
         headers={"Authorization": f"Bearer {READER}", "X-Iceberg-Access-Delegation": "vended-credentials"},
     )
-    assert answer.status_code == 200, answer.text
+    assert check(answer).status_code == 200, answer.text
     (credential,) = answer.json()["storage-credentials"]
     assert credential["prefix"].startswith("s3://lake/wh/planned/t-")
     (task,) = answer.json()["file-scan-tasks"]
