@@ -98,10 +98,13 @@ class Plans:
             snapshot_id = request.snapshot_id
             if snapshot_id is None:
                 snapshot_id = metadata.current_snapshot_id
-            commit_seq = None
             if snapshot_id is not None:
                 history.snapshot(snapshot_id)
                 commit_seq = commit_of(snapshot_id)
+            else:
+                # A table without a snapshot: whatever is appended to it comes after the log's last
+                # commit, the cursor to follow it from (not 0, which names no commit of its own).
+                commit_seq = view.commit_seq()
             scan = Scan(table_uuid, snapshot_id, rows=rows)
             return Resolved(scan, self._planner(history, scan), commit_seq)
 

@@ -406,6 +406,11 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:  # said by the command's own parser, with its own usage
         getattr(args, "command_parser", parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
+        if getattr(args, "handler", None) is not _serve:  # serve checks as it loads its settings
+            from isbre.rest.settings import check_environment
+
+            # A typo (ISBRE_PORTT) must not send a client to the default server unnoticed.
+            check_environment(os.environ)
         return args.handler(args)
     except KeyboardInterrupt:
         return 130

@@ -23,6 +23,7 @@ from isbre.rest.refusals import RefusedError
 from isbre.rest.settings import Settings, warehouses
 from isbre.rest.shared_counters import forget_workers, running_workers
 from isbre.rest.startup import fanout_options, start_lineage
+from isbre.rest.uvicorn_supervisor import PatientSupervisor
 from isbre.rest.workers import hand_down
 from uvicorn.config import LOGGING_CONFIG
 
@@ -99,13 +100,15 @@ def serve(settings: Settings) -> None:
     state = settings.state_path()
     _announce_when(lambda: len(running_workers(state)) >= workers, settings, workers)
     try:
-        uvicorn.run(
+        config = uvicorn.Config(
             "isbre.rest.workers:worker_app",
             factory=True,
             workers=workers,
             http="isbre.rest.workers:WorkerHttpProtocol",
             **common,
         )
+        # As uvicorn.run serves several workers, but patient with those still starting.
+        PatientSupervisor(config, sockets=[config.bind_socket()]).run()
     finally:
         if fanout is not None:
             fanout.stop()

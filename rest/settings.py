@@ -322,25 +322,23 @@ class Settings(BaseSettings):
         return init_settings, env_settings, TomlConfigSettingsSource(settings_cls)
 
 
-# Variables of isbre's that are not settings: the client commands' credentials, and what a server
-# hands its own processes.
-NOT_SETTINGS = frozenset(
-    {
-        "ISBRE_TOKEN",
-        "ISBRE_CREDENTIAL",
-        "ISBRE_HELPER_STORE",
-        "ISBRE_JOB",
-        "ISBRE_JOB_PARENT",
-        "ISBRE_WORKER_SETTINGS",
-        "ISBRE_LINEAGE_DELIVERY",
-    }
-)
+# Variables of isbre's that are not settings: the client commands' credentials (a person sets
+# them), and what a server hands its own processes.
+CLIENT_VARIABLES = frozenset({"ISBRE_TOKEN", "ISBRE_CREDENTIAL"})
+NOT_SETTINGS = CLIENT_VARIABLES | {
+    "ISBRE_HELPER_STORE",
+    "ISBRE_JOB",
+    "ISBRE_JOB_PARENT",
+    "ISBRE_WORKER_SETTINGS",
+    "ISBRE_LINEAGE_DELIVERY",
+}
 
 
 def check_environment(environ: Mapping[str, str]) -> None:
     """Refuse an `ISBRE_*` variable that names no setting, as the TOML file refuses an unknown key:
-    a typo must not leave the server on a default (ValueError naming the closest setting)."""
-    known = {f"ISBRE_{name.upper()}" for name in Settings.model_fields}
+    a typo must not leave the server on a default, nor send a client command to the default
+    server (ValueError naming the closest variable)."""
+    known = {f"ISBRE_{name.upper()}" for name in Settings.model_fields} | CLIENT_VARIABLES
     for key in sorted(environ):
         if not key.startswith("ISBRE_") or key in NOT_SETTINGS:
             continue

@@ -200,6 +200,9 @@ def read_sorted(path: Path, fmt: str, types: pa.Schema | None) -> Sorted:
             offsets.append(ordinal)
         except pa.ArrowInvalid as error:
             message = f"{path}: line {line}: {str(error).strip().splitlines()[-1]}"
+            if fmt == "json" and (found := _JSON_ERROR.search(str(error))):
+                # The row is the one-line parse's (always 0): the file's line says where.
+                message = f"{path}: line {line}: {found.group(1).strip()}"
             if fmt == "csv" and (found := _CSV_RECORD_ERROR.search(str(error))):
                 column, detail = found.groups()
                 name = _column_named(next(csv.reader(io.StringIO(single)), []), column)

@@ -137,7 +137,11 @@ def run(args: argparse.Namespace) -> int:
         if quarantine is not None:
             quarantine.close()
     done = len(files) - len(refused)
-    print(f"{args.table}: {total_written} of {total_read} rows written from {done} file(s)")
+    if total_read == 0 and not refused and writer.existing() is None:
+        # A new table takes its columns from the first rows written: with none, there is none.
+        print(f"{args.table}: no rows in {done} file(s): the table was not created")
+    else:
+        print(f"{args.table}: {total_written} of {total_read} rows written from {done} file(s)")
     if refused:
         print(
             f"isbre ingest: {len(refused)} file(s) refused: {', '.join(map(str, refused))}", file=sys.stderr

@@ -39,8 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--quarantine",
         metavar="TABLE",
-        help="send each record that does not parse as its column's type to TABLE (reason 'contract') "
-        "instead of refusing its file",
+        help="send each record that does not parse to TABLE instead of refusing its file (reason "
+        "'contract': a value that does not take its column's type; 'decode': a line that is no record)",
     )
     parser.add_argument("--widen", action="store_true", help="promote column types losslessly on drift")
     parser.add_argument("--to-json", action="store_true", help="nested values into string columns as JSON")

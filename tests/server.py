@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import ClassVar, TypeVar
 
 import httpx
+import psutil
 from isbre.rest.serve import single_process_server
 from isbre.rest.settings import Settings, load_settings
 
@@ -43,6 +45,28 @@ def free_port() -> int:
 # processes write to, a create waited 2.8 and 3.1 s for its sync (the server's slow-request log),
 # past httpx's default of 5 s once. Tests that commit wait this long.
 COMMIT_TIMEOUT = 30.0
+
+
+# How long a starting server may do nothing at all (no CPU time spent by its processes, no line
+# logged) before it is taken for stuck; and, busy or not, how long it may take in all (a server
+# that starts its workers again and again is busy, and never ready).
+STALL_SECONDS = 60.0
+GIVE_UP_SECONDS = 600.0
+
+
+def _cpu_seconds(pid: int) -> float:
+    """The CPU time of the process `pid` and of every process under it (a server's workers)."""
+    try:
+        root = psutil.Process(pid)
+        processes = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return 0.0
+    total = 0.0
+    for process in processes:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            times = process.cpu_times()
+            total += times.user + times.system
+    return total
 
 
 class IsbreServer:
@@ -88,7 +112,7 @@ class IsbreServer:
         assert self.process is not None, "not started"
         return self.process.pid
 
-    def start(self, timeout: float = 30.0) -> IsbreServer:
+    def start(self) -> IsbreServer:
         command = [sys.executable, "-m", "isbre.rest.cli", "serve", "--port", str(self.port)]
         command += ["--warehouse", str(self.warehouse), "--workers", str(self.workers)]
         if isinstance(self.store, Path):
@@ -107,23 +131,36 @@ class IsbreServer:
         reaper.watch_process(self.process.pid)
         process = self.process
         return self._ready(
-            timeout, lambda: None if process.poll() is None else f"exited with {process.returncode}"
+            lambda: None if process.poll() is None else f"exited with {process.returncode}",
+            lambda: (_cpu_seconds(process.pid), self._logged()),
         )
 
-    def _ready(self, timeout: float, ended: Callable[[], str | None]) -> IsbreServer:
-        """Wait until the server answers `ready_path`; `ended()` says how it ended, if it has."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+    def _ready(self, ended: Callable[[], str | None], progress: Callable[[], object]) -> IsbreServer:
+        """Wait until the server answers `ready_path`, for as long as it is starting: `ended()`
+        says how it ended, if it has; `progress()` changes while it works (CPU time spent, lines
+        logged). On a machine busy with other work a start takes what it takes; one that does
+        nothing for STALL_SECONDS is stuck."""
+        last, moved = progress(), time.monotonic()
+        give_up = moved + GIVE_UP_SECONDS
+        while time.monotonic() < give_up:
             if (how := ended()) is not None:
                 raise RuntimeError(f"isbre {how}:\n{self.log()}")
             try:
-                if http.get(f"{self.url}{self.ready_path}", timeout=1).status_code == 200:
+                if http.get(f"{self.url}{self.ready_path}", timeout=5).status_code == 200:
                     return self
             except httpx.TransportError:
                 pass
+            if (now := progress()) != last:
+                last, moved = now, time.monotonic()
+            elif time.monotonic() - moved > STALL_SECONDS:
+                self.kill()
+                raise TimeoutError(f"isbre did nothing for {STALL_SECONDS} s while starting:\n{self.log()}")
             time.sleep(0.05)
         self.kill()
-        raise TimeoutError(f"isbre did not start within {timeout}s:\n{self.log()}")
+        raise TimeoutError(f"isbre was still not ready after {GIVE_UP_SECONDS} s:\n{self.log()}")
+
+    def _logged(self) -> int:
+        return self.log_path.stat().st_size if self.log_path.exists() else 0
 
     def high_water(self, token: str | None = None) -> int:
         """The highest commit_seq in the server's commit log."""
@@ -160,7 +197,7 @@ class InProcessServer(IsbreServer):
 
     _environment: ClassVar[threading.Lock] = threading.Lock()  # settings are read from os.environ
 
-    def start(self, timeout: float = 30.0) -> IsbreServer:
+    def start(self) -> IsbreServer:
         outside = sorted(key for key in self.env if not key.startswith("ISBRE_"))
         if self.workers != 1 or outside:
             raise ValueError(f"an in-process server has one worker and ISBRE_* settings only, not {outside}")
@@ -175,7 +212,8 @@ class InProcessServer(IsbreServer):
         self._thread = threading.Thread(target=self._server.run, name=f"isbre-{self.port}", daemon=True)
         IsbreServer.started.append(self)
         self._thread.start()
-        return self._ready(timeout, lambda: None if self._thread.is_alive() else "stopped")
+        # The server's own thread's progress is not told apart from the test's: what it logs is.
+        return self._ready(lambda: None if self._thread.is_alive() else "stopped", self._logged)
 
     @property
     def pid(self) -> int:

@@ -84,6 +84,20 @@ def headers_are_whole(page: Page) -> None:
     assert cut == [], f"{page.url} cuts the headers {cut}"
 
 
+def placeholders_are_whole(page: Page) -> None:
+    """No input's hint is cut short: its placeholder, in the input's own font, fits inside it."""
+    cut = page.locator("input[placeholder]").evaluate_all(
+        """inputs => inputs.filter(input => {
+            const style = getComputedStyle(input);
+            const text = document.createElement("canvas").getContext("2d");
+            text.font = style.font;
+            const room = input.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
+            return input.offsetParent && text.measureText(input.placeholder).width > room;
+        }).map(input => input.placeholder)"""
+    )
+    assert cut == [], f"{page.url} cuts the hints {cut}"
+
+
 def open_streams(server: IsbreServer) -> float:
     lines = http.get(f"{server.url}/metrics").text.splitlines()
     return float(next(line for line in lines if line.startswith("isbre_event_streams ")).split()[1])
@@ -153,7 +167,10 @@ def seed(catalog: RestCatalog) -> None:
             ["raw.customers", {"namespace": "kafka://prod", "name": "orders"}]
         ),
         "isbre.lineage.column-lineage": json.dumps(
-            {"amount": [{"namespace": "kafka://prod", "name": "orders", "field": "total"}]}
+            {
+                "amount": [{"namespace": "kafka://prod", "name": "orders", "field": "total"}],
+                "customer_id": [{"table": "raw.customers", "field": "id"}],  # a column of the catalog's
+            }
         ),
     }
     counted = {"isbre.sink.rows": json.dumps({"accepted": 500, "quarantined.dq": 3})}
@@ -263,6 +280,7 @@ def test_every_page_loads_clean(server: IsbreServer, seen: Watched, tmp_path: Pa
             assert "undefined" not in page.locator("main").inner_text(), name
             fits_the_window(page)
             headers_are_whole(page)
+            placeholders_are_whole(page)
             screenshot(page, name + suffix, tmp_path)
     seen.clean()
 
@@ -500,6 +518,9 @@ def test_lineage_graph_shows_declared_inputs_and_downstream(server: IsbreServer,
     expect(page.locator("main")).to_contain_text("nightly.orders_load")
     columns = page.locator("section", has_text="Column lineage")
     expect(columns.locator("tr", has_text="amount")).to_contain_text("kafka://prod/orders.total")
+    catalogs = columns.locator("tr", has_text="customer_id")
+    expect(catalogs).to_contain_text("raw.customers.id")
+    expect(catalogs.locator("a")).to_have_attribute("href", "#/table/isbre/raw/customers")
     outbox = page.locator("section", has_text="Lineage outbox")
     expect(outbox.locator("[data-field=delivering]")).to_have_text("delivering yes")
     expect(outbox.locator("[data-field=backlog]")).to_have_text("backlog 0", timeout=15_000)

@@ -225,6 +225,8 @@ def test_ingest_quarantines_the_lines_that_do_not_parse(
         (str(lines), 3, "decode"),  # not JSON at all
     ]
     assert "line 3, column 'amount'" in diverted[0]["_twg_error"]
+    # The file's line, and only it: not the row number of the one-line parse that found it.
+    assert f"{lines}: line 2: " in diverted[1]["_twg_error"] and " in row " not in diverted[1]["_twg_error"]
     assert diverted[0]["record"] == "2,oops,b" and '"eleven"' in diverted[1]["record"]
     coverage = http.get(f"{server.url}/v1/isbre/namespaces/lenient/tables/orders/coverage").json()
     assert coverage["rows"] == {"accepted": 5, "quarantined.contract": 2, "quarantined.decode": 1}  # once
@@ -243,6 +245,17 @@ def test_an_empty_file_is_no_rows_in_every_run(
             done = ingest(server, str(rows), *map(str, empties), "--table", "files.empty", *quarantine)
             assert done.returncode == 0, (run, done.stderr)
     assert rest_catalog.load_table("files.empty").scan().to_arrow().num_rows == 2
+
+
+def test_files_without_rows_say_that_they_created_no_table(
+    server: IsbreServer, rest_catalog: RestCatalog, tmp_path: Path
+) -> None:
+    empty = tmp_path / "empty.csv"
+    empty.write_bytes(b"")
+    done = ingest(server, str(empty), "--table", "files.never")
+    assert done.returncode == 0, done.stderr
+    assert "files.never: no rows in 1 file(s): the table was not created" in done.stdout, done.stdout
+    assert not rest_catalog.table_exists("files.never")
 
 
 def test_a_row_that_is_no_record_goes_to_the_quarantine_or_names_its_line(

@@ -223,6 +223,22 @@ def test_isbre_tail_prints_rows_as_they_land(server: IsbreServer) -> None:
     assert missing.returncode == 1 and len(missing.stderr.strip().splitlines()) == 1, missing.stderr
 
 
+def test_a_new_consumer_of_a_table_without_rows_starts_at_the_log_s_last_commit(server: IsbreServer) -> None:
+    """Not at 0: the table was created after other commits, and its rows come after the last."""
+    new_table(server, "unwritten")
+    head = server.high_water()
+    command = [sys.executable, "-m", "isbre.rest.cli", "tail", "unwritten.t", "--url", server.url]
+    tail = subprocess.Popen([*command, "--consumer", "fresh"], stderr=subprocess.PIPE, text=True)
+    try:
+        assert tail.stderr is not None
+        line = tail.stderr.readline()
+        assert f"rows of unwritten.t after commit_seq {head}" in line, line
+    finally:
+        tail.terminate()
+        tail.wait(timeout=30)
+    assert http.get(consumers(server, "unwritten.t", "fresh")).json()["commit-seq"] == head
+
+
 def test_expiry_keeps_what_a_consumer_has_not_read_within_its_bounds(server: IsbreServer) -> None:
     eager = {"history.expire.max-snapshot-age-ms": "1", "history.expire.min-snapshots-to-keep": "1"}
     table = new_table(server, "held", **eager)

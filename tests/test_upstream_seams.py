@@ -1,7 +1,8 @@
 """isbre reaches into three libraries' private parts, each through one module: PyIceberg's
-(catalog/pyiceberg_internals.py), sse-starlette's (rest/sse_starlette_internals.py) and uvicorn's
-protocol (rest/connections.py). Nothing else does, and each use is checked here against the
-installed library, so that an upgrade that changes one fails here, by name."""
+(catalog/pyiceberg_internals.py), sse-starlette's (rest/sse_starlette_internals.py), and uvicorn's
+protocol (rest/connections.py) and supervisor (rest/uvicorn_supervisor.py). Nothing else does,
+and each use is checked here against the installed library, so that an upgrade that changes one
+fails here, by name."""
 
 from __future__ import annotations
 
@@ -27,7 +28,12 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResp
 
 from tests.test_layers import PACKAGES, ROOT
 
-SEAMS = {"catalog/pyiceberg_internals.py", "rest/sse_starlette_internals.py", "rest/connections.py"}
+SEAMS = {
+    "catalog/pyiceberg_internals.py",
+    "rest/sse_starlette_internals.py",
+    "rest/connections.py",
+    "rest/uvicorn_supervisor.py",
+}
 SCHEMA = Schema(NestedField(1, "x", LongType(), required=False))
 
 
@@ -42,7 +48,8 @@ def test_no_other_module_imports_a_private_name_of_another_library() -> None:
                 if node.module.split(".")[0] == "isbre":
                     continue
                 private = [a.name for a in node.names if a.name.startswith("_")]
-                if (private or node.module.startswith("uvicorn.protocols")) and where not in SEAMS:
+                inside = node.module.startswith(("uvicorn.protocols", "uvicorn.supervisors"))
+                if (private or inside) and where not in SEAMS:
                     found.append(f"{where}: from {node.module} import {private or '...'}")
     assert found == []
 
@@ -91,6 +98,16 @@ def test_sse_starlette_sends_every_chunk_through_the_overridden_method() -> None
     assert list(inspect.signature(sent).parameters) == ["self", "send", "message"]
     assert "_send_with_timeout(" in inspect.getsource(EventSourceResponse._stream_response)
     assert EventStream._send_with_timeout is not sent
+
+
+def test_uvicorn_supervisor_has_what_the_patient_one_uses() -> None:
+    from uvicorn.supervisors.multiprocess import Multiprocess, Process
+
+    assert list(inspect.signature(Multiprocess.__init__).parameters) == ["self", "config", "sockets"]
+    assert "keep_subprocess_alive" in vars(Multiprocess)
+    assert "self.processes" in inspect.getsource(Multiprocess.keep_subprocess_alive)
+    assert list(inspect.signature(Process.ping).parameters) == ["self", "timeout"]
+    assert "self.process = " in inspect.getsource(Process.__init__)
 
 
 def test_uvicorn_protocol_has_what_the_guarded_protocol_uses() -> None:

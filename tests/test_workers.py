@@ -489,3 +489,21 @@ def test_every_process_of_a_server_ends_when_its_supervisor_is_killed(tmp_path: 
     finally:
         server.kill()
         receiver.stop()
+
+
+def test_workers_slower_to_start_than_uvicorn_s_liveness_check_are_waited_for(tmp_path: Path) -> None:
+    """On a busy machine a worker may take longer to answer its supervisor than uvicorn's liveness
+    check waits (5 s): it is waited for while it starts, not killed as hung and started again."""
+    slow = tmp_path / "slow"
+    slow.mkdir()
+    # Each worker (a process multiprocessing spawns) starts 8 s late, as on a machine at full load.
+    (slow / "sitecustomize.py").write_text(
+        "import sys, time\nif '--multiprocessing-fork' in sys.argv:\n    time.sleep(8)\n"
+    )
+    server = IsbreServer(tmp_path / "warehouse", workers=2, env={"PYTHONPATH": str(slow)}).start()
+    try:
+        http.post(f"{server.url}/v1/isbre/namespaces", json={"namespace": ["patient"]}).raise_for_status()
+        create(server, "patient", "t")
+        assert "died" not in server.log(), server.log()
+    finally:
+        server.stop()

@@ -84,8 +84,10 @@ export async function feedPage(main, params, shell) {
   const body = h("tbody", {});
   const count = h("span", { class: "muted" }, "");
   const rate = h("span", { class: "rate" });
-  const namespace = h("input", { name: "namespace", placeholder: "namespace (sales or sales.eu)" });
-  const table = h("input", { name: "table", placeholder: "table (ns.table)" });
+  // Each as wide as its hint (a browser's default input is 20 characters).
+  const hinted = (name, placeholder) => h("input", { name, placeholder, size: placeholder.length + 2 });
+  const namespace = hinted("namespace", "namespace (sales or sales.eu)");
+  const table = hinted("table", "table (ns.table)");
   const kind = h("select", { name: "kind" }, h("option", { value: "" }, "every kind"), KINDS.map((k) => h("option", { value: k }, k)));
   const where = h("select", { name: "warehouse" }, names.map((n) => h("option", { value: n, selected: n === warehouse }, n)));
   const pause = h("button", { type: "button", class: "pause" }, "Pause");

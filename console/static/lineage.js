@@ -100,13 +100,33 @@ export function graph(inputs, center, outputs) {
   return svg("svg", { class: "graph", width: 820, height, viewBox: `0 0 820 ${height}`, role: "img", "aria-label": "lineage graph" }, svg("g", { class: "edges" }, edges), nodes);
 }
 
-function columnLineage(columns) {
+// A declared source column: {table, field} is a column of a table of this catalog (linked to it);
+// {namespace, name, field} a column of any dataset. Anything else is left out (the lineage
+// outbox reports it).
+function columnSource(source, warehouse) {
+  if (!source || typeof source.field !== "string") return null;
+  if (typeof source.table === "string") {
+    const table = dataset(source.table, warehouse);
+    return h("a", { href: table.href }, `${source.table}.${source.field}`);
+  }
+  if (typeof source.namespace === "string" && typeof source.name === "string") {
+    return `${source.namespace}/${source.name}.${source.field}`;
+  }
+  return null;
+}
+
+function columnLineage(columns, warehouse) {
   if (!columns) return h("p", { class: "muted" }, "none declared");
+  const sources = (declared) =>
+    (Array.isArray(declared) ? declared : [])
+      .map((source) => columnSource(source, warehouse))
+      .filter((source) => source !== null)
+      .flatMap((source, i) => (i ? [", ", source] : [source]));
   return h(
     "table",
     {},
     h("thead", {}, h("tr", {}, h("th", {}, "column"), h("th", {}, "from"))),
-    h("tbody", {}, Object.entries(columns).map(([column, sources]) => h("tr", {}, h("td", {}, column), h("td", {}, (Array.isArray(sources) ? sources : []).map((s) => `${s.namespace}/${s.name}.${s.field}`).join(", "))))),
+    h("tbody", {}, Object.entries(columns).map(([column, declared]) => h("tr", {}, h("td", {}, column), h("td", {}, sources(declared))))),
   );
 }
 
@@ -141,7 +161,7 @@ export async function lineagePage(main, [warehouse, joined, name], shell) {
         h("p", { class: "muted" }, `${declared.inputs.length} declared inputs · ${scanned}`),
         declared.jobs.length ? h("p", {}, "Jobs: ", declared.jobs.join(", ")) : null,
       ),
-      section("Column lineage (latest declared)", columnLineage(declared.columns)),
+      section("Column lineage (latest declared)", columnLineage(declared.columns, warehouse)),
     );
     await drawStatus();
   };
