@@ -132,7 +132,8 @@ class _Handover:
 
 
 class FanoutProcess(_Handover):
-    """Runs `python -m events.fanout_process` and restarts it if it dies; its streams then reconnect
+    """Runs `python -m events.fanout_process` once the first stream is opened (a server nobody
+    streams from runs no such process), and restarts it if it dies; its streams then reconnect
     (clients resume from Last-Event-ID) and are served in the server's process until it is back."""
 
     def __init__(self, commit_log: CommitLog, store: str, options: FanoutOptions) -> None:
@@ -151,7 +152,28 @@ class FanoutProcess(_Handover):
         self.streams = 0
 
     def start(self) -> None:
+        """Ready to run the process, on the server's event loop; `take` runs it."""
         self._loop = asyncio.get_running_loop()
+
+    @property
+    def idle(self) -> bool:
+        """No stream has been opened yet, so no process runs."""
+        return self._process is None
+
+    def take(self) -> bool:
+        """Whether the process takes a stream now: run it if no stream came before."""
+        if self.idle and not self._stopping:
+            try:
+                self._launch()
+            except OSError as exc:  # e.g. a platform without SOCK_SEQPACKET Unix sockets
+                log.warning(
+                    "event streams are served in this process: the fan-out process cannot start (%s)", exc
+                )
+                self._stopping = True  # and it is not tried again
+        return self.alive
+
+    def _launch(self) -> None:
+        assert self._loop is not None, "started on the server's event loop first"
         wake_read, wake_write = os.pipe()
         os.set_blocking(wake_write, False)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -216,7 +238,7 @@ class FanoutProcess(_Handover):
 
     def _restart(self) -> None:
         if not self._stopping:
-            self.start()
+            self._launch()
 
     def _close_channel(self) -> None:
         """Once per start: the process may have gone (and this run) before `stop` runs it again."""
@@ -274,6 +296,11 @@ class FanoutChannel(_Handover):
     @property
     def alive(self) -> bool:
         return self._channel is not None
+
+    idle = False  # the supervisor runs the shared process from the start
+
+    def take(self) -> bool:
+        return self.alive
 
     def _connect(self) -> None:
         if self._stopping:

@@ -49,7 +49,7 @@ class _HandedOver(Response):
         self._fanout, self._connection, self._request, self._here = fanout, connection, request, here
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        fd = self._connection.duplicate() if self._fanout.alive else None
+        fd = self._connection.duplicate() if self._fanout.take() else None
         if fd is None or not self._fanout.hand_over(fd, self._request):
             await self._here()(scope, receive, send)
             return
@@ -145,13 +145,13 @@ def _stream_here(
 
 
 def events_health(state: Runtime) -> dict[str, object]:
-    """Streams open, and the fan-out process serving them (degraded: it is restarting, streams are
-    served in the server's process meanwhile)."""
+    """Streams open, and the fan-out process serving them (null before the first stream, which
+    starts it; degraded: it is restarting, streams are served in the server's process meanwhile)."""
     fanout = state.fanout
     body: dict[str, object] = {"status": "ok", "streams": state.open_streams}
     if fanout is not None:
         body["process"] = fanout.pid
-        body["status"] = "ok" if fanout.alive else "degraded"
+        body["status"] = "ok" if fanout.alive or fanout.idle else "degraded"
     return body
 
 

@@ -125,11 +125,7 @@ def _start_fanout(
         channel.start()
         return channel
     fanout = FanoutProcess(commit_log, settings.store_location(), fanout_options(settings))
-    try:
-        fanout.start()
-    except OSError as exc:  # e.g. a platform without SOCK_SEQPACKET Unix sockets
-        log.warning("event streams are served in this process: the fan-out process cannot start (%s)", exc)
-        return None
+    fanout.start()  # its process runs once the first stream comes
     return fanout
 
 

@@ -1,22 +1,31 @@
 """The one place isbre reaches into uvicorn's supervisor of several workers: `Multiprocess`, its
-`keep_subprocess_alive` and its workers' `ping` (tests/test_upstream_seams.py fails when they
-change).
+`keep_subprocess_alive`, its workers' `ping`, and the multiprocessing context it starts them in
+(`uvicorn._subprocess.spawn`); tests/test_upstream_seams.py fails when they change.
+
+Workers are forked from a server process that has imported the application once (multiprocessing's
+`forkserver`, clean of the supervisor's threads and open store), instead of each starting a new
+interpreter that imports it all again: on two cores a worker spawned that way took two seconds of
+CPU before it could answer, sixteen of them half a minute.
 
 uvicorn pings each worker every half second and takes one that does not answer within
-`timeout_worker_healthcheck` seconds for hung: it kills it and starts another. A worker answers
-once its process has imported uvicorn and unpickled its configuration; on a machine busy with
-other work, or with many workers starting on few cores, that takes longer than the check waits,
-so every worker was killed while it started, and started again, forever. Here a worker is checked
-as uvicorn checks it only once it has answered a first time; until then it is waited for while
-its process lives, and the log says so when it takes long.
+`timeout_worker_healthcheck` seconds for hung: it kills it and starts another. On a machine busy
+with other work a worker may take longer than that to start, and was killed while it started, and
+started again, forever. Here a worker is checked as uvicorn checks it only once it has answered a
+first time; until then it is waited for while its process lives, and the log says so when it
+takes long.
 """
 
 from __future__ import annotations
 
 import logging
+import multiprocessing
+import multiprocessing.forkserver
+import os
 import time
 from socket import socket
+from typing import Any
 
+import uvicorn._subprocess
 from uvicorn.config import Config
 from uvicorn.supervisors.multiprocess import Multiprocess, Process
 
@@ -26,10 +35,29 @@ log = logging.getLogger(__name__)
 STARTING_NOTICE_SECONDS = 30.0
 
 
+# What the worker processes' server imports before it forks any: the application.
+PRELOADED = ["isbre.rest.workers", "isbre.rest.app"]
+
+
+def leave_the_forkserver() -> None:
+    """In a worker: close this process's end of the pipe by which the forkserver knows that the
+    supervisor lives. multiprocessing hands it to every process forked so, and while a worker holds
+    it a forkserver outlives a supervisor killed with SIGKILL, and its workers with it; closed, the
+    forkserver ends with the supervisor, and the workers end with the forkserver, their parent."""
+    server: Any = multiprocessing.forkserver._forkserver
+    if server._forkserver_alive_fd is not None:
+        os.close(server._forkserver_alive_fd)
+        server._forkserver_alive_fd = None
+
+
 class PatientSupervisor(Multiprocess):
-    """uvicorn's supervisor, patient with workers that have not answered yet."""
+    """uvicorn's supervisor, its workers forked from a server that has imported the application,
+    and patient with workers that have not answered yet."""
 
     def __init__(self, config: Config, sockets: list[socket]) -> None:
+        forked = multiprocessing.get_context("forkserver")
+        forked.set_forkserver_preload(PRELOADED)
+        uvicorn._subprocess.spawn = forked  # type: ignore[assignment]
         super().__init__(config, sockets)
         self._answered: set[Process] = set()
         self._since: dict[Process, float] = {}  # a worker not yet answered: when it was first asked

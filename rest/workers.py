@@ -18,6 +18,7 @@ from fastapi import FastAPI
 from isbre.catalog.processes import die_with_parent
 from isbre.rest.connections import GuardedHttpProtocol
 from isbre.rest.settings import Settings
+from isbre.rest.uvicorn_supervisor import leave_the_forkserver
 
 SETTINGS_ENV = "ISBRE_WORKER_SETTINGS"
 
@@ -44,7 +45,10 @@ def worker_app() -> FastAPI:
     """The app of one worker process (uvicorn calls this factory in each)."""
     from isbre.rest.app import create_app
 
-    die_with_parent()  # uvicorn's supervisor: a worker it cannot watch any more ends too
+    # Its parent is the server it was forked from, which ends with uvicorn's supervisor: a worker
+    # the supervisor cannot watch any more ends too.
+    leave_the_forkserver()
+    die_with_parent()
     settings = _handed_down()
     WorkerHttpProtocol.max_header_bytes = settings.max_header_kb << 10
     WorkerHttpProtocol.header_timeout = settings.header_timeout_seconds

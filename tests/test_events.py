@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 import pytest
 from isbre.events.client import CommitEvent, EventStreamError, subscribe
 
@@ -557,9 +558,13 @@ def test_a_killed_fanout_process_is_replaced_and_subscribers_miss_nothing(tmp_pa
         server.stop()
 
 
-def test_the_fanout_process_ends_with_the_server(tmp_path: Path) -> None:
+def test_the_fanout_process_starts_with_the_first_stream_and_ends_with_the_server(tmp_path: Path) -> None:
     server = IsbreServer(tmp_path / "warehouse").start()
-    fanout = events_health(server)["process"]
+    assert events_health(server) == {"status": "ok", "streams": 0, "process": None}  # nobody streams
+    with http.stream("GET", f"{server.url}/v1/events", timeout=30) as response:
+        next(response.iter_lines())
+        fanout = events_health(server)["process"]
+        assert fanout is not None and psutil.Process(fanout).ppid() == server.pid
     server.kill()
 
     def running() -> bool:

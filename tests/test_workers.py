@@ -496,9 +496,12 @@ def test_workers_slower_to_start_than_uvicorn_s_liveness_check_are_waited_for(tm
     check waits (5 s): it is waited for while it starts, not killed as hung and started again."""
     slow = tmp_path / "slow"
     slow.mkdir()
-    # Each worker (a process multiprocessing spawns) starts 8 s late, as on a machine at full load.
+    # Each worker starts 8 s late, as on a machine at full load: one that multiprocessing spawns,
+    # or forks from its forkserver (`python -c`).
     (slow / "sitecustomize.py").write_text(
-        "import sys, time\nif '--multiprocessing-fork' in sys.argv:\n    time.sleep(8)\n"
+        "import os, sys, time\n"
+        "if '--multiprocessing-fork' in sys.argv:\n    time.sleep(8)\n"
+        "elif sys.argv == ['-c']:\n    os.register_at_fork(after_in_child=lambda: time.sleep(8))\n"
     )
     server = IsbreServer(tmp_path / "warehouse", workers=2, env={"PYTHONPATH": str(slow)}).start()
     try:

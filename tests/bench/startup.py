@@ -72,7 +72,7 @@ def run(workdir: Path) -> Report:
         "minimal FastAPI app under uvicorn",
         ["workers", "isbre, s", "minimal app, s", "isbre / minimal"],
     )
-    for workers in (1, 2):
+    for workers in (1, 2, 8):
         isbre = median_of(RUNS, lambda w=workers: isbre_seconds(workdir, w))
         minimal = median_of(RUNS, lambda w=workers: minimal_seconds(workdir, w))
         report.add(str(workers), isbre, minimal, f"{isbre / minimal:.2f}x")
