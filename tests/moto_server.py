@@ -9,6 +9,11 @@ this launcher adds the session policy to its check with its conditions (the
 vended credential refused outside its table, as AWS refuses it. It also checks
 a body against its signed SHA-256 and its Content-MD5, as S3 does and moto does
 not. It only ever refuses more than moto alone would.
+
+Since moto 5.2.6 the action moto checks is the request's API operation
+(`CreateMultipartUpload`, `HeadObject`, `ListObjectsV2`), where IAM names the
+permission each operation needs (`s3:PutObject`, `s3:GetObject`, `s3:ListBucket`);
+the launcher checks the permission, as AWS does, whichever moto it runs on.
 """
 
 from __future__ import annotations
@@ -30,6 +35,24 @@ _role_policies_allow = access_control.IAMRequestBase.check_action_permitted
 _signature_matches = access_control.IAMRequestBase.check_signature
 UNSIGNED = ("UNSIGNED-PAYLOAD", "STREAMING-UNSIGNED-PAYLOAD-TRAILER")
 COPY_SOURCE = "x-amz-copy-source"
+
+# The S3 operations whose permission has another name (AWS's "Amazon S3 API operations and their
+# permissions"); every other operation's permission is its own name.
+PERMISSION_OF = {
+    "HeadObject": "GetObject",
+    "CopyObject": "PutObject",
+    "CreateMultipartUpload": "PutObject",
+    "UploadPart": "PutObject",
+    "UploadPartCopy": "PutObject",
+    "CompleteMultipartUpload": "PutObject",
+    "ListParts": "ListMultipartUploadParts",
+    "DeleteObjects": "DeleteObject",
+    "HeadBucket": "ListBucket",
+    "ListObjects": "ListBucket",
+    "ListObjectsV2": "ListBucket",
+    "ListObjectVersions": "ListBucketVersions",
+    "ListMultipartUploads": "ListBucketMultipartUploads",
+}
 
 
 def _session_policy(access_key_id: str) -> str | None:
@@ -106,7 +129,13 @@ def _copy_source(headers: Any) -> str | None:
     return f"arn:aws:s3:::{source}"
 
 
+def _permission(action: str) -> str:
+    service, _, operation = action.partition(":")
+    return f"{service}:{PERMISSION_OF.get(operation, operation)}" if service == "s3" else action
+
+
 def _check_action_permitted(self: Any, resource: str) -> None:
+    self._action = _permission(self._action)
     _role_policies_allow(self, resource)
     source = _copy_source(self._headers) if self._action == "s3:PutObject" else None
     checks = [(self._action, resource)] + ([("s3:GetObject", source)] if source else [])
