@@ -8,11 +8,10 @@ no record of the commit log back (a consumer reads the table, not the log).
 from __future__ import annotations
 
 import logging
-import re
 from dataclasses import dataclass
 
 from isbre.catalog.commit_log import TABLE_CONSUMERS
-from isbre.catalog.identifiers import Identifier
+from isbre.catalog.identifiers import Identifier, check_consumer_name
 from isbre.catalog.maintenance import consumer_bounds
 from isbre.catalog.plans import ExpiredCommitsError, PlanRequest, Plans
 from isbre.catalog.request_context import ANONYMOUS, RequestContext
@@ -21,7 +20,6 @@ from isbre.catalog.writer import Batch
 from pyiceberg.table.snapshots import Operation
 
 log = logging.getLogger(__name__)
-NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
 class NoSuchConsumerError(LookupError):
@@ -52,15 +50,6 @@ class Consumer:
         return found
 
 
-def check_name(consumer: str) -> str:
-    if not NAME.fullmatch(consumer):
-        raise ValueError(
-            f"Invalid consumer name {consumer!r}: 1 to 128 letters, digits, '.', '_' or '-', "
-            "starting with a letter or digit"
-        )
-    return consumer
-
-
 class Consumers:
     def __init__(self, core: ServiceCore, plans: Plans) -> None:
         self.core = core
@@ -68,7 +57,7 @@ class Consumers:
 
     def get(self, ident: Identifier, consumer: str) -> Consumer:
         table_uuid, cursors = self._cursors(ident)
-        found = cursors.get(_key(table_uuid, check_name(consumer)))
+        found = cursors.get(_key(table_uuid, check_consumer_name(consumer)))
         if found is None:
             raise NoSuchConsumerError(f"Table {ident} has no consumer named {consumer!r}")
         return self._state(ident, consumer, found)
@@ -92,7 +81,7 @@ class Consumers:
     ) -> Consumer:
         """Move the cursor to `commit_seq` if it is at `expected` (None: if there is none yet);
         ConsumerMovedError otherwise."""
-        check_name(consumer)
+        check_consumer_name(consumer)
 
         def mutation(batch: Batch) -> None:
             if commit_seq < 0 or commit_seq > batch.view.commit_seq():
@@ -112,7 +101,7 @@ class Consumers:
         return self._state(ident, consumer, commit_seq)
 
     def delete(self, ident: Identifier, consumer: str, context: RequestContext = ANONYMOUS) -> None:
-        check_name(consumer)
+        check_consumer_name(consumer)
 
         def mutation(batch: Batch) -> None:
             key = _key(require_object(batch.view, TABLE, ident).uuid, consumer)

@@ -63,6 +63,20 @@ def path_segment(name: str) -> str:
     return f"{readable}~{hashlib.sha256(name.encode()).hexdigest()[:16]}"
 
 
+CONSUMER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+def check_consumer_name(consumer: str) -> str:
+    """A consumer's name, as a cursor's owner: here, not beside the cursors, so that a client
+    (events/table_feed.py) checks it without importing the catalog's server side."""
+    if not CONSUMER_NAME.fullmatch(consumer):
+        raise ValueError(
+            f"Invalid consumer name {consumer!r}: 1 to 128 letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit"
+        )
+    return consumer
+
+
 def check_namespace(namespace: object) -> tuple[str, ...]:
     if isinstance(namespace, str) or not isinstance(namespace, list | tuple):
         raise InvalidIdentifierError("namespace must be a list of strings")

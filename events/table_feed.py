@@ -8,13 +8,14 @@ feed makes no request but its open event stream.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterator
 from typing import Any, Literal
 
 import pyarrow as pa
-from isbre.catalog.consumers import check_name
+from isbre.catalog.identifiers import check_consumer_name
 from isbre.catalog.pyiceberg_internals import rest_extension
 from isbre.events.client import subscribe
 from pyiceberg.catalog.rest import RestCatalog
@@ -24,6 +25,9 @@ from pyiceberg.io.pyarrow import ArrowScan
 from pyiceberg.table import FileScanTask, Table
 
 _TABLE = "namespaces/{namespace}/tables/{table}"
+# The position of a feed that has read nothing: commits are numbered from 1.
+BEFORE_ANY_COMMIT = 0
+log = logging.getLogger(__name__)
 
 
 class FeedError(Exception):
@@ -49,19 +53,24 @@ class TableFeed:
         credential: str | None = None,
         from_start: bool = False,
         on_rewrite: Literal["raise", "skip"] = "raise",
+        on_expired: Literal["raise", "resync"] = "raise",
         **properties: str,
     ) -> None:
         """`table`: "namespace.table"; `consumer`: the cursor's name (a new one starts at the
-        table's next commit, or at its first with `from_start`; None: a feed that keeps no
-        cursor); `on_rewrite`: what an overwrite or delete after the cursor does ("raise":
+        table's next commit, or with `from_start` with the table as it is; None: a feed that keeps
+        no cursor); `on_rewrite`: what an overwrite or delete after the cursor does ("raise":
         RowsRewrittenError before any of its rows are returned; "skip": its appended rows are
-        read, its removals ignored); `properties`: more of PyIceberg's catalog properties
-        (vended credentials' header, say)."""
+        read, its removals ignored); `on_expired`: what a feed whose unread snapshots were
+        expired does ("raise": FeedResyncError; "resync": reads the table as it is, rows it had
+        read included, and follows from there); `properties`: more of PyIceberg's catalog
+        properties (vended credentials' header, say)."""
         if on_rewrite not in ("raise", "skip"):
             raise ValueError(f"on_rewrite is 'raise' or 'skip', not {on_rewrite!r}")
+        if on_expired not in ("raise", "resync"):
+            raise ValueError(f"on_expired is 'raise' or 'resync', not {on_expired!r}")
         self.uri, self.table = uri.rstrip("/"), table
-        self.consumer = None if consumer is None else check_name(consumer)
-        self.on_rewrite = on_rewrite
+        self.consumer = None if consumer is None else check_consumer_name(consumer)
+        self.on_rewrite, self.on_expired = on_rewrite, on_expired
         auth = {"token": token} if token else {"credential": credential} if credential else {}
         self._catalog = RestCatalog("feed", uri=self.uri, **auth, **properties)
         self._token, self._credential = token, credential
@@ -72,7 +81,7 @@ class TableFeed:
         if self._stored is not None:
             self.position = self._stored
         elif from_start:
-            self.position = 0
+            self.position = BEFORE_ANY_COMMIT
         else:
             self.position = self._head()
         if self._stored is None and self.consumer is not None:
@@ -131,17 +140,39 @@ class TableFeed:
 
     def _read_new(self) -> pa.Table | None:
         """The rows of the commits after the position (None when nothing was appended since);
-        the position moves past every commit looked at."""
-        answer = self._call("POST", f"{_TABLE}/plan", body={"isbre-after-commit-seq": self.position})
-        assert answer is not None
+        the position moves past every commit looked at. Before any commit, the rows are the table
+        as it is: its current snapshot, whatever expiry removed before it."""
+        if self.position == BEFORE_ANY_COMMIT:
+            return self._read_whole()
+        try:
+            answer = self._call("POST", f"{_TABLE}/plan", body={"isbre-after-commit-seq": self.position})
+        except FeedResyncError as expired:
+            if self.on_expired == "raise":
+                raise
+            log.warning(
+                "%s: %s; reading %s as it is, rows read before included", self.table, expired, self.table
+            )
+            return self._read_whole()
         if answer.get("isbre-rewrites") and self.on_rewrite == "raise":
             operations = sorted({rewrite["operation"] for rewrite in answer["isbre-rewrites"]})
             raise RowsRewrittenError(
                 f"Commits to {self.table} after {self.position} rewrote rows ({', '.join(operations)}); "
                 "open the feed with on_rewrite='skip' to read on past them"
             )
-        tasks = self._tasks(answer)
-        after = int(answer["isbre-commit-seq"])
+        return self._rows(self._tasks(answer), int(answer["isbre-commit-seq"]))
+
+    def _read_whole(self) -> pa.Table | None:
+        """The table's current snapshot, read whole; the position moves to the commit that made it."""
+        answer = self._call("POST", f"{_TABLE}/plan", body={})
+        if "isbre-commit-seq" not in answer:
+            raise FeedError(
+                f"{self.table}'s current snapshot was not made through this catalog's commit log "
+                "(a registered table's): there is no commit to follow it from"
+            )
+        return self._rows(self._tasks(answer), int(answer["isbre-commit-seq"]))
+
+    def _rows(self, tasks: list[FileScanTask], after: int) -> pa.Table | None:
+        """The rows of `tasks` (None when there are none); the position moves to `after` either way."""
         if not tasks:
             self.position = after
             return None

@@ -99,15 +99,24 @@ def _tail(args: argparse.Namespace) -> int:
 
 
 def _table_tail(args: argparse.Namespace) -> int:
-    from isbre.events.table_feed import TableFeed
+    from isbre.events.table_feed import BEFORE_ANY_COMMIT, TableFeed
 
     _with_url(args)
     credentials = {"token": args.token, "credential": args.credential}
-    feed = TableFeed(args.url, args.table, args.consumer, from_start=args.from_start, **credentials)
-    print(
-        f"{args.prog}: connected to {args.url}, rows of {args.table} after commit_seq {feed.position}",
-        file=sys.stderr,
+    feed = TableFeed(
+        args.url,
+        args.table,
+        args.consumer,
+        from_start=args.from_start,
+        on_expired=args.on_expired,
+        **credentials,
     )
+    where = (
+        "as it is, then each new one"
+        if feed.position == BEFORE_ANY_COMMIT
+        else f"after commit_seq {feed.position}"
+    )
+    print(f"{args.prog}: connected to {args.url}, rows of {args.table} {where}", file=sys.stderr)
     header = True
     with feed:
         for rows in feed:
@@ -355,7 +364,14 @@ def build_parser() -> argparse.ArgumentParser:
     table_tail.add_argument(
         "--from-start",
         action="store_true",
-        help="a new consumer starts at the table's first commit, not its next",
+        help="a new consumer starts with the table's rows as they are, not at its next commit",
+    )
+    table_tail.add_argument(
+        "--on-expired",
+        choices=("raise", "resync"),
+        default="raise",
+        help="when snapshots the consumer had not read were expired: stop, saying so, or print the "
+        "table's rows as they are again and go on from there",
     )
     _add_credentials(table_tail)
     table_tail.set_defaults(prog=table_tail.prog, command_parser=table_tail, handler=_table_tail)

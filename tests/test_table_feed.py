@@ -46,10 +46,36 @@ def new_table(server: IsbreServer, namespace: str, **properties: str) -> Table:
     return catalog.create_table(f"{namespace}.t", SCHEMA, properties=properties)
 
 
+# Table properties under which expiry removes every snapshot but the current one at once.
+EAGER_EXPIRY = {"history.expire.max-snapshot-age-ms": "1", "history.expire.min-snapshots-to-keep": "1"}
+
+
+def strict_and_lenient(
+    server: IsbreServer, table: str, rows: int, **lenient: str
+) -> tuple[TableFeed, TableFeed]:
+    """Two new consumers of `table` from its start, one opened with `lenient` options, each having
+    read its `rows` rows and stored its cursor."""
+    strict = TableFeed(server.url, table, consumer="strict", from_start=True)
+    other = TableFeed(server.url, table, consumer="lenient", from_start=True, **lenient)  # type: ignore[arg-type]
+    for feed in (strict, other):
+        assert feed.read(timeout=5).num_rows == rows
+        feed.commit()
+    return strict, other
+
+
 def consumers(server: IsbreServer, table: str, name: str = "") -> str:
     namespace, table_name = table.split(".")
     base = f"{server.url}/v1/isbre/namespaces/{namespace}/tables/{table_name}/consumers"
     return f"{base}/{name}" if name else base
+
+
+def expire_now(server: IsbreServer, table: str) -> int:
+    """Run snapshot expiry on `table` now; the number of snapshots it removed."""
+    namespace, name = table.split(".")
+    url = f"{server.url}/v1/isbre/namespaces/{namespace}/tables/{name}/maintenance"
+    answer = http.post(url, json={"jobs": ["expire-snapshots"]})
+    assert answer.status_code == 200, answer.text
+    return answer.json()["jobs"][0].get("removed-snapshots", 0)
 
 
 def test_a_consumer_cursor_moves_by_compare_and_set(server: IsbreServer) -> None:
@@ -179,12 +205,8 @@ def test_a_feed_follows_a_restarted_server(tmp_path: Path) -> None:
 def test_an_overwrite_is_raised_or_skipped_as_asked(server: IsbreServer) -> None:
     table = new_table(server, "rewrites")
     table.append(batch(0, 10))
-    strict = TableFeed(server.url, "rewrites.t", consumer="strict", from_start=True)
-    lenient = TableFeed(server.url, "rewrites.t", consumer="lenient", from_start=True, on_rewrite="skip")
+    strict, lenient = strict_and_lenient(server, "rewrites.t", 10, on_rewrite="skip")
     try:
-        for feed in (strict, lenient):
-            assert feed.read(timeout=5).num_rows == 10
-            feed.commit()
         table.overwrite(batch(100, 3), overwrite_filter=LessThan("id", 5))
         with pytest.raises(RowsRewrittenError, match="rewrote rows"):
             strict.read(timeout=5)
@@ -206,7 +228,8 @@ def test_isbre_tail_prints_rows_as_they_land(server: IsbreServer) -> None:
     )
     try:
         assert tail.stderr is not None and tail.stdout is not None
-        assert "connected to" in tail.stderr.readline()
+        line = tail.stderr.readline()
+        assert "connected to" in line and "rows of tailed.t as it is, then each new one" in line, line
         assert [json.loads(tail.stdout.readline())["id"] for _ in range(2)] == [0, 1]
         table.append(batch(7, 1))
         assert json.loads(tail.stdout.readline()) == {"id": 7, "writer": 0}
@@ -240,8 +263,7 @@ def test_a_new_consumer_of_a_table_without_rows_starts_at_the_log_s_last_commit(
 
 
 def test_expiry_keeps_what_a_consumer_has_not_read_within_its_bounds(server: IsbreServer) -> None:
-    eager = {"history.expire.max-snapshot-age-ms": "1", "history.expire.min-snapshots-to-keep": "1"}
-    table = new_table(server, "held", **eager)
+    table = new_table(server, "held", **EAGER_EXPIRY)
     table.append(batch(0, 5))
     feed = TableFeed(server.url, "held.t", consumer="slow", from_start=True)
     try:
@@ -249,21 +271,14 @@ def test_expiry_keeps_what_a_consumer_has_not_read_within_its_bounds(server: Isb
         feed.commit()
         for n in range(1, 4):
             table.append(batch(n * 10, 5))
-        expire = f"{server.url}/v1/isbre/namespaces/held/tables/t/maintenance"
-
-        def expired_snapshots() -> int:
-            answer = http.post(expire, json={"jobs": ["expire-snapshots"]})
-            assert answer.status_code == 200, answer.text
-            return answer.json()["jobs"][0].get("removed-snapshots", 0)
-
-        assert expired_snapshots() == 1  # the one the consumer has read; its three unread stay
+        assert expire_now(server, "held.t") == 1  # the one the consumer has read; its three unread stay
         state = http.get(consumers(server, "held.t", "slow")).json()
         assert state["expired"] is False and state["behind"] == {"commits": 3, "rows": 15}
         # Past its bound, the consumer is left behind: expiry goes on, and the feed is told to resync.
         table.catalog.load_table("held.t").transaction().set_properties(
             **{"isbre.consumers.max-snapshots": "2"}
         ).commit_transaction()
-        assert expired_snapshots() >= 2
+        assert expire_now(server, "held.t") >= 2
         state = http.get(consumers(server, "held.t", "slow")).json()
         assert state["expired"] is True and "read the table whole again" in state["message"]
         with pytest.raises(FeedResyncError, match="read the table whole again"):
@@ -359,3 +374,52 @@ def test_every_row_of_200_appends_once_while_maintenance_runs_and_both_sides_res
         feed.close()
         other.close()
         servers[-1].stop()
+
+
+def test_from_start_reads_the_table_as_it_is_whatever_expiry_removed(server: IsbreServer) -> None:
+    """A new consumer asking for everything gets the rows the table holds now (not those deleted
+    before it came), though the snapshots that appended them were expired, then each new row."""
+    table = new_table(server, "whole", **EAGER_EXPIRY)
+    for n in range(3):
+        table.append(batch(n * 10, 5))
+    table.delete(LessThan("id", 3))
+    assert expire_now(server, "whole.t") >= 3  # only the delete's snapshot is left
+    model = sorted(set(range(0, 5)) - {0, 1, 2} | set(range(10, 15)) | set(range(20, 25)))
+    feed = TableFeed(server.url, "whole.t", consumer="late", from_start=True)
+    try:
+        assert sorted(feed.read(timeout=5)["id"].to_pylist()) == model
+        feed.commit()
+        table.append(batch(100, 2))
+        assert feed.read(timeout=5)["id"].to_pylist() == [100, 101]
+        feed.commit()
+    finally:
+        feed.close()
+    # The stored cursor is where the reading left off: a restart reads nothing again.
+    again = TableFeed(server.url, "whole.t", consumer="late", from_start=True)
+    try:
+        assert again.read(timeout=0.5).num_rows == 0
+    finally:
+        again.close()
+
+
+def test_a_consumer_past_its_bounds_may_resync_instead_of_failing(server: IsbreServer) -> None:
+    table = new_table(server, "resync", **{**EAGER_EXPIRY, "isbre.consumers.max-snapshots": "2"})
+    table.append(batch(0, 4))
+    strict, lenient = strict_and_lenient(server, "resync.t", 4, on_expired="resync")
+    try:
+        for n in range(1, 5):
+            table.append(batch(n * 10, 2))
+        assert expire_now(server, "resync.t") >= 3  # past both consumers' bound of 2 snapshots
+        with pytest.raises(FeedResyncError, match="read the table whole again"):
+            strict.read(timeout=5)
+        # The table as it is now: what the consumer read before comes again (at least once).
+        model = [*range(0, 4), *(i for n in range(1, 5) for i in (n * 10, n * 10 + 1))]
+        assert sorted(lenient.read(timeout=5)["id"].to_pylist()) == model
+        lenient.commit()
+        table.append(batch(90, 1))
+        assert lenient.read(timeout=5)["id"].to_pylist() == [90]
+    finally:
+        strict.close()
+        lenient.close()
+    with pytest.raises(ValueError, match="on_expired"):
+        TableFeed(server.url, "resync.t", consumer=None, on_expired="skip")  # type: ignore[arg-type]
