@@ -111,6 +111,14 @@ def test_the_layers_are_the_documented_ones() -> None:
 
 
 TABLES = ("pyarrow", "pyiceberg")
+# The server's side of the catalog: its store, its writer, the operations that commit, the app.
+SERVER = (
+    "isbre.catalog.store",
+    "isbre.catalog.writer",
+    "isbre.catalog.service_core",
+    "isbre.catalog.table_operations",
+    "isbre.rest.app",
+)
 
 
 @pytest.mark.parametrize(
@@ -124,6 +132,11 @@ TABLES = ("pyarrow", "pyiceberg")
         # process, when lineage is on (a fifth of a second for every process).
         ("isbre.rest.serve", ("openlineage",)),
         ("isbre.rest.app", ("openlineage",)),
+        # A client is not a server: a feed, the event stream's reader and the command line load none
+        # of the server's side (a feed's name rules live where both read them: catalog.identifiers).
+        ("isbre.events.table_feed", SERVER),
+        ("isbre.events.client", (*SERVER, *TABLES)),
+        ("isbre.rest.cli", (*SERVER, *TABLES, "fastapi")),
         # `isbre serve` checks its settings before it loads the server: a mistake is answered at once.
         ("isbre.rest.settings", (*TABLES, "fastapi", "openlineage")),
     ],
