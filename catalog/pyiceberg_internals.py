@@ -17,7 +17,15 @@ from typing import TYPE_CHECKING, Any
 from isbre.catalog.table_properties import honoured_metadata
 from pyiceberg.avro.file import AvroOutputFile
 from pyiceberg.expressions import BooleanExpression
-from pyiceberg.manifest import DataFile, ManifestEntry, ManifestFile, ManifestWriterV2, _inherit_from_manifest
+from pyiceberg.manifest import (
+    DataFile,
+    ManifestContent,
+    ManifestEntry,
+    ManifestEntryStatus,
+    ManifestFile,
+    ManifestWriterV2,
+    _inherit_from_manifest,
+)
 from pyiceberg.table import Table, Transaction
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Operation, Summary
@@ -29,7 +37,8 @@ from pyiceberg.table.update import (
     _TableMetadataUpdateContext,
     _update_table_metadata_log,
 )
-from pyiceberg.typedef import KeyDefaultDict, TableVersion
+from pyiceberg.table.update.snapshot import _FastAppendFiles
+from pyiceberg.typedef import EMPTY_DICT, KeyDefaultDict, TableVersion
 from pyiceberg.utils.datetime import datetime_to_millis
 
 if TYPE_CHECKING:
@@ -207,6 +216,54 @@ def _as_replace(update: TableUpdate) -> TableUpdate:
         return update
     summary = Summary(Operation.REPLACE, **update.snapshot.summary.additional_properties)
     return AddSnapshotUpdate(snapshot=update.snapshot.model_copy(update={"summary": summary}))
+
+
+class DeleteManifestWriterV2(ManifestWriterV2):
+    """PyIceberg's v2 manifest writer, for delete files: PyIceberg writes data manifests only."""
+
+    def content(self) -> ManifestContent:
+        return ManifestContent.DELETES
+
+    @property
+    def _meta(self) -> dict[str, str]:
+        return {**super()._meta, "content": "deletes"}
+
+
+class AppendWithDeletes(_FastAppendFiles):
+    """A fast append that adds delete files too, in a delete manifest of their own: an `overwrite`
+    snapshot (PyIceberg's producers add data files only). `delete_files` are of the table's
+    current spec."""
+
+    def __init__(
+        self, transaction: Transaction, delete_files: Iterable[DataFile], snapshot_properties: dict[str, str]
+    ) -> None:
+        super().__init__(
+            Operation.OVERWRITE, transaction, transaction._table.io, snapshot_properties=snapshot_properties
+        )
+        self._delete_files = list(delete_files)
+
+    def _manifests(self) -> list[ManifestFile]:
+        manifests = super()._manifests()
+        if not self._delete_files:
+            return manifests
+        spec, output = self._transaction.table_metadata.spec(), self.new_manifest_output()
+        writer = DeleteManifestWriterV2(spec, self.schema(), output, self._snapshot_id, self._compression)
+        with writer:
+            for delete_file in self._delete_files:
+                entry = ManifestEntry.from_args(
+                    status=ManifestEntryStatus.ADDED, snapshot_id=self._snapshot_id, data_file=delete_file
+                )
+                writer.add(entry)
+        return [writer.to_manifest_file(), *manifests]
+
+    def _summary(self, snapshot_properties: dict[str, str] = EMPTY_DICT) -> Summary:
+        # PyIceberg's summary counts the files `_added_data_files` holds, delete files by content.
+        data_files = self._added_data_files
+        self._added_data_files = [*data_files, *self._delete_files]
+        try:
+            return super()._summary(snapshot_properties)
+        finally:
+            self._added_data_files = data_files
 
 
 class ManifestWriterV3(ManifestWriterV2):

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import pyarrow as pa
-from isbre.sinks.contract import CommitInfo, OffsetSpan, OneStreamSink, SourceFields
+from isbre.sinks.contract import CommitInfo, OffsetSpan, OneStreamSink, SourceFields, continue_span
 from isbre.sinks.quality import Rule, judged
 from isbre.sinks.quarantine_lane import QUARANTINE_BUFFER_ROWS, QUARANTINE_DRAIN_S
 from isbre.sinks.table_writer import TableWriter
@@ -24,7 +24,11 @@ class IcebergSink(OneStreamSink):
     with a `quarantine` sink, or `annotate`) says what becomes of failing rows; an `audit` sink
     gets one row per record per rule (sinks/quality.py). The quarantine is written on a lane of
     its own, holding at most `quarantine_buffer_rows` rows, that `finish()` waits for at most
-    `quarantine_drain_s` (sinks/quarantine_lane.py)."""
+    `quarantine_drain_s` (sinks/quarantine_lane.py).
+
+    With `key` (column names), a keyed sink: a row pushed replaces the row of its key, and
+    `delete(keys, span)` deletes by key, each commit one equality delete file beside its rows
+    (sinks/upserts.py)."""
 
     def __init__(
         self,
@@ -43,6 +47,17 @@ class IcebergSink(OneStreamSink):
         self.quality = judged(
             self.writer, rules, enforcement, quarantine, audit, quarantine_buffer_rows, quarantine_drain_s
         )
+
+    def delete(
+        self, keys: pa.Table | pa.RecordBatch, span: OffsetSpan, offsets: np.ndarray | None = None
+    ) -> None:
+        """Delete the row of each key of `keys` in the next commit (a keyed sink's: `key=[...]`),
+        the keys at the offsets of `span` as a batch's rows are: a replay deletes nothing again."""
+        extended = continue_span(self._span, span)
+        self.writer.delete(
+            pa.Table.from_batches([keys]) if isinstance(keys, pa.RecordBatch) else keys, span, offsets
+        )
+        self._span = extended
 
     def _take(
         self, batch: pa.RecordBatch, span: OffsetSpan, source: SourceFields | None, offsets: np.ndarray | None

@@ -1,15 +1,17 @@
 """What a table writer holds between taking rows and committing them, and the offset arithmetic
-it decides with: which offsets a span's coverage already holds, which spans a commit carries."""
+it decides with: which offsets a span's coverage already holds, which spans a commit carries;
+which rows the table's columns cannot hold."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 from isbre.catalog.coverage import Span, SpanKey
-from isbre.sinks.contract import OffsetSpan, SourceFields
+from isbre.sinks.contract import OffsetSpan, SinkError, SourceFields
+from pyiceberg.schema import Schema
 
 
 @dataclass(frozen=True)
@@ -67,3 +69,37 @@ def spans_of(key: SpanKey, ranges: Iterable[tuple[int, int]]) -> list[Span]:
 
 def inside(ranges: Sequence[tuple[int, int]], start: int, end: int) -> bool:
     return start == end or any(s <= start and end <= e for s, e in ranges)
+
+
+def exact_values(batch: pa.RecordBatch, exact: Mapping[str, pa.DataType], table: str) -> pa.RecordBatch:
+    """`batch` with its integer columns bound for float or double columns (`exact`: the column
+    names and their types) as such; SinkError for a value the column's type does not hold exactly."""
+    for name, kind in exact.items():
+        index = batch.schema.get_field_index(name)
+        try:
+            batch = batch.set_column(
+                index, batch.schema.field(index).with_type(kind), batch.column(index).cast(kind)
+            )
+        except pa.ArrowInvalid as exc:
+            raise SinkError(
+                f"{table}: column {name!r}: a whole number its {kind} column cannot hold exactly: {exc}"
+            ) from exc
+    return batch
+
+
+def contract_errors(schema: Schema, batch: pa.RecordBatch) -> np.ndarray | None:
+    """Why each row of `batch` cannot be written to a table of `schema`, None for a row that can (a
+    null in a required column: the table's own schema says it cannot be null); None when all can.
+    The table must have been fitted to `batch`'s schema (TableWriter.fit)."""
+    errors: np.ndarray | None = None
+    for field in schema.fields:
+        if not field.required or field.name not in batch.schema.names:
+            continue
+        column = batch.column(field.name)
+        if not column.null_count:
+            continue
+        if errors is None:
+            errors = np.full(batch.num_rows, None, dtype=object)
+        first = np.asarray(column.is_null(), dtype=bool) & ~errors.astype(bool)  # a row's first error
+        errors[first] = f"{field.name!r} is required and is null"
+    return errors

@@ -16,6 +16,7 @@ from isbre.catalog.pyiceberg_internals import arrow_schema_without_ids
 from isbre.sinks.contract import SchemaDriftError
 from isbre.sinks.policies import DEFAULT_POLICY, EARLIER_POLICY
 from pyiceberg.schema import Schema
+from pyiceberg.table import Transaction
 from pyiceberg.types import (
     DecimalType,
     DoubleType,
@@ -108,6 +109,19 @@ class Plan:
     @property
     def changes_table(self) -> bool:
         return self.changes_schema or bool(self.properties)
+
+    def stage(self, tx: Transaction) -> None:
+        """Stage the plan's schema changes and properties on `tx`."""
+        if self.changes_schema:
+            with tx.update_schema() as update:
+                for path, kind, doc in self.add:
+                    update.add_column(path, kind, doc=doc)
+                for path, kind in self.widen:
+                    update.update_column(path, field_type=kind)
+                for name, doc in self.docs.items():
+                    update.update_column(name, doc=doc)
+        if self.properties:
+            tx.set_properties(self.properties)
 
 
 def table_policy(properties: dict[str, str] | None, requested: str | None) -> str:

@@ -35,6 +35,7 @@ import pyarrow as pa
 from isbre.catalog.sink_rows import ACCEPTED, ANNOTATED
 from isbre.sinks.conform import conform
 from isbre.sinks.contract import OffsetSpan, SinkError, SourceFields, row_offsets
+from isbre.sinks.pending import contract_errors
 from isbre.sinks.quarantine_lane import QUARANTINE_BUFFER_ROWS, QUARANTINE_DRAIN_S, QuarantineLane
 from isbre.sinks.record_id import record_ids
 
@@ -149,7 +150,7 @@ class Quality:
         # Rows the table cannot hold are quarantined too, instead of refusing the batch.
         if self.enforcement == "quarantine":
             writer.fit(batch.schema)
-            errors = _first_errors(errors, writer.contract_errors(batch))
+            errors = _first_errors(errors, contract_errors(writer.table.schema(), batch))
         if errors is not None:
             passed &= ~errors.astype(bool)
         if self.enforcement == "strict" and not passed.all():

@@ -18,16 +18,25 @@ import requests
 from isbre.catalog.coverage import SPANS_PROPERTY, Coverage, SpanKey, encode_spans, merge
 from isbre.catalog.file_uris import local_path
 from isbre.catalog.metadata_files import sync_directories, sync_file
-from isbre.catalog.pyiceberg_internals import LeanTransaction, arrow_schema_without_ids
+from isbre.catalog.pyiceberg_internals import AppendWithDeletes, LeanTransaction, arrow_schema_without_ids
 from isbre.catalog.sink_rows import ACCEPTED, ROWS_PROPERTY, encode_rows
 from isbre.sinks.catalogs import CoverageSource, coverage_source
 from isbre.sinks.columns import DEFAULT_PREFIX, MetadataColumns, now
 from isbre.sinks.contract import CommitInfo, OffsetSpan, SinkError, SourceFields, row_offsets
 from isbre.sinks.datafiles import write_data_files
-from isbre.sinks.pending import Prepared, broken_rows, covered_offsets, inside, spans_of
+from isbre.sinks.pending import (
+    Prepared,
+    broken_rows,
+    contract_errors,
+    covered_offsets,
+    exact_values,
+    inside,
+    spans_of,
+)
 from isbre.sinks.policies import DEFAULT_POLICY
 from isbre.sinks.provisioning import comment_hash, plan, sink_properties, table_policy, with_docs
 from isbre.sinks.record_id import canonical_json
+from isbre.sinks.upserts import KeyedChanges, equality_delete_file
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import (
     CommitFailedException,
@@ -77,6 +86,7 @@ class TableWriter:
         max_attempts: int = 10,
         target_file_bytes: int = 32 << 20,
         write_threads: int = 2,
+        key: Sequence[str] = (),
     ) -> None:
         self.catalog = catalog
         self.identifier = identifier
@@ -90,6 +100,7 @@ class TableWriter:
         self.snapshot_properties = dict(snapshot_properties or {})
         self.table_properties = dict(table_properties or {})
         self.max_attempts = max_attempts
+        self.keyed = KeyedChanges(key) if key else None  # an upsert sink's changes (sinks/upserts.py)
         self._table: Table | None = None
         self._source: CoverageSource | None = None
         self._known: Coverage | None = None  # committed coverage, as of snapshot `_known_at`
@@ -162,16 +173,7 @@ class TableWriter:
             wait(self._writes)
             try:
                 with table.transaction() as tx:
-                    if steps.changes_schema:
-                        with tx.update_schema() as update:
-                            for path, kind, doc in steps.add:
-                                update.add_column(path, kind, doc=doc)
-                            for path, kind in steps.widen:
-                                update.update_column(path, field_type=kind)
-                            for name, doc in steps.docs.items():
-                                update.update_column(name, doc=doc)
-                    if steps.properties:
-                        tx.set_properties(steps.properties)
+                    steps.stage(tx)
                 if steps.add or steps.widen:
                     added = [".".join(path) for path, _, _ in steps.add]
                     widened = [".".join(path) for path, _ in steps.widen]
@@ -233,13 +235,31 @@ class TableWriter:
         prepared = self.prepare(batch, span, source, offsets, keep)
         if prepared is None:
             return 0
-        self._buffer.append(prepared)
-        self._buffered += prepared.nbytes
-        if self._buffered >= self.target_file_bytes * self.write_threads:
-            self.start_write()
+        if self.keyed is not None:  # written at the commit, once each key's last change is known
+            self.keyed.upsert(prepared)
+        else:
+            self._buffer.append(prepared)
+            self._buffered += prepared.nbytes
+            if self._buffered >= self.target_file_bytes * self.write_threads:
+                self.start_write()
         if disposition is not None:
             self.rows[disposition] += prepared.rows
         return prepared.rows
+
+    def delete(self, keys: pa.Table, span: OffsetSpan, offsets: np.ndarray | None = None) -> int:
+        """Delete, in the next commit, the rows of each key of `keys` (a keyed sink's), the keys at
+        the offsets of `span` as rows are; returns how many were not covered yet."""
+        if self.keyed is None:
+            raise SinkError(f"{self.identifier}: only a keyed sink deletes by key (key=[...])")
+        offsets = row_offsets(keys.num_rows, span, offsets)
+        try:
+            taken = ~self._covered(span.key, offsets)
+        except NoSuchTableError:
+            raise SinkError(f"{self.identifier} does not exist yet: there is nothing to delete") from None
+        self._pending.add(span.as_span())
+        if taken.any():
+            self.keyed.delete(keys.filter(pa.array(taken)))
+        return int(taken.sum())
 
     def fresh(self, span: OffsetSpan, offsets: np.ndarray) -> np.ndarray:
         """Which of the rows at `offsets` of `span`'s stream the table does not hold yet."""
@@ -298,14 +318,16 @@ class TableWriter:
         if source is not None:
             source.check(batch.num_rows)
         self.fit(batch.schema)
-        batch = self._exactly(batch)
+        batch = exact_values(batch, self._exact, self.identifier)
         taken = ~self._covered(span.key, offsets)
         self._pending.add(span.as_span())
         if keep is not None:
             taken &= keep
         if not taken.any():
             return None
-        if (errors := self.contract_errors(batch)) is not None and errors[taken].astype(bool).any():
+        if (errors := contract_errors(self.table.schema(), batch)) is not None and errors[taken].astype(
+            bool
+        ).any():
             broken = broken_rows(errors[taken], offsets[taken])
             raise SinkError(f"{self.identifier}: {span}: {broken}; none of the batch is taken")
         everything = bool(taken.all())
@@ -318,39 +340,6 @@ class TableWriter:
             now(),
             list(self._json_columns),
         )
-
-    def _exactly(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        """`batch` with its integer columns bound for float or double columns as such (SinkError
-        for a value the column's type does not hold exactly)."""
-        for name, kind in self._exact.items():
-            index = batch.schema.get_field_index(name)
-            try:
-                batch = batch.set_column(
-                    index, batch.schema.field(index).with_type(kind), batch.column(index).cast(kind)
-                )
-            except pa.ArrowInvalid as exc:
-                raise SinkError(
-                    f"{self.identifier}: column {name!r}: a whole number its {kind} column cannot hold "
-                    f"exactly: {exc}"
-                ) from exc
-        return batch
-
-    def contract_errors(self, batch: pa.RecordBatch) -> np.ndarray | None:
-        """Why each row of `batch` cannot be written to the table, None for a row that can (a null
-        in a required column: the table's own schema says it cannot be null); None when all can.
-        The table must have been fitted to `batch`'s schema (`fit`)."""
-        errors: np.ndarray | None = None
-        for field in self.table.schema().fields:
-            if not field.required or field.name not in batch.schema.names:
-                continue
-            column = batch.column(field.name)
-            if not column.null_count:
-                continue
-            if errors is None:
-                errors = np.full(batch.num_rows, None, dtype=object)
-            first = np.asarray(column.is_null(), dtype=bool) & ~errors.astype(bool)  # a row's first error
-            errors[first] = f"{field.name!r} is required and is null"
-        return errors
 
     # -- committing
 
@@ -368,13 +357,29 @@ class TableWriter:
                 batch = batch.set_column(index, name, canonical_json(batch.column(index)))
             stamped.append(self.columns.with_emit_ts(batch, emitted))
         files = write_data_files(table, pa.Table.from_batches(stamped), self.columns.parquet_options)
+        self._make_durable(table, files)
+        return files
+
+    def _make_durable(self, table: Table, files: list[DataFile]) -> None:
         root = local_path(table.metadata.location)
         for data_file in files:  # a commit must not point at data a power loss could take back
             if (path := local_path(data_file.file_path)) is not None:
                 sync_file(path)
                 if root is not None:
                     sync_directories(path, root, self._synced_dirs)
-        return files
+
+    def _settle_keys(self) -> list[DataFile]:
+        """A keyed sink's rows to write (of each key, its last change if that is a row) and the
+        equality delete file of every key the commit touched; none for a sink without a key."""
+        if not self.keyed:
+            return []
+        ids = self.keyed.field_ids(self.table)
+        rows, keys = self.keyed.settle()
+        self._buffer += rows
+        self._buffered += sum(prepared.nbytes for prepared in rows)
+        deletes = [equality_delete_file(self.table, keys, ids)]
+        self._make_durable(self.table, deletes)
+        return deletes
 
     def _landed(self, commit_id: str) -> int | None:
         """The snapshot a commit whose answer was lost created, if it exists."""
@@ -405,11 +410,13 @@ class TableWriter:
         a caller that reports it."""
         spans = [span for key, ranges in self._pending.ranges.items() for span in spans_of(key, ranges)]
         files: list[DataFile] = []
+        deletes: list[DataFile] = []
         try:
+            deletes = self._settle_keys()
             self.start_write()
             files = self._written()
             known = self.coverage()
-            if not files and all(inside(known.of(s.key), s.start, s.end) for s in spans):
+            if not files and not deletes and all(inside(known.of(s.key), s.start, s.end) for s in spans):
                 self._pending = Coverage()
                 return CommitInfo(self.identifier, None)
             commit_id = str(uuid.uuid4())
@@ -421,12 +428,12 @@ class TableWriter:
             if +self.rows:
                 properties[ROWS_PROPERTY] = encode_rows(self.rows)
             # No refresh first: if the table moved, the catalog answers 409 and _commit refreshes then.
-            snapshot_id = self._commit(files, properties, commit_id)
+            snapshot_id = self._commit(files, deletes, properties, commit_id)
         except CommitOutcomeUnknownError:
             self.abort()
             raise
         except BaseException:
-            self.abort(files)
+            self.abort([*files, *deletes])
             raise
         for span in spans:
             known.add(span)
@@ -436,7 +443,9 @@ class TableWriter:
         seq = self._coverage_source().commit_seq_of(snapshot_id) if commit_seq else None
         return CommitInfo(self.identifier, snapshot_id, seq)
 
-    def _commit(self, files: list[DataFile], properties: dict[str, str], commit_id: str) -> int:
+    def _commit(
+        self, files: list[DataFile], deletes: list[DataFile], properties: dict[str, str], commit_id: str
+    ) -> int:
         for _ in range(self.max_attempts):
             table = self.table
             self._check_no_overlap(table)
@@ -446,7 +455,8 @@ class TableWriter:
                 # As Iceberg's own appends: small manifests are merged when the table asks for it,
                 # so that a table a sink commits to often does not plan over one manifest a commit.
                 merging = table.metadata.properties.get(MANIFEST_MERGE, "false").lower() == "true"
-                with snapshot.merge_append() if merging else snapshot.fast_append() as append:
+                appending = AppendWithDeletes(tx, deletes, properties) if deletes else None
+                with appending or (snapshot.merge_append() if merging else snapshot.fast_append()) as append:
                     for data_file in files:
                         append.append_data_file(data_file)
                 tx.commit_transaction()
@@ -473,6 +483,8 @@ class TableWriter:
         self._pending = Coverage()
         self.rows = Counter()
         self._known = None
+        if self.keyed is not None:
+            self.keyed.clear()
 
     def close(self) -> None:
         self.abort()

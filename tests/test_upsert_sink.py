@@ -1,0 +1,139 @@
+"""Keyed sinks: a row pushed replaces the row of its key, `delete` removes keys, each commit one
+equality delete file beside its rows, exactly once per offset like an append. What the table
+reads (DuckDB's iceberg extension applies equality deletes; PyIceberg 0.12 reads none) is
+compared with a model: a dict from key to row, changed in push order."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from isbre.sinks.contract import OffsetSpan, SinkError
+from isbre.sinks.iceberg import IcebergSink
+from pyiceberg.catalog.rest import RestCatalog
+
+from tests.duck import connect
+from tests.http_client import http
+from tests.server import IsbreServer
+
+KEYED = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("name", pa.string())])
+
+
+def span(start: int, end: int) -> OffsetSpan:
+    return OffsetSpan("kafka-1", "people", 0, start, end)
+
+
+def people(*rows: tuple[int, str]) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pylist([{"id": i, "name": n} for i, n in rows], schema=KEYED)
+
+
+def keys(*ids: int) -> pa.Table:
+    return pa.table({"id": pa.array(ids, pa.int64())})
+
+
+def read(catalog: RestCatalog, ident: str, workdir: Path) -> dict[int, str]:
+    table = catalog.load_table(ident)
+    found = connect(workdir).execute("SELECT id, name FROM iceberg_scan(?)", [table.metadata_location])
+    pairs = found.fetchall()
+    assert len({i for i, _ in pairs}) == len(pairs), f"a key read twice: {sorted(pairs)}"
+    return dict(pairs)
+
+
+# The changes of the test below, in push order: (offset start, rows pushed or keys deleted).
+CHANGES: list[tuple[int, list[tuple[int, str]] | list[int]]] = [
+    (0, [(1, "ann"), (2, "bob"), (3, "cy")]),
+    (3, [(2, "bo"), (4, "dee"), (2, "bobby")]),  # two rows of key 2 in one batch: the later stays
+    (6, [3]),  # deletes key 3
+    (7, [(5, "eve")]),
+    (8, [5]),  # pushed and deleted in one commit: not written
+    (9, [6]),  # a key no row has: nothing happens
+    (10, [(6, "fay")]),  # deleted, then pushed in one commit: written
+]
+COMMITS = (1, 3, 7)  # finish() after these many changes
+
+
+def apply(sink: IcebergSink, first: int, last: int) -> None:
+    """Push the changes `first` to `last` (exclusive) of CHANGES, finishing where COMMITS says."""
+    for number in range(first, last):
+        start, change = CHANGES[number]
+        if change and isinstance(change[0], tuple):
+            sink.push(people(*change), span(start, start + len(change)))  # type: ignore[arg-type]
+        else:
+            sink.delete(keys(*change), span(start, start + len(change)))  # type: ignore[arg-type]
+        if number + 1 in COMMITS:
+            sink.finish()
+
+
+def model(changes: int) -> dict[int, str]:
+    state: dict[int, str] = {}
+    for _, change in CHANGES[:changes]:
+        for item in change:
+            if isinstance(item, tuple):
+                state[item[0]] = item[1]
+            else:
+                state.pop(item, None)
+    return state
+
+
+def test_rows_replace_their_key_and_deletes_remove_it(
+    rest_catalog: RestCatalog, namespace: str, tmp_path: Path
+) -> None:
+    ident = f"{namespace}.people"
+    with IcebergSink(rest_catalog, ident, key=["id"]) as sink:
+        done = 0
+        for commit in COMMITS:
+            apply(sink, done, commit)
+            done = commit
+            assert read(rest_catalog, ident, tmp_path) == model(commit)
+    assert model(len(CHANGES)) == {1: "ann", 2: "bobby", 4: "dee", 6: "fay"}
+    snapshots = rest_catalog.load_table(ident).metadata.snapshots
+    # Each commit after the first: one overwrite snapshot adding one equality delete file.
+    summaries = [s.summary for s in snapshots if s.summary is not None]
+    assert [s.operation.value for s in summaries] == ["overwrite"] * len(COMMITS)
+    assert all(s.additional_properties.get("added-equality-delete-files") == "1" for s in summaries)
+
+
+def test_a_replay_changes_nothing(rest_catalog: RestCatalog, namespace: str, tmp_path: Path) -> None:
+    """A keyed sink restarted after a crash pushes its spans again: every offset is covered, so
+    no row is written twice and no delete is applied again (it would remove a newer row)."""
+    ident = f"{namespace}.people"
+    with IcebergSink(rest_catalog, ident, key=["id"]) as sink:
+        apply(sink, 0, len(CHANGES))
+    before = rest_catalog.load_table(ident).metadata.current_snapshot_id
+    with IcebergSink(rest_catalog, ident, key=["id"]) as again:
+        apply(again, 0, len(CHANGES))
+    assert rest_catalog.load_table(ident).metadata.current_snapshot_id == before
+    assert read(rest_catalog, ident, tmp_path) == model(len(CHANGES))
+
+
+def test_the_server_plans_the_equality_deletes(
+    server: IsbreServer, rest_catalog: RestCatalog, namespace: str
+) -> None:
+    with IcebergSink(rest_catalog, f"{namespace}.people", key=["id"]) as sink:
+        apply(sink, 0, 3)
+    answer = http.post(f"{server.url}/v1/isbre/namespaces/{namespace}/tables/people/plan", json={})
+    assert answer.status_code == 200, answer.text
+    deletes = answer.json()["delete-files"]
+    assert [(d["content"], d["equality-ids"], d["record-count"]) for d in deletes] == [
+        ("equality-deletes", [1], 3)  # keys 2, 3 and 4 of the second commit
+    ]
+
+
+def test_what_a_keyed_sink_refuses(rest_catalog: RestCatalog, namespace: str) -> None:
+    plain = IcebergSink(rest_catalog, f"{namespace}.plain")
+    with pytest.raises(SinkError, match="only a keyed sink deletes by key"):
+        plain.delete(keys(1), span(0, 1))
+    with pytest.raises(ValueError, match="distinct column names"):
+        IcebergSink(rest_catalog, f"{namespace}.people", key="id")  # type: ignore[arg-type]
+    with IcebergSink(rest_catalog, f"{namespace}.people", key=["id"]) as sink:
+        with pytest.raises(SinkError, match="does not exist yet"):
+            sink.delete(keys(1), span(0, 1))
+        sink.push(people((1, "ann")), span(0, 1))
+        sink.finish()
+        with pytest.raises(SinkError, match="lack \\['id'\\]"):
+            sink.delete(pa.table({"name": ["ann"]}), span(1, 2))
+    with IcebergSink(rest_catalog, f"{namespace}.people", key=["name"]) as by_name:
+        nulls = pa.RecordBatch.from_pylist([{"id": 2, "name": None}], schema=KEYED)
+        with pytest.raises(SinkError, match="is null"):
+            by_name.push(nulls, span(2, 3))
