@@ -54,9 +54,7 @@ class IcebergSink(OneStreamSink):
         """Delete the row of each key of `keys` in the next commit (a keyed sink's: `key=[...]`),
         the keys at the offsets of `span` as a batch's rows are: a replay deletes nothing again."""
         extended = continue_span(self._span, span)
-        self.writer.delete(
-            pa.Table.from_batches([keys]) if isinstance(keys, pa.RecordBatch) else keys, span, offsets
-        )
+        self.writer.delete(keys, span, offsets)
         self._span = extended
 
     def _take(

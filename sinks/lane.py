@@ -50,11 +50,12 @@ TRANSIENT = (
 
 @dataclass
 class _Queued:
-    batch: pa.RecordBatch
+    batch: pa.RecordBatch | pa.Table
     span: OffsetSpan
     source: SourceFields | None
     offsets: np.ndarray | None
     receipt: asyncio.Future[Receipt]
+    deletes: bool = False  # `batch` holds keys to delete (a keyed sink's)
 
 
 @dataclass
@@ -112,13 +113,28 @@ class PipelinedSink:
         offsets: np.ndarray | None = None,
     ) -> asyncio.Future[Receipt]:
         """Queue `batch` (waits while the queue is full); the returned future resolves once it is durable."""
+        return await self._queued(_Queued(batch, span, source, offsets, self._receipt()))
+
+    async def delete(
+        self, keys: pa.RecordBatch | pa.Table, span: OffsetSpan, offsets: np.ndarray | None = None
+    ) -> asyncio.Future[Receipt]:
+        """Queue the deletion of the rows of `keys` (a keyed sink's: `key=[...]`), the keys at the
+        offsets of `span`; the returned future resolves once it is durable."""
+        if self.writer.keyed is None:
+            raise SinkError(f"{self.writer.identifier}: only a keyed sink deletes by key (key=[...])")
+        return await self._queued(_Queued(keys, span, None, offsets, self._receipt(), deletes=True))
+
+    def _receipt(self) -> asyncio.Future[Receipt]:
+        return asyncio.get_running_loop().create_future()
+
+    async def _queued(self, item: _Queued) -> asyncio.Future[Receipt]:
         self._raise_if_poisoned()
+        span, receipt = item.span, item.receipt
         if span.start < self._submitted.get(span.key, 0):
             raise SinkError(f"{span} goes back before offset {self._submitted[span.key]} already sent")
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._run(), name="isbre-ack-lane")
-        receipt: asyncio.Future[Receipt] = asyncio.get_running_loop().create_future()
-        await self._queue.put(_Queued(batch, span, source, offsets, receipt))
+        await self._queue.put(item)
         self._raise_if_poisoned()
         self._submitted[span.key] = span.end
         self._outstanding.append(receipt)
@@ -195,7 +211,9 @@ class PipelinedSink:
     def _commit(self, burst: list[_Queued]) -> CommitInfo:
         rows = 0
         for item in burst:
-            if self.quality is None:
+            if item.deletes:
+                self.writer.delete(item.batch, item.span, item.offsets)
+            elif self.quality is None:
                 rows += self.writer.add(item.batch, item.span, item.source, item.offsets)
             else:
                 rows += self.quality.take(self.writer, item.batch, item.span, item.source, item.offsets)

@@ -246,7 +246,9 @@ class TableWriter:
             self.rows[disposition] += prepared.rows
         return prepared.rows
 
-    def delete(self, keys: pa.Table, span: OffsetSpan, offsets: np.ndarray | None = None) -> int:
+    def delete(
+        self, keys: pa.Table | pa.RecordBatch, span: OffsetSpan, offsets: np.ndarray | None = None
+    ) -> int:
         """Delete, in the next commit, the rows of each key of `keys` (a keyed sink's), the keys at
         the offsets of `span` as rows are; returns how many were not covered yet."""
         if self.keyed is None:
@@ -257,8 +259,7 @@ class TableWriter:
         except NoSuchTableError:
             raise SinkError(f"{self.identifier} does not exist yet: there is nothing to delete") from None
         self._pending.add(span.as_span())
-        if taken.any():
-            self.keyed.delete(keys.filter(pa.array(taken)))
+        self.keyed.delete(keys, taken)
         return int(taken.sum())
 
     def fresh(self, span: OffsetSpan, offsets: np.ndarray) -> np.ndarray:

@@ -68,8 +68,11 @@ class KeyedChanges:
             raise SinkError("a keyed sink takes rows of one schema per commit: finish() before new columns")
         self._take(pa.Table.from_batches([rows]), prepared)
 
-    def delete(self, keys: pa.Table) -> None:
-        self._take(keys, None)
+    def delete(self, keys: pa.Table | pa.RecordBatch, taken: np.ndarray) -> None:
+        """The keys `taken` selects of `keys` (those whose offsets were not covered yet)."""
+        if taken.any():
+            table = pa.Table.from_batches([keys]) if isinstance(keys, pa.RecordBatch) else keys
+            self._take(table.filter(pa.array(taken)), None)
 
     def _take(self, rows: pa.Table, prepared: Prepared | None) -> None:
         missing = [name for name in self.key if name not in rows.column_names]

@@ -5,12 +5,14 @@ compared with a model: a dict from key to row, changed in push order."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from isbre.sinks.contract import OffsetSpan, SinkError
+from isbre.sinks.contract import OffsetSpan, Receipt, SinkError
 from isbre.sinks.iceberg import IcebergSink
+from isbre.sinks.lane import PipelinedSink
 from pyiceberg.catalog.rest import RestCatalog
 
 from tests.duck import connect
@@ -137,3 +139,30 @@ def test_what_a_keyed_sink_refuses(rest_catalog: RestCatalog, namespace: str) ->
         nulls = pa.RecordBatch.from_pylist([{"id": 2, "name": None}], schema=KEYED)
         with pytest.raises(SinkError, match="is null"):
             by_name.push(nulls, span(2, 3))
+
+
+def test_the_ack_lane_takes_a_keyed_sink_s_rows_and_deletes(
+    rest_catalog: RestCatalog, namespace: str, tmp_path: Path
+) -> None:
+    """The same changes sent through the pipelined lane: bursts of any size, the same table."""
+    ident = f"{namespace}.people"
+
+    async def send_all() -> list[Receipt]:
+        async with PipelinedSink(rest_catalog, ident, key=["id"]) as lane:
+            for start, change in CHANGES:
+                if isinstance(change[0], tuple):
+                    await lane.send(people(*change), span(start, start + len(change)))  # type: ignore[arg-type]
+                else:
+                    await lane.delete(keys(*change), span(start, start + len(change)))  # type: ignore[arg-type]
+            return await lane.flush()
+
+    receipts = asyncio.run(send_all())
+    assert [r.span.start for r in receipts] == [start for start, _ in CHANGES]
+    assert read(rest_catalog, ident, tmp_path) == model(len(CHANGES))
+
+    async def unkeyed() -> None:
+        async with PipelinedSink(rest_catalog, f"{namespace}.plain") as lane:
+            await lane.delete(keys(1), span(0, 1))
+
+    with pytest.raises(SinkError, match="only a keyed sink deletes by key"):
+        asyncio.run(unkeyed())
