@@ -6,6 +6,9 @@ compared with a model: a dict from key to row, changed in push order."""
 from __future__ import annotations
 
 import asyncio
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -166,3 +169,34 @@ def test_the_ack_lane_takes_a_keyed_sink_s_rows_and_deletes(
 
     with pytest.raises(SinkError, match="only a keyed sink deletes by key"):
         asyncio.run(unkeyed())
+
+
+# A producer that applies the first N changes, committing where COMMITS says, and is killed with
+# what follows its last commit pushed and not committed (at N = len(CHANGES): after its last
+# commit, before anyone heard of it).
+CRASHING_PRODUCER = """
+import os, signal, sys
+from pyiceberg.catalog.rest import RestCatalog
+from isbre.sinks.iceberg import IcebergSink
+from tests.test_upsert_sink import apply
+
+sink = IcebergSink(RestCatalog("isbre", uri=sys.argv[1]), sys.argv[2], key=["id"])
+apply(sink, 0, int(sys.argv[3]))
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@pytest.mark.parametrize("killed_after", [2, 5, len(CHANGES)])
+def test_a_replay_after_kill_9_ends_as_the_model(
+    server: IsbreServer, rest_catalog: RestCatalog, namespace: str, tmp_path: Path, killed_after: int
+) -> None:
+    ident = f"{namespace}.people"
+    command = [sys.executable, "-c", CRASHING_PRODUCER, server.url, ident, str(killed_after)]
+    assert subprocess.run(command, timeout=120).returncode == -signal.SIGKILL
+    with IcebergSink(rest_catalog, ident, key=["id"]) as sink:
+        apply(sink, 0, len(CHANGES))
+    assert read(rest_catalog, ident, tmp_path) == model(len(CHANGES))
+    before = server.high_water()
+    with IcebergSink(rest_catalog, ident, key=["id"]) as again:
+        apply(again, 0, len(CHANGES))
+    assert server.high_water() == before

@@ -32,6 +32,7 @@ from tests.bench import (
     signing,
     sinks,
     startup,
+    upserts,
     workers,
 )
 from tests.bench.harness import Report
@@ -65,6 +66,7 @@ BENCHMARKS: dict[str, tuple[Callable[[Path], Report | list[Report]], str]] = {
     "pipelines": (pipelines.run, "a table-to-table hop beside a plain sink, rows per second"),
     "lineage": (lineage.run, "commits with lineage delivery on"),
     "sinks": (sinks.run, "sink rows per second and batches"),
+    "upserts": (upserts.run, "a keyed sink's upserts beside PyIceberg's table.upsert and plain appends"),
     "console": (console.run, "the console's live feed in Chromium at 200 commits/s"),
 }
 

@@ -1,0 +1,120 @@
+"""Keyed sinks: upserts by key against PyIceberg's own `table.upsert` and against plain appends.
+
+Each round writes COMMITS commits of BATCH rows (ten columns, keyed by `id`) into a new table on
+one isbre server, half of each commit's keys new and half earlier ones: the keyed sink (an
+equality delete file beside each commit's rows), PyIceberg's `table.upsert` (copy-on-write: it
+reads the rows of the keys it matches and rewrites their files), and the same batches appended by
+the sink without a key (no replacing at all), median of ROUNDS rounds. Then the time DuckDB's
+iceberg extension takes to read each table whole, which for the keyed one applies every
+commit's delete file.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+import uuid
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from isbre.sinks.contract import OffsetSpan
+from isbre.sinks.iceberg import IcebergSink
+from pyiceberg.catalog.rest import RestCatalog
+
+from tests.bench.harness import Report, timed
+from tests.bench.sinks import ten_columns
+from tests.duck import connect
+from tests.server import IsbreServer
+
+COMMITS = 20
+BATCH = 10_000
+ROUNDS = 3
+
+
+def _batches() -> list[pa.Table]:
+    """Commit i: keys from i * BATCH / 2, so that half of them were written by commit i - 1."""
+    base = ten_columns(BATCH * (COMMITS + 1) // 2 + BATCH)
+    batches = []
+    for i in range(COMMITS):
+        rows = base.slice(i * BATCH // 2, BATCH)
+        batches.append(rows.set_column(2, "amount", pc.add(rows["amount"], float(i))))  # new values
+    return batches
+
+
+def _keyed(catalog: RestCatalog, batches: list[pa.Table], key: list[str]) -> tuple[float, str]:
+    ident = f"bench.u{uuid.uuid4().hex[:10]}"
+    with IcebergSink(catalog, ident, key=key, metadata_policy="none") as sink:
+
+        def run() -> None:
+            start = 0
+            for rows in batches:
+                sink.push(
+                    rows.to_batches()[0], OffsetSpan("bench", "upserts", 0, start, start + rows.num_rows)
+                )
+                start += rows.num_rows
+                sink.finish()
+
+        return timed(run), ident
+
+
+def _pyiceberg(catalog: RestCatalog, batches: list[pa.Table]) -> tuple[float, str]:
+    ident = f"bench.p{uuid.uuid4().hex[:10]}"
+    schema = batches[0].schema.set(0, pa.field("id", pa.int64(), nullable=False))
+    table = catalog.create_table(ident, schema)
+    return timed(lambda: [table.upsert(rows.cast(schema), join_cols=["id"]) for rows in batches]), ident
+
+
+def _read_seconds(catalog: RestCatalog, ident: str, workdir: Path) -> tuple[float, int]:
+    duck = connect(workdir)
+    location = catalog.load_table(ident).metadata_location
+    started = time.perf_counter()
+    # A column summed, so that every data file is read (a bare count can come from the metadata).
+    found = duck.execute("SELECT count(*), sum(amount) FROM iceberg_scan(?)", [location]).fetchone()
+    count = found[0]  # type: ignore[index]
+    return time.perf_counter() - started, count
+
+
+def run(workdir: Path) -> list[Report]:
+    server = IsbreServer(workdir / "upserts").start()
+    try:
+        catalog = RestCatalog("bench", uri=server.url)
+        catalog.create_namespace("bench")
+        batches = _batches()
+        rows = COMMITS * BATCH
+        seconds: dict[str, list[float]] = {"keyed": [], "pyiceberg": [], "append": []}
+        reads: dict[str, list[float]] = {"keyed": [], "pyiceberg": [], "append": []}
+        counts: dict[str, int] = {}
+        for _ in range(ROUNDS):
+            for name, write in (
+                ("keyed", lambda: _keyed(catalog, batches, ["id"])),
+                ("pyiceberg", lambda: _pyiceberg(catalog, batches)),
+                ("append", lambda: _keyed(catalog, batches, [])),
+            ):
+                took, ident = write()
+                seconds[name].append(took)
+                read, counts[name] = _read_seconds(catalog, ident, workdir)
+                reads[name].append(read)
+        report = Report(
+            f"Upserts: {COMMITS} commits of {BATCH:,} rows x 10 columns, half of each commit's keys "
+            f"written before (median of {ROUNDS})",
+            ["writer", "rows/s", "vs PyIceberg upsert", "rows read", "DuckDB read s"],
+        )
+        peer = statistics.median(seconds["pyiceberg"])
+        labels = {
+            "pyiceberg": "PyIceberg table.upsert (copy-on-write)",
+            "keyed": "IcebergSink(key=['id']) (equality deletes)",
+            "append": "IcebergSink without a key (appends: no replacing)",
+        }
+        for name, label in labels.items():
+            took = statistics.median(seconds[name])
+            report.add(
+                label,
+                f"{rows / took:,.0f}",
+                f"{peer / took:.2f}",
+                f"{counts[name]:,}",
+                f"{statistics.median(reads[name]):.3f}",
+            )
+        return [report]
+    finally:
+        server.stop()
