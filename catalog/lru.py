@@ -1,11 +1,14 @@
-"""A bounded map that forgets its least recently used entry first, safe to share between threads."""
+"""A bounded map that forgets its least recently used entry first, safe to share between threads:
+cachetools' LRU cache (weights by `getsizeof`) behind a lock, as cachetools leaves locking to its
+user."""
 
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from collections.abc import Callable
 from typing import Generic, TypeVar
+
+from cachetools import LRUCache
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -18,35 +21,22 @@ def _one(_: object) -> int:
 class Lru(Generic[K, V]):
     def __init__(self, capacity: int, weigh: Callable[[V], int] = _one) -> None:
         """`capacity`: the most the entries may weigh together (by default each weighs 1: a count)."""
-        self._capacity = capacity
-        self._weigh = weigh
-        self._entries: OrderedDict[K, tuple[V, int]] = OrderedDict()
-        self._weight = 0
+        self._entries: LRUCache[K, V] = LRUCache(capacity, getsizeof=weigh)
         self._lock = threading.Lock()
 
     @property
     def weight(self) -> int:
         """What the entries weigh together."""
-        return self._weight
+        return int(self._entries.currsize)
 
     def peek(self, key: K) -> V | None:
-        """The entry, or None."""
+        """The entry, or None (it becomes the most recently used)."""
         with self._lock:
-            found = self._entries.get(key)
-            if found is None:
-                return None
-            self._entries.move_to_end(key)
-            return found[0]
+            return self._entries.get(key)
 
     def put(self, key: K, value: V) -> None:
-        weight = self._weigh(value)
         with self._lock:
-            if (old := self._entries.pop(key, None)) is not None:
-                self._weight -= old[1]
-            if weight > self._capacity:
-                return  # it would push out everything else and still not fit
-            self._entries[key] = (value, weight)
-            self._weight += weight
-            while self._weight > self._capacity:
-                _, (_, dropped) = self._entries.popitem(last=False)
-                self._weight -= dropped
+            try:
+                self._entries[key] = value
+            except ValueError:  # heavier than the whole capacity: it would not fit alone
+                self._entries.pop(key, None)

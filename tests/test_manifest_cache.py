@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from isbre.catalog.lru import Lru
 from isbre.catalog.manifest_cache import DECODED_PER_BYTE, ManifestCache
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.manifest import ManifestFile
@@ -67,3 +68,14 @@ def test_paths_are_checked_for_each_table_that_names_the_manifest(table: Table) 
         cache.entries(table.io, manifest, "another", refuses, 2)
     # Checked for its own table once, the manifest is not checked again for it.
     assert len(cache.entries(table.io, manifest, "owner", refuses, 2)) == 1
+
+
+def test_the_bounded_map_forgets_the_least_recently_used_by_weight() -> None:
+    held: Lru[str, bytes] = Lru(10, weigh=len)
+    held.put("a", b"aaaa")
+    held.put("b", b"bbbb")
+    assert held.peek("a") == b"aaaa"  # now the most recently used
+    held.put("c", b"cccc")  # 12 > 10: the least recently used goes
+    assert (held.peek("b"), held.peek("a"), held.peek("c"), held.weight) == (None, b"aaaa", b"cccc", 8)
+    held.put("a", b"x" * 11)  # heavier than all it may hold: not kept, nor its old value
+    assert (held.peek("a"), held.peek("c"), held.weight) == (None, b"cccc", 4)
