@@ -124,9 +124,6 @@ class TableWriter:
 
     # -- provisioning
 
-    def _full_schema(self, payload: pa.Schema) -> pa.Schema:
-        return pa.schema([*payload, *self.columns.fields])
-
     def _load_or_create(self, schema: pa.Schema) -> Table:
         try:
             return self.catalog.load_table(self.identifier)
@@ -139,6 +136,8 @@ class TableWriter:
             **sink_properties(self.columns.prefix, synced, self.columns.policy),
         }
         try:
+            if self.keyed is not None:
+                return self.keyed.create(self.catalog, self.identifier, documented, properties)
             return self.catalog.create_table(self.identifier, schema=documented, properties=properties)
         except TableAlreadyExistsError:  # another sink created it first
             return self.catalog.load_table(self.identifier)
@@ -152,7 +151,7 @@ class TableWriter:
         policy = table_policy(existing, self.metadata_policy)
         self.columns = MetadataColumns(self.columns.prefix, policy)
         self.columns.check_payload(payload, self.quality_columns)
-        schema = self._full_schema(payload)
+        schema = pa.schema([*payload, *self.columns.fields])
         for _ in range(self.max_attempts):
             table = self._table or self._load_or_create(schema)
             self._table = table

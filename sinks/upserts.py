@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 from isbre.catalog.table_properties import location_provider
 from isbre.sinks.contract import SinkError
 from isbre.sinks.pending import Prepared
+from pyiceberg.catalog import Catalog
 from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 from pyiceberg.table import Table
 from pyiceberg.typedef import Record
@@ -60,6 +61,17 @@ class KeyedChanges:
                 raise SinkError(f"key column {name!r} is {kind}: a key is of a primitive, not floating, type")
             ids.append(field.field_id)
         return ids
+
+    def create(
+        self, catalog: Catalog, identifier: str, schema: pa.Schema, properties: dict[str, str]
+    ) -> Table:
+        """The keyed sink's new table, its key its identifier fields (as Flink's upsert tables and
+        Spark's merges read a row's identity): required columns, in the create's one commit."""
+        required = pa.schema([f.with_nullable(False) if f.name in self.key else f for f in schema])
+        transaction = catalog.create_table_transaction(identifier, schema=required, properties=properties)
+        with transaction.update_schema() as update:
+            update.set_identifier_fields(*self.key)
+        return transaction.commit_transaction()
 
     def upsert(self, prepared: Prepared) -> None:
         rows, _ = prepared.selected()

@@ -92,7 +92,10 @@ def test_rows_replace_their_key_and_deletes_remove_it(
             done = commit
             assert read(rest_catalog, ident, tmp_path) == model(commit)
     assert model(len(CHANGES)) == {1: "ann", 2: "bobby", 4: "dee", 6: "fay"}
-    snapshots = rest_catalog.load_table(ident).metadata.snapshots
+    table = rest_catalog.load_table(ident)
+    key = table.schema().find_field("id")  # the sink made the table with its key as identity
+    assert key.required and table.schema().identifier_field_ids == [key.field_id]
+    snapshots = table.metadata.snapshots
     # Each commit after the first: one overwrite snapshot adding one equality delete file.
     summaries = [s.summary for s in snapshots if s.summary is not None]
     assert [s.operation.value for s in summaries] == ["overwrite"] * len(COMMITS)
