@@ -325,9 +325,8 @@ class TableWriter:
             taken &= keep
         if not taken.any():
             return None
-        if (errors := contract_errors(self.table.schema(), batch)) is not None and errors[taken].astype(
-            bool
-        ).any():
+        errors = contract_errors(self.table.schema(), batch)
+        if errors is not None and errors[taken].astype(bool).any():
             broken = broken_rows(errors[taken], offsets[taken])
             raise SinkError(f"{self.identifier}: {span}: {broken}; none of the batch is taken")
         everything = bool(taken.all())

@@ -40,6 +40,7 @@ class KeyedChanges:
         self.key = tuple(key)
         self._keys: list[pa.Table] = []  # per change, the keys of its rows
         self._rows: list[Prepared | None] = []  # per change, its rows (None: a delete)
+        self._schema: pa.Schema | None = None  # of the rows of this commit
 
     def __bool__(self) -> bool:
         return bool(self._keys)
@@ -74,10 +75,11 @@ class KeyedChanges:
         return transaction.commit_transaction()
 
     def upsert(self, prepared: Prepared) -> None:
-        rows, _ = prepared.selected()
-        schemas = {each.batch.schema for each in self._rows if each is not None}
-        if schemas and schemas != {prepared.batch.schema}:
+        if self._schema is None:
+            self._schema = prepared.batch.schema
+        elif self._schema != prepared.batch.schema:
             raise SinkError("a keyed sink takes rows of one schema per commit: finish() before new columns")
+        rows, _ = prepared.selected()
         self._take(pa.Table.from_batches([rows]), prepared)
 
     def delete(self, keys: pa.Table | pa.RecordBatch, taken: np.ndarray) -> None:
@@ -113,11 +115,11 @@ class KeyedChanges:
             wins = pc.is_in(pa.array(np.arange(start, start + size)), value_set=winners)
             if (kept := _narrowed(prepared, np.asarray(wins, dtype=bool))) is not None:
                 written.append(kept)
-        self._keys, self._rows = [], []
+        self.clear()
         return written, last.drop_columns([f"{_ORDER}_max"])
 
     def clear(self) -> None:
-        self._keys, self._rows = [], []
+        self._keys, self._rows, self._schema = [], [], None
 
 
 def _narrowed(prepared: Prepared, wins: np.ndarray) -> Prepared | None:
