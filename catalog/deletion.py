@@ -20,7 +20,8 @@ from pathlib import Path
 
 from isbre.catalog.file_uris import file_uri, local_path
 from isbre.catalog.locations import LocationNotAllowedError, inside, normalized
-from isbre.catalog.object_storage import ObjectStorageIO, s3_object
+from isbre.catalog.object_storage import ObjectStorageIO
+from isbre.catalog.s3_options import s3_object
 from isbre.catalog.table_handles import (
     OutsideTableError,
     directory,

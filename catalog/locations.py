@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from urllib.parse import urlparse
 
 from isbre.catalog.file_uris import local_path
-from isbre.catalog.object_storage import HADOOP_SCHEMES
+from isbre.catalog.s3_options import HADOOP_SCHEMES
 
 # Locations are keys of the store's location index: LMDB keys hold 511 bytes.
 MAX_LOCATION_BYTES = 480

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from isbre.catalog.file_uris import local_path
-from isbre.catalog.object_storage import S3Options
+from isbre.catalog.s3_options import S3Options
 
 STORE_NAME = "isbre.lmdb"
 

@@ -10,7 +10,8 @@ from typing import Any
 from isbre.catalog.file_uris import file_uri
 from isbre.catalog.limits import Limits
 from isbre.catalog.manifest_cache import ManifestCache
-from isbre.catalog.object_storage import ObjectStorageIO, S3Options
+from isbre.catalog.object_storage import ObjectStorageIO
+from isbre.catalog.s3_options import S3Options
 from isbre.catalog.service import MANIFEST_CACHE_BYTES, CatalogService
 from isbre.catalog.store import FIRST_WAREHOUSE
 from isbre.catalog.stores import open_store, store_files

@@ -20,7 +20,8 @@ from typing import Any
 
 from isbre.catalog import CatalogService
 from isbre.catalog.locations import normalized
-from isbre.catalog.object_storage import ObjectStorageIO, S3Options, s3_object
+from isbre.catalog.object_storage import ObjectStorageIO
+from isbre.catalog.s3_options import S3Options, s3_object
 from isbre.rest import s3_signer
 from isbre.rest.models import SignRequest
 from isbre.rest.s3_signer import SigningRefusedError

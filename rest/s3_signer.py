@@ -21,7 +21,7 @@ from typing import Literal
 from urllib.parse import quote, unquote, urlsplit
 from xml.etree import ElementTree
 
-from isbre.catalog.object_storage import S3Options
+from isbre.catalog.s3_options import S3Options
 from isbre.rest.roles import Role
 
 # Bounds checked before any other work: parsing and signing cost grows with what a request carries.

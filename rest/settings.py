@@ -368,7 +368,7 @@ def load_settings(config_file: Path | None = None, **flags: Any) -> Settings:
 
 
 def _warehouse(name: str, settings: WarehouseSettings) -> Warehouse:
-    from isbre.catalog.object_storage import S3Options
+    from isbre.catalog.s3_options import S3Options
     from isbre.catalog.warehouse_config import Warehouse
 
     s3 = settings.s3

@@ -17,7 +17,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from isbre.catalog.metadata_files import make_dirs_durably, publish_durably
-from isbre.catalog.object_storage import ObjectExistsError, ObjectStorageIO, S3Options
+from isbre.catalog.object_storage import ObjectExistsError, ObjectStorageIO
+from isbre.catalog.s3_options import S3Options
 from isbre.sinks.columns import DEFAULT_PREFIX, MetadataColumns, now
 from isbre.sinks.contract import CommitInfo, OffsetSpan, OneStreamSink, SourceFields, row_offsets
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from isbre.catalog.object_storage import S3Options
+from isbre.catalog.s3_options import S3Options
 
 from tests import reaper
 from tests.http_client import http

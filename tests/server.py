@@ -23,6 +23,7 @@ from isbre.rest.settings import Settings, load_settings
 
 from tests import reaper
 from tests.http_client import http
+from tests.zygote import ForkedProcess, Zygote, needs_new_interpreter
 
 T = TypeVar("T")
 _LOGGERS = ("isbre", "uvicorn.error")  # what an in-process server's log holds
@@ -89,7 +90,7 @@ class IsbreServer:
         self.workers = workers
         self.port = port or free_port()
         self.env = env or {}
-        self.process: subprocess.Popen[bytes] | None = None
+        self.process: subprocess.Popen[bytes] | ForkedProcess | None = None
         if home is None:
             home = store.parent if isinstance(store, Path) else Path(warehouse).parent
         self.log_path = home / f"isbre-{self.port}.log"
@@ -113,20 +114,27 @@ class IsbreServer:
         return self.process.pid
 
     def start(self) -> IsbreServer:
-        command = [sys.executable, "-m", "isbre.rest.cli", "serve", "--port", str(self.port)]
-        command += ["--warehouse", str(self.warehouse), "--workers", str(self.workers)]
+        args = ["serve", "--port", str(self.port), "--warehouse", str(self.warehouse)]
+        args += ["--workers", str(self.workers)]
         if isinstance(self.store, Path):
-            command += ["--store", str(self.store)]
-        log = self.log_path.open("ab")
+            args += ["--store", str(self.store)]
         # Only what a test asks for: a developer's own OpenLineage or isbre settings stay out.
         inherited = {k: v for k, v in os.environ.items() if not k.startswith(("OPENLINEAGE", "ISBRE_"))}
-        self.process = subprocess.Popen(
-            command,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env={**inherited, **self.env},
-            start_new_session=True,  # a group of its own, as a terminal gives a server: tests signal it
-        )
+        env = {**inherited, **self.env}
+        with self.log_path.open("ab") as log, open(os.devnull, "rb") as nothing:
+            # A session of its own, as a terminal gives a server: tests signal its group.
+            if needs_new_interpreter(self.env):
+                self.process = subprocess.Popen(
+                    [sys.executable, "-m", "isbre.rest.cli", *args],
+                    stdin=nothing,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    start_new_session=True,
+                )
+            else:
+                fds = (nothing.fileno(), log.fileno(), log.fileno())
+                self.process = Zygote.shared().run(args, env, *fds, new_session=True)
         IsbreServer.started.append(self)
         reaper.watch_process(self.process.pid)
         process = self.process

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -12,8 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.http_client import http
 from tests.postgres import binaries
+from tests.server import IsbreServer
 from tests.waiting import eventually
+from tests.zygote import ForkedProcess
 
 ROOT = Path(__file__).parent.parent
 
@@ -64,3 +68,20 @@ def test_servers_of_a_killed_test_run_are_stopped(tmp_path: Path) -> None:
     eventually(
         lambda: not Path(started["postgres_home"]).exists(), "PostgreSQL's files went with its test run"
     )
+
+
+def test_a_forked_server_is_a_process_of_its_own_with_its_settings_and_exit_status(tmp_path: Path) -> None:
+    """What the zygote forks behaves as the `python -m isbre.rest.cli serve` it stands for: a
+    session of its own, the environment it was given (and no setting of the zygote's own), its
+    exit status on a signal; one that needs a new interpreter gets one."""
+    forked = IsbreServer(tmp_path / "forked", env={"ISBRE_CONSOLE": "false"}).start()
+    fresh = IsbreServer(tmp_path / "fresh", env={"PYTHONDONTWRITEBYTECODE": "1"}).start()
+    assert isinstance(forked.process, ForkedProcess) and isinstance(fresh.process, subprocess.Popen)
+    for server in (forked, fresh):
+        assert os.getsid(server.pid) == server.pid != os.getpid()
+    assert http.get(f"{forked.url}/ui/").status_code == 404  # its ISBRE_CONSOLE, read at run time
+    assert http.get(f"{fresh.url}/ui/").status_code == 200
+    forked.process.send_signal(signal.SIGKILL)
+    assert forked.process.wait(timeout=30) == -signal.SIGKILL
+    fresh.stop()
+    assert fresh.process.returncode == -signal.SIGTERM  # as uvicorn ends on SIGTERM, forked or not

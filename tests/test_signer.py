@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from urllib.parse import quote
 
 import pytest
-from isbre.catalog.object_storage import S3Options
+from isbre.catalog.s3_options import S3Options
 from isbre.rest.delegation import Delegation
 from isbre.rest.models import SignRequest
 from isbre.rest.s3_signer import OPERATIONS, SigningRefusedError
