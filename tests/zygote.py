@@ -120,7 +120,7 @@ def _send(control: socket.socket, message: dict[str, Any]) -> None:
 def main() -> None:
     for name in PRELOADED:
         __import__(name)
-    control = socket.socket(fileno=int(sys.argv[1]))
+    control = socket.socket(fileno=int(sys.argv[1]))  # SOCK_SEQPACKET, from the test process
     _serve(control)
     # The child: run the command as `python -m isbre.rest.cli` runs it; its SystemExit, or an
     # exception it raises, ends this interpreter as it would have ended that one.
@@ -171,7 +171,8 @@ class Zygote:
     _starting = threading.Lock()
 
     def __init__(self) -> None:
-        ours, theirs = socket.socketpair()
+        # One request per packet: a request and its descriptors arrive whole, never split or joined.
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._process = subprocess.Popen(
             [sys.executable, "-m", "tests.zygote", str(theirs.fileno())],
             pass_fds=[theirs.fileno()],
