@@ -21,9 +21,9 @@ import psutil
 from isbre.rest.serve import single_process_server
 from isbre.rest.settings import Settings, load_settings
 
-from tests import reaper
+from tests import reaper, zygote
 from tests.http_client import http
-from tests.zygote import ForkedProcess, Zygote, needs_new_interpreter
+from tests.zygote import ForkedProcess
 
 T = TypeVar("T")
 _LOGGERS = ("isbre", "uvicorn.error")  # what an in-process server's log holds
@@ -121,20 +121,16 @@ class IsbreServer:
         # Only what a test asks for: a developer's own OpenLineage or isbre settings stay out.
         inherited = {k: v for k, v in os.environ.items() if not k.startswith(("OPENLINEAGE", "ISBRE_"))}
         env = {**inherited, **self.env}
-        with self.log_path.open("ab") as log, open(os.devnull, "rb") as nothing:
+        with self.log_path.open("ab") as log:
             # A session of its own, as a terminal gives a server: tests signal its group.
-            if needs_new_interpreter(self.env):
-                self.process = subprocess.Popen(
-                    [sys.executable, "-m", "isbre.rest.cli", *args],
-                    stdin=nothing,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    env=env,
-                    start_new_session=True,
-                )
-            else:
-                fds = (nothing.fileno(), log.fileno(), log.fileno())
-                self.process = Zygote.shared().run(args, env, *fds, new_session=True)
+            self.process = zygote.popen(
+                [sys.executable, "-m", "isbre.rest.cli", *args],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
         IsbreServer.started.append(self)
         reaper.watch_process(self.process.pid)
         process = self.process

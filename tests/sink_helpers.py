@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import signal
-import subprocess
 import sys
 import textwrap
 from contextlib import redirect_stderr, redirect_stdout
@@ -17,6 +16,7 @@ from isbre.sinks.iceberg import IcebergSink
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
+from tests import zygote
 from tests.server import IsbreServer
 
 # A producer that commits 300 rows and is killed before it hears back ("after-commit"), or also
@@ -76,7 +76,7 @@ def write_once(
 def crash_and_replay(server: IsbreServer, catalog: Catalog, ident: str, crash: str) -> None:
     """A producer dies unacknowledged, then replays everything from offset 0: the table holds every
     offset once, and a further replay commits nothing."""
-    child = subprocess.run([sys.executable, "-c", CRASHING_PRODUCER, server.url, ident, crash], timeout=120)
+    child = zygote.run([sys.executable, "-c", CRASHING_PRODUCER, server.url, ident, crash], timeout=120)
     assert child.returncode == -signal.SIGKILL
     sink = IcebergSink(catalog, ident)
     for start in range(0, 600, 150):

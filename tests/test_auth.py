@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -18,7 +17,7 @@ from isbre.rest.auth import sha256_hex
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.exceptions import ForbiddenError, OAuthError, UnauthorizedError
 
-from tests import duck
+from tests import duck, zygote
 from tests.http_client import http
 from tests.server import IsbreServer, free_port, secured_server, sse_records, start_threads
 
@@ -210,9 +209,7 @@ def test_refuses_a_public_bind_without_auth(tmp_path: Path) -> None:
         "--port",
         str(free_port()),
     ]
-    result = subprocess.run(
-        [*command, "--warehouse", str(tmp_path)], capture_output=True, text=True, timeout=60
-    )
+    result = zygote.run([*command, "--warehouse", str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     assert "refusing to serve 0.0.0.0 with authentication off" in result.stderr
 

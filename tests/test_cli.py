@@ -17,6 +17,7 @@ import pytest
 from isbre.events.client import subscribe
 from isbre.rest.auth import sha256_hex
 
+from tests import zygote
 from tests.http_client import http
 from tests.server import COMMIT_TIMEOUT, InProcessServer, IsbreServer, free_port, secured_server
 from tests.waiting import eventually
@@ -33,7 +34,7 @@ def isbre(
     *args: str, env: dict[str, str] | None = None, timeout: float = 60
 ) -> subprocess.CompletedProcess[str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("ISBRE_")}
-    return subprocess.run(
+    return zygote.run(
         [sys.executable, "-m", "isbre.rest.cli", *args],
         capture_output=True,
         text=True,
@@ -157,7 +158,7 @@ def test_client_commands_take_credentials_from_the_environment(secured: IsbreSer
 
 def test_events_tail_authenticates(secured: IsbreServer) -> None:
     create_namespace(secured, "tailed")
-    tail = subprocess.Popen(
+    tail = zygote.popen(
         [sys.executable, "-m", "isbre.rest.cli", "events", "tail", "--url", secured.url, "--after", "0"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -189,7 +190,7 @@ def test_events_tail_waits_for_a_server_that_is_not_there_yet(tmp_path: Path, af
     port = free_port()
     args = [sys.executable, "-m", "isbre.rest.cli", "events", "tail", "--url", f"http://127.0.0.1:{port}"]
     args += ["--after", after] if after else []
-    tail = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    tail = zygote.popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     server = None
     try:
         assert tail.stderr is not None and tail.stdout is not None
@@ -282,7 +283,7 @@ def test_the_client_commands_find_the_server_that_the_settings_start(
         assert ingested.returncode == 0, ingested.stderr
     by_port = isbre("ingest", str(rows), "--table", "cli.byport", env={"ISBRE_PORT": port, **token})
     assert by_port.returncode == 0, by_port.stderr
-    tail = subprocess.Popen(
+    tail = zygote.popen(
         [sys.executable, "-m", "isbre.rest.cli", "events", "tail", "--after", "0", "--config", str(config)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -303,7 +304,7 @@ def test_the_client_commands_find_the_server_that_the_settings_start(
 def test_the_benchmarks_help_names_every_benchmark() -> None:
     from tests.bench.__main__ import BENCHMARKS
 
-    said = subprocess.run(
+    said = zygote.run(
         [sys.executable, "-m", "tests.bench", "--help"], capture_output=True, text=True, timeout=60
     ).stdout
     assert all(name in said for name in BENCHMARKS), said
@@ -313,7 +314,7 @@ def test_a_reader_that_goes_away_ends_events_tail_quietly(secured: IsbreServer) 
     namespaces = f"{secured.url}/v1/isbre/namespaces"
     http.post(namespaces, json={"namespace": ["reader_here"]}, headers=ROOT).raise_for_status()
     clean = {k: v for k, v in os.environ.items() if not k.startswith("ISBRE_")}
-    tail = subprocess.Popen(
+    tail = zygote.popen(
         [sys.executable, "-m", "isbre.rest.cli", "events", "tail", "--after", "0", "--url", secured.url],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

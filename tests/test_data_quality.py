@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-import subprocess
 import sys
 import textwrap
 import time
@@ -23,6 +22,7 @@ from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.exceptions import BadRequestError
 from pyiceberg.types import LongType
 
+from tests import zygote
 from tests.http_client import http
 from tests.server import IsbreServer
 from tests.sink_helpers import offsets_in, rows, span
@@ -381,7 +381,7 @@ def test_a_replay_after_a_crash_writes_nothing_twice_in_any_table(
     server: IsbreServer, rest_catalog: RestCatalog, namespace: str, crash: str
 ) -> None:
     command = [sys.executable, "-c", CRASHING_PRODUCER, server.url, namespace, crash]
-    child = subprocess.run(command, timeout=120)
+    child = zygote.run(command, timeout=120)
     assert child.returncode == -signal.SIGKILL
     with sinks(rest_catalog, namespace) as sink:
         for start in range(0, 400, 50):

@@ -21,6 +21,7 @@ import psutil
 import pytest
 from isbre.events.client import CommitEvent, EventStreamError, subscribe
 
+from tests import zygote
 from tests.http_client import http
 from tests.postgres import new_database
 from tests.server import ID_SCHEMA as SCHEMA
@@ -427,7 +428,7 @@ def test_async_client_follows_too(server: IsbreServer, tables: str) -> None:
 
 def test_events_tail_prints_json_lines(server: IsbreServer, tables: str) -> None:
     start = server.high_water()
-    tail = subprocess.Popen(
+    tail = zygote.popen(
         [
             sys.executable,
             "-m",

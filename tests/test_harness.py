@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import zygote
 from tests.http_client import http
 from tests.postgres import binaries
 from tests.server import IsbreServer
@@ -75,7 +76,7 @@ def test_a_forked_server_is_a_process_of_its_own_with_its_settings_and_exit_stat
     session of its own, the environment it was given (and no setting of the zygote's own), its
     exit status on a signal; one that needs a new interpreter gets one."""
     forked = IsbreServer(tmp_path / "forked", env={"ISBRE_CONSOLE": "false"}).start()
-    fresh = IsbreServer(tmp_path / "fresh", env={"PYTHONDONTWRITEBYTECODE": "1"}).start()
+    fresh = IsbreServer(tmp_path / "fresh", env={"PYTHONINTMAXSTRDIGITS": "640"}).start()
     assert isinstance(forked.process, ForkedProcess) and isinstance(fresh.process, subprocess.Popen)
     for server in (forked, fresh):
         assert os.getsid(server.pid) == server.pid != os.getpid()
@@ -85,3 +86,47 @@ def test_a_forked_server_is_a_process_of_its_own_with_its_settings_and_exit_stat
     assert forked.process.wait(timeout=30) == -signal.SIGKILL
     fresh.stop()
     assert fresh.process.returncode == -signal.SIGTERM  # as uvicorn ends on SIGTERM, forked or not
+
+
+FORKED_COMMAND = """
+import os, sys
+print(sys.argv[1:], os.getcwd(), os.environ.get("ISBRE_PROBE"), sys.path[0] == "", sys.stdin.read())
+print("to stderr", file=sys.stderr)
+sys.exit(int(sys.argv[1]))
+"""
+
+
+def test_a_forked_command_runs_as_python_would_run_it(tmp_path: Path) -> None:
+    """`python -c CODE ARGS` forked: its arguments, directory, environment, input, both outputs and
+    exit status as a new interpreter gives them; `python -m` runs the module as `__main__`."""
+    env = {**os.environ, "ISBRE_PROBE": "here"}
+    command = [sys.executable, "-c", FORKED_COMMAND, "3", "two words"]
+    forked = zygote.popen(
+        command,
+        env=env,
+        cwd=tmp_path,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert isinstance(forked, ForkedProcess)
+    out, err = forked.communicate("fed in", timeout=60)
+    expected = subprocess.run(
+        command, env=env, cwd=tmp_path, input="fed in", capture_output=True, text=True, timeout=60
+    )
+    assert (forked.returncode, out, err) == (expected.returncode, expected.stdout, expected.stderr)
+    assert out == f"['3', 'two words'] {tmp_path} here True fed in\n" and forked.returncode == 3
+    usage = zygote.run(
+        [sys.executable, "-m", "isbre.rest.cli", "--help"], capture_output=True, text=True, timeout=60
+    )
+    assert usage.returncode == 0 and usage.stdout.startswith("usage: isbre") and usage.stderr == ""
+    merged = zygote.run(
+        [*command[:3], "0"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=60,
+    )
+    assert merged.stdout.endswith("to stderr\n") and merged.stderr is None

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import pytest
 from isbre.rest.auth import sha256_hex
 from pyiceberg.catalog.rest import RestCatalog
 
+from tests import zygote
 from tests.http_client import http
 from tests.server import IsbreServer, secured_server
 from tests.sink_helpers import ingest
@@ -138,19 +138,19 @@ def test_ingest_authenticates_from_the_environment(tmp_path: Path) -> None:
             "--uri",
             server.url,
         ]
-        refused = subprocess.run(command, capture_output=True, text=True, timeout=120)
+        refused = zygote.run(command, capture_output=True, text=True, timeout=120)
         assert refused.returncode != 0 and "Traceback" not in refused.stderr
         env = {**os.environ, "ISBRE_CREDENTIAL": "etl:s3"}
-        done = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
+        done = zygote.run(command, capture_output=True, text=True, timeout=120, env=env)
         assert done.returncode == 0, done.stderr
         assert "sec.t: 1 of 1 rows written" in done.stdout
         # A writer: into a namespace that exists, yes; a new one, refused, saying what was tried.
         writer = {**os.environ, "ISBRE_CREDENTIAL": "loader:w"}
         into_existing = [*command[:6], "sec.by_writer", *command[7:]]
-        done = subprocess.run(into_existing, capture_output=True, text=True, timeout=120, env=writer)
+        done = zygote.run(into_existing, capture_output=True, text=True, timeout=120, env=writer)
         assert done.returncode == 0, done.stderr
         into_new = [*command[:6], "fresh.t", *command[7:]]
-        refused = subprocess.run(into_new, capture_output=True, text=True, timeout=120, env=writer)
+        refused = zygote.run(into_new, capture_output=True, text=True, timeout=120, env=writer)
         assert refused.returncode != 0 and "namespace 'fresh' does not exist" in refused.stderr
         assert "creating a namespace needs the admin role" in refused.stderr, refused.stderr
     finally:

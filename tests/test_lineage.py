@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -16,6 +15,7 @@ import pytest
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.types import StringType
 
+from tests import zygote
 from tests.http_client import http
 from tests.lineage_receiver import Receiver, validate
 from tests.postgres import new_database
@@ -305,7 +305,7 @@ def test_status_and_replay_commands(tmp_path: Path, receiver: Receiver) -> None:
 
     def status() -> dict:
         command = [sys.executable, "-m", "isbre.rest.cli", "lineage", "status", "--url", server.url]
-        return json.loads(subprocess.run(command, capture_output=True, text=True, check=True).stdout)
+        return json.loads(zygote.run(command, capture_output=True, text=True, check=True).stdout)
 
     # The worker reports its counters a few times a second: the last ones may lag the receiver.
     assert eventually(lambda: (sent := status()["events_sent"]) >= 6 and sent, "6 events counted", 10) == 6
@@ -313,7 +313,7 @@ def test_status_and_replay_commands(tmp_path: Path, receiver: Receiver) -> None:
 
     again = Receiver().start()
     try:
-        replay = subprocess.run(
+        replay = zygote.run(
             [
                 sys.executable,
                 "-m",

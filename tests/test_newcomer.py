@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -10,7 +9,7 @@ from pathlib import Path
 import pytest
 from pyiceberg.catalog import load_catalog
 
-from tests import lineage_receiver, openapi
+from tests import lineage_receiver, openapi, zygote
 from tests.http_client import http
 from tests.server import IsbreServer
 
@@ -82,7 +81,7 @@ def test_a_stream_sees_every_commit_of_another_process(tmp_path: Path, events_pr
 
 
 def test_a_second_server_on_one_warehouse_is_refused_with_a_reason(server: IsbreServer) -> None:
-    second = subprocess.run(
+    second = zygote.run(
         [
             sys.executable,
             "-m",

@@ -8,7 +8,6 @@ import hashlib
 import json
 import os
 import signal
-import subprocess
 import sys
 import threading
 from collections.abc import Iterator
@@ -26,7 +25,7 @@ from isbre.sinks.parquet import ParquetSink
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.utils.concurrent import ExecutorFactory
 
-from tests import duck
+from tests import duck, zygote
 from tests.crafted import crafted_snapshot
 from tests.http_client import http
 from tests.openapi import check
@@ -529,7 +528,7 @@ def test_ingest_and_the_raw_lane_write_to_s3_once(moto: MotoS3, tmp_path: Path) 
         command = [sys.executable, "-m", "isbre.rest.cli", "ingest", str(landing), "--table", "ingested.rows"]
         command += ["--uri", open_server.url]
         for _ in range(2):  # the second run finds the file's rows covered
-            done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+            done = zygote.run(command, capture_output=True, text=True, timeout=120)
             assert done.returncode == 0, done.stderr
         table = RestCatalog("isbre", uri=open_server.url).load_table("ingested.rows")
         assert sorted(table.scan().to_arrow()["n"].to_pylist()) == [1, 2, 3]

@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests import zygote
 from tests.http_client import http
 from tests.load import commit_until_stopped
 from tests.server import InProcessServer, IsbreServer, free_port
@@ -173,7 +174,7 @@ def test_sigterm_to_the_whole_process_group_shuts_down_cleanly(tmp_path: Path) -
     port = free_port()
     log = tmp_path / "server.log"
     with log.open("wb") as out:
-        process = subprocess.Popen(
+        process = zygote.popen(
             [
                 sys.executable,
                 "-m",

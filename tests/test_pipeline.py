@@ -3,7 +3,6 @@ across a SIGKILL at each step, with the source and the transform's column lineag
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import textwrap
 import time
@@ -18,6 +17,7 @@ from isbre.sinks.iceberg import IcebergSink
 from isbre.sinks.pipeline import pipe
 from pyiceberg.catalog.rest import RestCatalog
 
+from tests import zygote
 from tests.lineage_receiver import Receiver
 from tests.server import InProcessServer, IsbreServer
 from tests.waiting import eventually
@@ -94,7 +94,7 @@ def test_every_source_row_reaches_the_target_once_across_a_kill(server: IsbreSer
     for first in (0, 10, 20):
         append(catalog, source, first, 10)
     root = Path(__file__).resolve().parent.parent
-    hop = subprocess.run(
+    hop = zygote.run(
         [sys.executable, "-c", DYING_HOP, server.url, source, target, step], cwd=root, timeout=120
     )
     assert hop.returncode == -9, hop

@@ -7,7 +7,6 @@ from __future__ import annotations
 import itertools
 import logging
 import os
-import subprocess
 import sys
 import threading
 import time
@@ -26,6 +25,7 @@ from isbre.events.client import subscribe
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.exceptions import CommitFailedException
 
+from tests import zygote
 from tests.http_client import http
 from tests.lineage_receiver import Receiver
 from tests.postgres import PostgresServer, new_database
@@ -566,11 +566,11 @@ def test_store_copy_keeps_history_tables_and_cursors(tmp_path: Path, request: py
     store = new_database(request)
     copy = [sys.executable, "-m", "isbre.rest.cli", "store", "copy", "--from", str(warehouse / "isbre.lmdb")]
     env = {**os.environ, "ISBRE_STORE": store}
-    done = subprocess.run(copy, env=env, capture_output=True, text=True)
+    done = zygote.run(copy, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert f"commit_seq {history[-1]['commit_seq']}" in done.stdout
 
-    again = subprocess.run(copy, env=env, capture_output=True, text=True)
+    again = zygote.run(copy, env=env, capture_output=True, text=True)
     assert again.returncode != 0 and "already holds a catalog" in again.stderr
 
     copied_store = PostgresStore(store, migrate=False)
@@ -594,9 +594,9 @@ def test_store_copy_keeps_history_tables_and_cursors(tmp_path: Path, request: py
 def test_store_migrate_by_hand(request: pytest.FixtureRequest) -> None:
     env = {**os.environ, "ISBRE_STORE": new_database(request)}
     migrate = [sys.executable, "-m", "isbre.rest.cli", "store", "migrate"]
-    first = subprocess.run(migrate, env=env, capture_output=True, text=True)
+    first = zygote.run(migrate, env=env, capture_output=True, text=True)
     assert first.returncode == 0 and "schema none -> 1" in first.stdout, first.stderr
-    again = subprocess.run(migrate, env=env, capture_output=True, text=True)
+    again = zygote.run(migrate, env=env, capture_output=True, text=True)
     assert again.returncode == 0 and "schema 1, up to date" in again.stdout
-    lmdb = subprocess.run([*migrate, "--store", "/tmp/some.lmdb"], capture_output=True, text=True)
+    lmdb = zygote.run([*migrate, "--store", "/tmp/some.lmdb"], capture_output=True, text=True)
     assert lmdb.returncode == 2 and "no schema to migrate" in lmdb.stderr

@@ -3,7 +3,6 @@ server started for these tests)."""
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import threading
 import time
@@ -21,6 +20,7 @@ from isbre.catalog.sink_rows import SinkRows
 from isbre.catalog.store import Pointer, Store, WriteView
 from isbre.catalog.store_copy import NotEmptyError, load_store
 
+from tests import zygote
 from tests.postgres import PostgresServer
 from tests.waiting import eventually
 
@@ -344,7 +344,7 @@ def test_another_stores_commit_notifies_whoever_listens_or_the_store_says_to_pol
         heard.clear()
         time.sleep(0.3)
         assert heard == [], "an idle store's listeners were called: it polls"
-        subprocess.run([sys.executable, "-c", _COMMIT_ELSEWHERE, str(store.path)], check=True)
+        zygote.run([sys.executable, "-c", _COMMIT_ELSEWHERE, str(store.path)], check=True)
         eventually(lambda: heard, "another process's commit notified")
         assert set(heard) == {None}
         with store.read() as view:

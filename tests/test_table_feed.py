@@ -20,6 +20,7 @@ from pyiceberg.exceptions import CommitFailedException, ValidationException
 from pyiceberg.expressions import LessThan
 from pyiceberg.table import Table
 
+from tests import zygote
 from tests.http_client import http
 from tests.server import InProcessServer, IsbreServer, sse_records
 from tests.waiting import eventually
@@ -220,7 +221,7 @@ def test_isbre_tail_prints_rows_as_they_land(server: IsbreServer) -> None:
     table = new_table(server, "tailed")
     table.append(batch(0, 2))
     command = [sys.executable, "-m", "isbre.rest.cli", "tail", "tailed.t", "--url", server.url]
-    tail = subprocess.Popen(
+    tail = zygote.popen(
         [*command, "--from-start", "--consumer", "cli"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -240,7 +241,7 @@ def test_isbre_tail_prints_rows_as_they_land(server: IsbreServer) -> None:
     finally:
         tail.terminate()
         tail.wait(timeout=30)
-    missing = subprocess.run(
+    missing = zygote.run(
         [*command[:4], "nope.t", "--url", server.url], capture_output=True, text=True, timeout=60
     )
     assert missing.returncode == 1 and len(missing.stderr.strip().splitlines()) == 1, missing.stderr
@@ -251,7 +252,7 @@ def test_a_new_consumer_of_a_table_without_rows_starts_at_the_log_s_last_commit(
     new_table(server, "unwritten")
     head = server.high_water()
     command = [sys.executable, "-m", "isbre.rest.cli", "tail", "unwritten.t", "--url", server.url]
-    tail = subprocess.Popen([*command, "--consumer", "fresh"], stderr=subprocess.PIPE, text=True)
+    tail = zygote.popen([*command, "--consumer", "fresh"], stderr=subprocess.PIPE, text=True)
     try:
         assert tail.stderr is not None
         line = tail.stderr.readline()

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import subprocess
 import sys
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from isbre.sinks.iceberg import IcebergSink
 from isbre.sinks.lane import PipelinedSink
 from pyiceberg.catalog.rest import RestCatalog
 
+from tests import zygote
 from tests.duck import connect
 from tests.http_client import http
 from tests.server import IsbreServer
@@ -195,7 +195,7 @@ def test_a_replay_after_kill_9_ends_as_the_model(
 ) -> None:
     ident = f"{namespace}.people"
     command = [sys.executable, "-c", CRASHING_PRODUCER, server.url, ident, str(killed_after)]
-    assert subprocess.run(command, timeout=120).returncode == -signal.SIGKILL
+    assert zygote.run(command, timeout=120).returncode == -signal.SIGKILL
     with IcebergSink(rest_catalog, ident, key=["id"]) as sink:
         apply(sink, 0, len(CHANGES))
     assert read(rest_catalog, ident, tmp_path) == model(len(CHANGES))

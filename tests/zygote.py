@@ -1,18 +1,21 @@
-"""`isbre` commands started by forking a process that has imported isbre already, for tests.
+"""Python commands of the tests started by forking a process that has imported isbre already.
 
 A test run starts about a hundred `isbre serve` processes; each new interpreter spent a second and
 a half of CPU importing PyIceberg, PyArrow and FastAPI before it served anything, most of the
 suite's cost besides the tests' own work. So the first command a test process starts also starts
 this zygote: `python -m tests.zygote`, which imports what `isbre serve` imports and then waits on a
 socket shared with the test process. Asked to run a command, it forks: the child takes the
-command's environment, working directory, output and session, and runs `isbre.rest.cli` as
-`python -m isbre.rest.cli` would (as `__main__`, with its arguments), then ends as that interpreter
-would have ended. The command is a real process of its own (its pid, its session, its signals);
-only its imports are inherited. The zygote reports each child's end (its exit status, as
-`Popen.returncode` gives it) to the test process, and ends when the test process has gone.
+command's environment, working directory, standard streams and session, and runs the module or
+the code as `python -m MODULE ARGS` or `python -c CODE ARGS` would (as `__main__`, with its
+arguments), then ends as that interpreter would have ended. The command is a real process of its
+own (its pid, its session, its signals); only its imports are inherited. The zygote reports each
+child's end (its exit status, as `Popen.returncode` gives it) to the test process, and ends when
+the test process has gone.
 
-A command that needs a new interpreter (a `PYTHON*` setting, another Python) is started as usual:
-`needs_new_interpreter` says which.
+Tests start their commands with `popen` and `run`, which take what `subprocess.Popen` and
+`subprocess.run` take. A command that needs a new interpreter (a `PYTHON*` setting, another
+Python, an option of the interpreter) is started by `subprocess` as before:
+`needs_new_interpreter` says which settings.
 """
 
 from __future__ import annotations
@@ -28,15 +31,15 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import IO, Any
 
 # What `isbre serve` imports by the time it serves: loaded once, here.
 PRELOADED = ("isbre.rest.cli", "isbre.rest.serve", "isbre.rest.app", "isbre.rest.workers")
 _MAX_MESSAGE = 1 << 20
 
 
-def needs_new_interpreter(env: Mapping[str, str]) -> bool:
+def needs_new_interpreter(env: Iterable[str]) -> bool:
     """Settings read when an interpreter starts (PYTHONPATH, PYTHONSAFEPATH, ...) or when a library
     is loaded: a forked command would not see them."""
     return any(key.startswith(("PYTHON", "LD_", "PYICEBERG_")) for key in env)
@@ -45,9 +48,9 @@ def needs_new_interpreter(env: Mapping[str, str]) -> bool:
 # The zygote's side.
 
 
-def _serve(control: socket.socket) -> None:
+def _serve(control: socket.socket) -> dict[str, Any]:
     """Fork a child for each request on `control` and report each child's end; return only in a
-    child, set up to run its request. Exits when the test process closes `control`."""
+    child, set up to run the request it returns. Exits when the test process closes `control`."""
     wake_read, wake_write = os.pipe()
     os.set_blocking(wake_write, False)
     signal.set_wakeup_fd(wake_write)
@@ -70,7 +73,7 @@ def _serve(control: socket.socket) -> None:
                         os.close(fd)
                     control.close()
                     _take_over(request, fds)
-                    return
+                    return request
                 for fd in fds:
                     os.close(fd)
                 _send(control, {"id": request["id"], "pid": pid})
@@ -101,7 +104,6 @@ def _take_over(request: dict[str, Any], fds: list[int]) -> None:
     os.environ.clear()
     os.environ.update(request["env"])
     os.chdir(request["cwd"])
-    sys.argv = [sys.argv[0], *request["args"]]
 
 
 def _receive(control: socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
@@ -121,10 +123,19 @@ def main() -> None:
     for name in PRELOADED:
         __import__(name)
     control = socket.socket(fileno=int(sys.argv[1]))  # SOCK_SEQPACKET, from the test process
-    _serve(control)
-    # The child: run the command as `python -m isbre.rest.cli` runs it; its SystemExit, or an
+    request = _serve(control)
+    # The child: run the command as `python -m` or `python -c` runs it; its SystemExit, or an
     # exception it raises, ends this interpreter as it would have ended that one.
-    runpy.run_module("isbre.rest.cli", run_name="__main__", alter_sys=True)
+    if request["option"] == "-m":
+        sys.argv = [sys.argv[0], *request["args"]]  # run_module puts the module's path first
+        sys.path[0] = os.getcwd()
+        # Run afresh as `__main__`, as `python -m` runs it, though the zygote imported it by name.
+        sys.modules.pop(request["target"], None)
+        runpy.run_module(request["target"], run_name="__main__", alter_sys=True)
+    else:
+        sys.argv = ["-c", *request["args"]]
+        sys.path[0] = ""
+        exec(compile(request["target"], "<string>", "exec"), {"__name__": "__main__"})
 
 
 # The test process's side.
@@ -133,9 +144,10 @@ def main() -> None:
 class ForkedProcess:
     """A command the zygote forked, as the tests use a `subprocess.Popen`."""
 
-    def __init__(self, pid: int, args: list[str]) -> None:
+    def __init__(self, pid: int, args: list[str], streams: list[IO[Any] | None]) -> None:
         self.args = args
         self.pid = pid
+        self.stdin, self.stdout, self.stderr = streams
         self.returncode: int | None = None
         self._ended = threading.Event()
 
@@ -152,6 +164,30 @@ class ForkedProcess:
         assert self.returncode is not None
         return self.returncode
 
+    def communicate(self, input: Any = None, timeout: float | None = None) -> tuple[Any, Any]:
+        """As `Popen.communicate`: `input` written and stdin closed, both outputs read to their end."""
+        read: dict[int, Any] = {}
+
+        def drain(index: int, stream: IO[Any]) -> None:
+            with stream:
+                read[index] = stream.read()
+
+        readers = [
+            threading.Thread(target=drain, args=(i, stream), daemon=True)
+            for i, stream in enumerate((self.stdout, self.stderr))
+            if stream is not None
+        ]
+        for reader in readers:
+            reader.start()
+        if self.stdin is not None:
+            with self.stdin, contextlib.suppress(BrokenPipeError):
+                if input is not None:
+                    self.stdin.write(input)
+        self.wait(timeout)
+        for reader in readers:
+            reader.join(timeout)
+        return read.get(0), read.get(1)
+
     def send_signal(self, sig: int) -> None:
         if self.returncode is None:
             with contextlib.suppress(ProcessLookupError):
@@ -162,6 +198,87 @@ class ForkedProcess:
 
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)
+
+
+def popen(
+    args: Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: str | os.PathLike[str] | None = None,
+    stdin: Any = None,
+    stdout: Any = None,
+    stderr: Any = None,
+    text: bool = False,
+    start_new_session: bool = False,
+) -> ForkedProcess | subprocess.Popen[Any]:
+    """`subprocess.Popen(args, ...)`, forked from the zygote where `args` is `python -m MODULE ...`
+    or `python -c CODE ...` of this interpreter and no setting read at its start changes."""
+    options = {"env": env, "cwd": cwd, "start_new_session": start_new_session}
+    streams = {"stdin": stdin, "stdout": stdout, "stderr": stderr, "text": text}
+    env = os.environ if env is None else env
+    changed = {key for key, _ in set(env.items()) ^ set(os.environ.items())}
+    if (
+        len(args) < 3
+        or args[0] != sys.executable
+        or args[1] not in ("-m", "-c")
+        or needs_new_interpreter(changed)
+    ):
+        return subprocess.Popen(args, **options, **streams)  # type: ignore[call-overload, no-any-return]
+    ours: list[IO[Any] | None] = []
+    theirs: list[int] = []
+    closing: list[int] = []
+    for fd, given in enumerate((stdin, stdout, stderr)):
+        if given == subprocess.STDOUT and fd == 2:
+            theirs.append(theirs[1])
+            ours.append(None)
+        elif given == subprocess.PIPE:
+            read, write = os.pipe()
+            mine, child = (write, read) if fd == 0 else (read, write)
+            ours.append(open(mine, ("w" if fd == 0 else "r") + ("" if text else "b")))  # noqa: SIM115
+            theirs.append(child)
+            closing.append(child)
+        elif given == subprocess.DEVNULL:
+            theirs.append(os.open(os.devnull, os.O_RDWR))
+            closing.append(theirs[-1])
+            ours.append(None)
+        else:
+            theirs.append(fd if given is None else given if isinstance(given, int) else given.fileno())
+            ours.append(None)
+    try:
+        return Zygote.shared().start(
+            [str(a) for a in args], dict(env), theirs, ours, str(cwd or os.getcwd()), start_new_session
+        )
+    finally:
+        for fd in closing:
+            os.close(fd)
+
+
+def run(
+    args: Sequence[str],
+    *,
+    input: Any = None,
+    capture_output: bool = False,
+    timeout: float | None = None,
+    check: bool = False,
+    **options: Any,
+) -> subprocess.CompletedProcess[Any]:
+    """`subprocess.run(args, ...)`, forked from the zygote where `popen` would fork it."""
+    if capture_output:
+        options.update(stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    if input is not None:
+        options["stdin"] = subprocess.PIPE
+    process = popen(args, **options)
+    try:
+        out, err = process.communicate(input, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+        raise
+    assert process.returncode is not None
+    done = subprocess.CompletedProcess(list(args), process.returncode, out, err)
+    if check:
+        done.check_returncode()
+    return done
 
 
 class Zygote:
@@ -199,35 +316,34 @@ class Zygote:
     def gone(self) -> bool:
         return self._process.poll() is not None
 
-    def run(
+    def start(
         self,
         args: list[str],
-        env: Mapping[str, str],
-        stdin: int,
-        stdout: int,
-        stderr: int,
-        cwd: str | None = None,
-        new_session: bool = False,
+        env: dict[str, str],
+        fds: list[int],
+        streams: list[IO[Any] | None],
+        cwd: str,
+        new_session: bool,
     ) -> ForkedProcess:
-        """Start `python -m isbre.rest.cli ARGS` forked, its standard streams on the given descriptors."""
+        """Fork `args` (`python -m ...` or `python -c ...`), its standard streams on `fds`."""
         request_id = next(self._ids)
         started = threading.Event()
         answer: list[int] = []
         with self._lock:
             self._started[request_id] = (started, answer)
-        request = {"id": request_id, "args": args, "env": dict(env), "cwd": cwd or os.getcwd()}
-        request["new_session"] = new_session
+        request = {"id": request_id, "option": args[1], "target": args[2], "args": args[3:]}
+        request.update(env=env, cwd=cwd, new_session=new_session)
         with self._sending:
             self._control.sendmsg(
                 [json.dumps(request).encode()],
-                [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [stdin, stdout, stderr]))],
+                [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))],
             )
         while not started.wait(1.0):
             if self.gone():
                 raise RuntimeError(
                     f"the test zygote ended ({self._process.returncode}) before it started {args}"
                 )
-        child = ForkedProcess(answer[0], ["isbre", *args])
+        child = ForkedProcess(answer[0], args, streams)
         with self._lock:
             self._children[child.pid] = child
             if (early := self._early.pop(child.pid, None)) is not None:
