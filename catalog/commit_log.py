@@ -76,9 +76,13 @@ class CommitLog:
                     high = middle
         return low - 1
 
-    def consumer_cursor(self, name: str) -> int | None:
+    def cursors(self) -> dict[str, int]:
+        """Every durable cursor, by name."""
         with self.store.read() as view:
-            return view.cursors().get(name)
+            return view.cursors()
+
+    def consumer_cursor(self, name: str) -> int | None:
+        return self.cursors().get(name)
 
     def set_consumer_cursor(self, name: str, commit_seq: int) -> None:
         """Record a consumer's durable position; the log keeps every record after it."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import ctypes
 import logging
 import os
@@ -10,8 +11,12 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from isbre.catalog.backoff import Backoff
+from isbre.catalog.store import Lease, Store, StoreUnavailableError
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +56,58 @@ def _end_when_orphaned(parent: int, grace_s: float) -> None:
     log.error("the server (process %s) ended %g s ago and this process had not: ending it", parent, grace_s)
     logging.shutdown()
     os._exit(ORPHANED_EXIT)
+
+
+def start_helper(prog: str, argv: list[str] | None = None) -> Path:
+    """The start of a helper's `main`: its one argument (the server's state directory), an end
+    with its server, a log, and the lowest scheduling priority, so that commits come first."""
+    parser = argparse.ArgumentParser(prog=prog)
+    parser.add_argument("--state", type=Path, required=True, help="the server's state directory")
+    state: Path = parser.parse_args(argv).state
+    die_with_parent()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    os.nice(19)
+    return state
+
+
+@dataclass
+class HelperStatus:
+    """What a helper that delivers somewhere reports of its failures."""
+
+    failures: int = 0
+    last_error: str | None = None
+    last_failure_at: float | None = None
+    recent_failures: list[str] = field(default_factory=list)
+
+    def failed(self, error: BaseException) -> None:
+        self.failures += 1
+        self.last_error = f"{type(error).__name__}: {error}"
+        self.last_failure_at = time.time()
+        self.recent_failures = [*self.recent_failures[-9:], self.last_error]
+
+
+# How often a helper waiting for its store's lease asks for it.
+LEASE_RETRY_S = 1.0
+
+
+def take_lease(
+    store: Store, name: str, keep_waiting: Callable[[], bool], waiting: Callable[[Exception | None], None]
+) -> Lease | None:
+    """Wait for the store's lease `name` (another server's helper may hold it); None when told to
+    stop first. `waiting` hears of each wait, with the store's error when it could not be asked."""
+    while keep_waiting():
+        try:
+            lease = store.try_lease(name)
+        except StoreUnavailableError as exc:
+            waiting(exc)
+            lease = None
+        else:
+            if lease is None:
+                waiting(None)
+        if lease is not None:
+            return lease
+        time.sleep(LEASE_RETRY_S)
+    return None
 
 
 # A process that keeps dying is restarted ever more slowly; one that ran a minute counts as healthy.

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 import os
-import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from isbre.catalog.commit_log import CommitLog
+from isbre.catalog.processes import HelperStatus
 
 # The outbox's consumer cursor in the commit log.
 CURSOR = "lineage"
@@ -25,21 +25,11 @@ def start_from_now(commit_log: CommitLog) -> None:
 
 
 @dataclass
-class OutboxStatus:
+class OutboxStatus(HelperStatus):
     delivered_seq: int = 0
     events_sent: int = 0
-    failures: int = 0
-    last_error: str | None = None
-    last_failure_at: float | None = None
     last_delivery_at: float | None = None  # when a chunk of runs was last delivered
     mapping_errors: int = 0
-    recent_failures: list[str] = field(default_factory=list)
-
-    def failed(self, error: BaseException) -> None:
-        self.failures += 1
-        self.last_error = f"{type(error).__name__}: {error}"
-        self.last_failure_at = time.time()
-        self.recent_failures = [*self.recent_failures[-9:], self.last_error]
 
 
 def status_path(state: Path) -> Path:

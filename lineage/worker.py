@@ -13,21 +13,19 @@ never on the command line, where any user of the machine could read them.
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
 import signal
 import threading
-import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from isbre.catalog.commit_log import CommitLog
-from isbre.catalog.processes import die_with_parent
-from isbre.catalog.store import Lease, StoreUnavailableError
+from isbre.catalog.processes import start_helper, take_lease
+from isbre.catalog.store import Lease
 from isbre.catalog.stores import helper_store
 from isbre.catalog.warehouse_config import Warehouse
 from isbre.catalog.warehouses import open_warehouses, read_metadata
@@ -42,33 +40,22 @@ log = logging.getLogger("isbre.lineage.worker")  # by name: the module runs as _
 
 
 LEASE = "lineage"
-# How often a waiting worker asks for the lease.
-LEASE_RETRY_S = 1.0
 
 
 def _take_lease(commit_log: CommitLog, state: Path, keep_waiting: Callable[[], bool]) -> Lease | None:
-    """Wait for the store's lineage lease; None when told to stop first."""
+    """Wait for the store's lineage lease, saying so in the status file; None when told to stop first."""
     waiting = OutboxStatus(delivered_seq=0)
-    while keep_waiting():
-        try:
-            lease = commit_log.store.try_lease(LEASE)
-        except StoreUnavailableError as exc:
-            waiting.failed(exc)
-            lease = None
-        if lease is not None:
-            return lease
+
+    def note(error: Exception | None) -> None:
+        if error is not None:
+            waiting.failed(error)
         write_status(state, waiting, delivering=False)
-        time.sleep(LEASE_RETRY_S)
-    return None
+
+    return take_lease(commit_log.store, LEASE, keep_waiting, note)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="isbre.lineage.worker")
-    parser.add_argument("--state", type=Path, required=True, help="the server's state directory")
-    args = parser.parse_args(argv)
-    die_with_parent()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    os.nice(19)
+    state = start_helper("isbre.lineage.worker", argv)
 
     delivery: dict[str, Any] = json.loads(os.environ.pop(DELIVERY_ENV, "{}"))
     transport = json.loads(delivery["transport"]) if "transport" in delivery else None
@@ -90,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     def why() -> str:
         return "the server asked" if stopping.is_set() else f"the server (process {parent}) has gone"
 
-    lease = _take_lease(service.core.commit_log, args.state, serving)
+    lease = _take_lease(service.core.commit_log, state, serving)
     # Only a worker that holds the lease has something to hand back when told to stop. Until then
     # SIGTERM's default action ends it at once, where a handler would wait for the main thread,
     # which at the lowest priority on a busy machine got no CPU for 30 s after its server died.
@@ -110,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         # Commits happen in the server's process: nothing here wakes the outbox but its own polling.
         while serving():
-            write_status(args.state, outbox.status, delivering=True)
+            write_status(state, outbox.status, delivering=True)
             if not lease.held() or not outbox.alive:
                 # Another worker may hold the lease now: stop at once; the server starts this again.
                 log.error("the lineage lease is lost or the outbox stopped: exiting to start again")
@@ -121,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
             log.info("stopping: %s", why())
     finally:
         outbox.stop()
-        write_status(args.state, outbox.status, delivering=False)
+        write_status(state, outbox.status, delivering=False)
         lease.release()
         service.close()
     # With the time of the line above, how long a stop took: a stop is slow on a busy machine,

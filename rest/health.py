@@ -114,6 +114,19 @@ def maintenance_health(maintainer: Maintainer | None) -> dict[str, Any]:
     return body
 
 
+def relays_health(request: Request) -> dict[str, Any]:
+    """Degraded while the relay process is down or a relay's last try failed with commits left to
+    send: they wait, none is lost."""
+    relays = runtime(request).relays
+    if relays is None:
+        return {"status": "ok", "enabled": False}
+    report = relays.report()
+    for each in report["relays"].values():
+        each["status"] = "degraded" if each["failing"] and each["lag"] > 0 else "ok"
+    failing = report["process"] is None or any(each["status"] != "ok" for each in report["relays"].values())
+    return {"status": "degraded" if failing else "ok", "enabled": True, **report}
+
+
 def _health(request: Request) -> tuple[int, dict[str, Any]]:
     service = runtime(request).service
     try:
@@ -125,6 +138,7 @@ def _health(request: Request) -> tuple[int, dict[str, Any]]:
             "oldest_commit_seq": floor,
         }
         lineage = lineage_status(request)
+        relays = relays_health(request)
     except StoreUnavailableError as exc:
         # The database is down: nothing can be served until it is back (each server reconnects).
         store = {"status": "down", **service.core.store.describe(), "reason": str(exc)}
@@ -137,7 +151,9 @@ def _health(request: Request) -> tuple[int, dict[str, Any]]:
     events = events_health(runtime(request))
     maintenance = maintenance_health(runtime(request).maintainer)
     body = {
-        "status": "degraded" if degraded or "ok" not in (events["status"], maintenance["status"]) else "ok",
+        "status": "degraded"
+        if degraded or {events["status"], maintenance["status"], relays["status"]} != {"ok"}
+        else "ok",
         "process": os.getpid(),  # with several workers, the one that answered
         "components": {
             "store": store,
@@ -148,6 +164,7 @@ def _health(request: Request) -> tuple[int, dict[str, Any]]:
             "events": events,
             "lineage": {"status": "degraded" if degraded else "ok", **lineage},
             "maintenance": maintenance,
+            "relays": relays,
         },
     }
     return 200, body

@@ -6,6 +6,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from fastapi import APIRouter, Depends, Request, Response
 from isbre.catalog.append_rebase import OUTCOMES
@@ -28,6 +29,30 @@ def _line(name: str, kind: str, help_text: str, samples: Sequence[tuple[str, flo
         f"{name}{labels} {value if isinstance(value, int) else f'{value:g}'}" for labels, value in samples
     ]
     return "\n".join(lines)
+
+
+def _relays(relays: dict[str, dict[str, Any]]) -> list[str]:
+    def each(field: str) -> list[tuple[str, float]]:
+        return [(labels(relay=name), relay[field]) for name, relay in relays.items()]
+
+    return [
+        _line(
+            "isbre_relay_position",
+            "gauge",
+            "Last commit_seq a relay has sent or passed over.",
+            each("position"),
+        ),
+        _line("isbre_relay_lag", "gauge", "Commits a relay has still to send or pass over.", each("lag")),
+        _line(
+            "isbre_relay_messages_total",
+            "counter",
+            "Messages a relay's target acknowledged.",
+            each("messages"),
+        ),
+        _line(
+            "isbre_relay_failures_total", "counter", "Failed tries of a relay's messages.", each("failures")
+        ),
+    ]
 
 
 def _histogram(name: str, help_text: str, histogram: Histogram) -> str:
@@ -193,6 +218,8 @@ def metrics(request: Request) -> Response:
                     [("", status.failures)],
                 ),
             ]
+        if state.relays is not None:
+            stored += _relays(state.relays.report()["relays"])
     except StoreUnavailableError:
         stored = []
     blocks = [

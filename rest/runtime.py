@@ -1,5 +1,5 @@
 """What a server process runs while it serves, typed: the warehouses' catalogs, the events ring and
-its fan-out, the lineage outbox and the shared counters of workers. rest/startup.py's `running`
+its fan-out, the lineage outbox, the relays and the shared counters of workers. rest/startup.py's `running`
 makes it; the routes read it through `runtime(request)`.
 """
 
@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from isbre.catalog.maintainer import Maintainer
     from isbre.events.broadcast import Broadcaster
     from isbre.events.fanout import FanoutChannel, FanoutProcess
+    from isbre.events.relay_handle import RelayObserver, RelayProcess
     from isbre.lineage.handle import LineageObserver, LineageWorker
     from isbre.rest.delegation import Delegation
     from isbre.rest.plan_work import PlanWork
@@ -44,6 +45,7 @@ class Runtime:
     delegation: dict[str, Delegation]
     broadcaster: Broadcaster
     outbox: LineageWorker | LineageObserver | None
+    relays: RelayProcess | RelayObserver | None
     fanout: FanoutProcess | FanoutChannel | None
     shared_counters: SharedCounters | None
     maintainer: Maintainer | None

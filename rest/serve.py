@@ -22,7 +22,7 @@ from isbre.rest.connections import guarded_protocol
 from isbre.rest.refusals import RefusedError
 from isbre.rest.settings import Settings, warehouses
 from isbre.rest.shared_counters import forget_workers, running_workers
-from isbre.rest.startup import fanout_options, start_lineage
+from isbre.rest.startup import fanout_options, start_lineage, start_relays
 from isbre.rest.uvicorn_supervisor import PatientSupervisor
 from isbre.rest.workers import hand_down
 from uvicorn.config import LOGGING_CONFIG
@@ -88,9 +88,10 @@ def serve(settings: Settings) -> None:
         return
     settings = hand_down(settings)
     forget_workers(settings.state_path())
-    # The supervisor runs what there is one of per server: the lineage worker, the fan-out process.
+    # The supervisor runs what there is one of per server: the lineage worker, the relays, the fan-out.
     services = open_warehouses(settings.store_location(), warehouses(settings))
     lineage = start_lineage(settings, services)
+    relays = start_relays(settings, services)
     path = shared_socket(settings.state_path()) if settings.events_process else None
     fanout = SharedFanout(settings.store_location(), path, fanout_options(settings)) if path else None
     if fanout is not None:
@@ -114,6 +115,8 @@ def serve(settings: Settings) -> None:
             fanout.stop()
         if lineage is not None:
             lineage.stop()
+        if relays is not None:
+            relays.stop()
         services[0].close()
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from isbre.catalog.stores import is_database_url
+from isbre.events.relay_settings import Relay
 from isbre.rest.roles import Role
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_settings import (
@@ -265,6 +266,11 @@ class Settings(BaseSettings):
     maintenance_interval_seconds: float = Field(
         1.0, gt=0, description="How often the maintenance thread reads the commit log for tables due."
     )
+    relays: list[Relay] = Field(
+        default_factory=list,
+        description="Where the commit log is relayed, each commit once and in order: NATS JetStream "
+        "streams and webhooks (`[[relays]]` tables; docs/events.md).",
+    )
 
     @model_validator(mode="after")
     def _warehouse_names(self) -> Settings:
@@ -273,6 +279,23 @@ class Settings(BaseSettings):
                 raise ValueError(
                     f"warehouse name {name!r} must be letters, digits, '-' or '_', and not the prefix"
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _relay_names(self) -> Settings:
+        names = [relay.key() for relay in self.relays]
+        twice = sorted({name for name in names if names.count(name) > 1})
+        if twice:
+            raise ValueError(f"relays share a name (give each a name of its own): {', '.join(twice)}")
+        principals = {principal.name for principal in self.auth.principals}
+        for relay in self.relays:
+            if relay.principal is not None and relay.principal not in principals:
+                raise ValueError(f"relay {relay.key()}: no principal {relay.principal!r} in auth.principals")
+            unknown = [
+                name for name in relay.warehouses if name != self.prefix and name not in self.warehouses
+            ]
+            if unknown:
+                raise ValueError(f"relay {relay.key()}: no warehouse {', '.join(unknown)} is served")
         return self
 
     def worker_count(self) -> int:
@@ -331,6 +354,7 @@ NOT_SETTINGS = CLIENT_VARIABLES | {
     "ISBRE_JOB_PARENT",
     "ISBRE_WORKER_SETTINGS",
     "ISBRE_LINEAGE_DELIVERY",
+    "ISBRE_RELAY_SETTINGS",
 }
 
 

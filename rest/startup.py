@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import signal
+import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import replace
@@ -23,6 +24,7 @@ from isbre.catalog.warehouse_config import Warehouse
 from isbre.catalog.warehouses import open_warehouses
 from isbre.events.broadcast import Broadcaster
 from isbre.events.fanout import FanoutChannel, FanoutOptions, FanoutProcess, shared_socket
+from isbre.events.relay_handle import RelayObserver, RelayProcess
 from isbre.events.retention import trim_periodically
 from isbre.lineage.config import openlineage_configured
 from isbre.lineage.handle import LineageObserver, LineageWorker
@@ -86,6 +88,37 @@ def start_lineage(settings: Settings, services: list[CatalogService]) -> Lineage
     worker.start()
     log.info("lineage on: the outbox runs in its own process")
     return worker
+
+
+# The store's key that the catalog's id is made from (the relays' CloudEvents name it as their source).
+CATALOG_ID_KEY = "catalog-id"
+
+
+def start_relays(settings: Settings, services: list[CatalogService]) -> RelayProcess | None:
+    """The relay process, when relays are configured; what it needs comes in its environment."""
+    if not settings.relays:
+        return None
+    principals = {principal.name: principal for principal in settings.auth.principals}
+    config = {
+        "relays": [relay.model_dump(mode="json") for relay in settings.relays],
+        # A relay acting for a principal sees what that principal's namespaces hold.
+        "scopes": {
+            relay.key(): [namespace.split(".") for namespace in principals[relay.principal].namespaces]
+            for relay in settings.relays
+            if relay.principal is not None
+        },
+        "tags": {service.name: list(service.core.record_tags) for service in services},
+        "source": {
+            "catalog_id": str(uuid.UUID(bytes=services[0].core.key(CATALOG_ID_KEY)[:16], version=4)),
+            "default_warehouse": settings.prefix,
+        },
+    }
+    process = RelayProcess(
+        services[0].core.commit_log, settings.store_location(), settings.state_path(), settings.relays, config
+    )
+    process.start()
+    log.info("relays on: %s", ", ".join(relay.key() for relay in settings.relays))
+    return process
 
 
 def catalog_limits(settings: Settings) -> Limits:
@@ -182,6 +215,15 @@ async def running(settings: Settings, worker: bool, counters: RequestCounters) -
             outbox = LineageObserver(commit_log, settings.state_path())
         else:
             outbox = None
+        relays: RelayProcess | RelayObserver | None
+        if not worker:
+            relays = start_relays(settings, services)
+            if relays is not None:
+                stops.append(relays.stop)
+        elif settings.relays:  # the supervisor runs the relay process
+            relays = RelayObserver(commit_log, settings.state_path(), settings.relays)
+        else:
+            relays = None
         fanout = _start_fanout(settings, commit_log, worker)
         if fanout is not None:
             stops.append(fanout.stop)
@@ -220,6 +262,7 @@ async def running(settings: Settings, worker: bool, counters: RequestCounters) -
             },
             broadcaster,
             outbox,
+            relays,
             fanout,
             shared,
             maintainer,

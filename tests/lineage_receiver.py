@@ -18,6 +18,19 @@ SPECS = Path(__file__).resolve().parent / "specs" / "openlineage"
 RUN_EVENT = "https://openlineage.io/spec/2-0-2/OpenLineage.json#/$defs/RunEvent"
 
 
+def serve_in_thread(handler: type[BaseHTTPRequestHandler], port: int = 0) -> ThreadingHTTPServer:
+    """An HTTP server on loopback answering with `handler`, on a thread of its own."""
+    ThreadingHTTPServer.allow_reuse_address = True
+    server = ThreadingHTTPServer(("127.0.0.1", port), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def shut(server: ThreadingHTTPServer) -> None:
+    server.shutdown()
+    server.server_close()
+
+
 class Receiver:
     """Accepts POST /api/v1/lineage (Marquez's endpoint) and keeps every event, in arrival order."""
 
@@ -71,17 +84,14 @@ class Receiver:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        ThreadingHTTPServer.allow_reuse_address = True
-        self._server = ThreadingHTTPServer(("127.0.0.1", self._port), Handler)
+        self._server = serve_in_thread(Handler, self._port)
         self._port = self._server.server_address[1]
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
         return self
 
     def stop(self) -> None:
         """Stop listening and drop open connections, as a crashed or stopped receiver would."""
         if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
+            shut(self._server)
             self._server = None
         with self._lock:
             for connection in self._connections:

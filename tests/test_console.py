@@ -40,6 +40,7 @@ from tests.conftest import server_settings
 from tests.crafted import snapshot_updates
 from tests.http_client import http
 from tests.lineage_receiver import Receiver
+from tests.relay_targets import WebhookReceiver
 from tests.server import InProcessServer, IsbreServer, secured_server
 from tests.waiting import eventually
 
@@ -202,9 +203,19 @@ def seed(catalog: RestCatalog) -> None:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory, receiver: Receiver) -> Iterator[IsbreServer]:
-    """A server with lineage on (delivered to a receiver), and the seeded catalog."""
-    env = {"ISBRE_LINEAGE_URL": receiver.url}
+def hook() -> Iterator[WebhookReceiver]:
+    running = WebhookReceiver().start()
+    yield running
+    running.stop()
+
+
+@pytest.fixture(scope="module")
+def server(
+    tmp_path_factory: pytest.TempPathFactory, receiver: Receiver, hook: WebhookReceiver
+) -> Iterator[IsbreServer]:
+    """A server with lineage on (delivered to a receiver), a webhook relay, and the seeded catalog."""
+    relay = {"kind": "webhook", "name": "console-hook", "url": hook.url, "secret": "whsec_" + "A" * 32}
+    env = {"ISBRE_LINEAGE_URL": receiver.url, "ISBRE_RELAYS": json.dumps([relay])}
     started = InProcessServer(tmp_path_factory.mktemp("console") / "warehouse", env=env).start()
     seed(RestCatalog("seed", uri=started.url))
     yield started
@@ -441,13 +452,15 @@ def test_pause_and_resume_misses_nothing(server: IsbreServer, seen: Watched) -> 
 
 @browser_tests
 def test_operations_reads_rate_and_latency_off_the_metrics(
-    server: IsbreServer, seen: Watched, tmp_path: Path
+    server: IsbreServer, seen: Watched, tmp_path: Path, hook: WebhookReceiver
 ) -> None:
     page = open_page(seen, server, "operations")
     expect(page.locator("[data-component=store]")).to_contain_text("ok")
     health = page.locator("section", has_text="Health")
     assert "null" not in health.inner_text()
     expect(health.locator("[data-component=lineage] > .status")).to_have_text("ok")
+    expect(health.locator("[data-component=relays] > .status")).to_have_text("ok")
+    expect(health.locator("[data-component=console-hook]")).to_contain_text(hook.url)
     with httpx.Client(base_url=f"{server.url}/v1/isbre") as client:
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline:  # commits across two polls of /metrics

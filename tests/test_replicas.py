@@ -5,6 +5,7 @@ have its own host; they share the warehouse directory, as hosts would share obje
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import os
 import sys
@@ -29,6 +30,7 @@ from tests import zygote
 from tests.http_client import http
 from tests.lineage_receiver import Receiver
 from tests.postgres import PostgresServer, new_database
+from tests.relay_targets import NatsBroker
 from tests.server import ID_SCHEMA, IsbreServer, on_threads, sse_records, start_threads
 from tests.sink_helpers import compacted, rows, span, write_once
 from tests.waiting import eventually
@@ -383,19 +385,30 @@ def lineage_status(server: IsbreServer) -> dict:
     return http.get(f"{server.url}/v1/lineage/status", timeout=10).json()
 
 
+def relaying(server: IsbreServer) -> dict:
+    relays: dict = http.get(f"{server.url}/health", timeout=10).json()["components"]["relays"]
+    return relays
+
+
 def test_kill_9_of_a_replica_under_load(tmp_path: Path, request: pytest.FixtureRequest) -> None:
-    """Every acknowledged commit stays; the lineage lease moves to the survivor, which delivers the
-    runs the dead one had not."""
+    """Every acknowledged commit stays; the lineage and relays leases move to the survivor, which
+    delivers the runs the dead one had not, and relays every commit to JetStream once."""
     receiver = Receiver().start()
+    broker = NatsBroker(tmp_path).start()
     store = new_database(request)
-    env = {"ISBRE_LINEAGE_URL": receiver.url}
+    relays = [{"kind": "nats", "name": "bus", "url": broker.url}]
+    env = {"ISBRE_LINEAGE_URL": receiver.url, "ISBRE_RELAYS": json.dumps(relays)}
     first = replica(tmp_path / "warehouse", store, **env)
     eventually(
         lambda: lineage_status(first)["delivering"], "the first replica never took the lease", timeout=30
     )
+    eventually(
+        lambda: relaying(first)["relaying"], "the first replica never took the relays lease", timeout=30
+    )
     second = replica(tmp_path / "warehouse", store, **env)
     try:
         assert not lineage_status(second)["delivering"]
+        assert not relaying(second)["relaying"]
         base = [f"{s.url}/v1/isbre" for s in (first, second)]
         http.post(f"{base[0]}/namespaces", json={"namespace": ["db"]}).raise_for_status()
         acknowledged: list[str] = []
@@ -443,9 +456,13 @@ def test_kill_9_of_a_replica_under_load(tmp_path: Path, request: pytest.FixtureR
             return expected - lineage_runs(receiver)
 
         eventually(lambda: not missing(), "runs were lost when the replica died", timeout=60)
+        eventually(lambda: relaying(second)["relays"]["bus"]["lag"] == 0, "the survivor relayed", timeout=60)
+        published = [event["commitseq"] for _, _, event in broker.messages()]
+        assert published == [r["commit_seq"] for r in records]
     finally:
         second.stop()
         receiver.stop()
+        broker.stop()
 
 
 def first_stream_answer(server: IsbreServer) -> int:
