@@ -64,20 +64,21 @@ class ManifestCache:
         owner: str,
         check: Callable[[str], object],
         format_version: int,
+        deleted: bool = False,
     ) -> tuple[ManifestEntry, ...]:
-        """The manifest's live entries (added or existing; deleted ones are left out), read in the
+        """The manifest's live entries (added or existing; deleted ones too with `deleted`), read in the
         table's format version (v3's fields kept, each data file's first row id inherited as the
         spec says), once its own path and every file it names have passed `check` for the table
         `owner` (each raises what it refuses). A manifest is checked once per table that names
         it, not once per plan: the check resolves every path on disk."""
 
         def read() -> _Held:
-            entries = read_entries(io, manifest, format_version)
+            entries = read_entries(io, manifest, format_version, discard_deleted=not deleted)
             if format_version >= 3:
                 inherit_first_row_ids(entries, first_row_id(manifest))
             return _Held(tuple(entries), manifest.manifest_length * DECODED_PER_BYTE)
 
-        key = (manifest.manifest_path, manifest.manifest_length * 10 + format_version)
+        key = (manifest.manifest_path, (manifest.manifest_length * 10 + format_version) * 2 + deleted)
         checked = (*key, owner)
         if self._checked.peek(checked) is not None:
             return self._held(key, read)

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from isbre.catalog.change_plans import ChangePlan, plan_changes
 from isbre.catalog.identifiers import Identifier
 from isbre.catalog.lru import Lru
 from isbre.catalog.manifest_cache import ManifestCache
@@ -83,13 +84,7 @@ class Plans:
                 return view.snapshot_commit(table_uuid, snapshot_id)
 
             if request.after_commit_seq is not None:
-                if request.after_commit_seq > view.commit_seq():
-                    # As the consumer cursors and the event stream refuse it: a reader would skip
-                    # every commit up to it without noticing.
-                    raise ScanNotPlannableError(
-                        f"isbre-after-commit-seq {request.after_commit_seq} is ahead of the commit log "
-                        f"(its last commit is {view.commit_seq()})"
-                    )
+                _check_cursor(view, request.after_commit_seq)
                 first_parent = _FirstParents(view, table_uuid)
                 return self._from_cursor(history, request.after_commit_seq, commit_of, first_parent, rows)
             if request.end_snapshot_id is not None:
@@ -148,6 +143,24 @@ class Plans:
         scan = Scan(table_uuid, head, True, start, rows)
         return Resolved(scan, self._planner(history, scan), max(after, newer[0][1]))
 
+    def changes(self, ident: Identifier, after: int, max_tasks: int) -> tuple[Planner, ChangePlan]:
+        """What the table's commits after `after` inserted and deleted (whole commits, up to about
+        `max_tasks` tasks), with the planner that read them. ExpiredCommitsError as `resolve`."""
+        history = self._history(ident)
+        table_uuid = str(history.metadata.table_uuid)
+        with self.core.store.read(self.core.scope) as view:
+            _check_cursor(view, after)
+
+            def commit_of(snapshot_id: int) -> int | None:
+                return view.snapshot_commit(table_uuid, snapshot_id)
+
+            newer, start, whole = _newer(history, after, commit_of)
+            if whole and newer:
+                _check_not_expired(newer, after, commit_of, _FirstParents(view, table_uuid))
+        scan = Scan(table_uuid, history.metadata.current_snapshot_id, True, start)
+        planner = self._planner(history, scan)
+        return planner, plan_changes(planner, newer[::-1], max_tasks) or ChangePlan([], after)
+
     def properties(self, ident: Identifier) -> dict[str, str]:
         return dict(self._history(ident).metadata.properties)
 
@@ -196,6 +209,16 @@ def _newer(
             return newer, each.snapshot_id, False
         newer.append((each, commit_seq))
     return newer, None, True
+
+
+def _check_cursor(view: Any, after: int) -> None:
+    if after > view.commit_seq():
+        # As the consumer cursors and the event stream refuse it: a reader would skip every commit
+        # up to it without noticing.
+        raise ScanNotPlannableError(
+            f"isbre-after-commit-seq {after} is ahead of the commit log "
+            f"(its last commit is {view.commit_seq()})"
+        )
 
 
 class _FirstParents:

@@ -185,9 +185,9 @@ class Planner:
         listed: Iterable[Manifest]
         if self.scan.incremental:
             added = {s.snapshot_id for s in self._appends}
-            listed = (m for s in self._appends for m in self._manifests(s) if m.added_snapshot_id in added)
+            listed = (m for s in self._appends for m in self.manifests(s) if m.added_snapshot_id in added)
         else:
-            listed = iter(self._manifests(self.history.snapshot(self.scan.end_snapshot_id)))
+            listed = iter(self.manifests(self.history.snapshot(self.scan.end_snapshot_id)))
         found: dict[str, Manifest] = {}
         for manifest in listed:
             if manifest.content == ManifestContent.DATA and self._pruning.keeps_manifest(manifest):
@@ -200,7 +200,7 @@ class Planner:
         entries = [
             entry
             for manifest in manifests
-            for entry in self._entries(manifest)
+            for entry in self.entries(manifest)
             if (
                 not self.scan.incremental
                 or (entry.status == ManifestEntryStatus.ADDED and entry.snapshot_id in added)
@@ -217,37 +217,38 @@ class Planner:
         """The delete files `added_by` added (a rewrite that a reader of changes is told of)."""
         return [
             entry.data_file
-            for manifest in self._manifests(added_by)
+            for manifest in self.manifests(added_by)
             if manifest.content == ManifestContent.DELETES
             and manifest.added_snapshot_id == added_by.snapshot_id
-            for entry in self._entries(manifest)
+            for entry in self.entries(manifest)
             if entry.status == ManifestEntryStatus.ADDED and entry.snapshot_id == added_by.snapshot_id
         ]
 
     @cached_property
-    def _deletes(self) -> _Deletes:
+    def _deletes(self) -> DeleteIndex:
         """The scan's delete files, read once per planner (an incremental scan reads none)."""
-        deletes = _Deletes(self.metadata)
+        deletes = DeleteIndex(self.metadata)
         if self.scan.incremental or self.scan.end_snapshot_id is None:
             return deletes
-        for manifest in self._manifests(self.history.snapshot(self.scan.end_snapshot_id)):
+        for manifest in self.manifests(self.history.snapshot(self.scan.end_snapshot_id)):
             if manifest.content == ManifestContent.DELETES and self._pruning.keeps_manifest(manifest):
-                for entry in self._entries(manifest):
+                for entry in self.entries(manifest):
                     if self._pruning.keeps_file(entry.data_file):
                         deletes.add(entry)
         return deletes
 
-    def _manifests(self, of: Snapshot) -> tuple[Manifest, ...]:
+    def manifests(self, of: Snapshot) -> tuple[Manifest, ...]:
         return self._cache.manifests(self._io, self._io.check(of.manifest_list), self.metadata.format_version)
 
-    def _entries(self, manifest: Manifest) -> tuple[ManifestEntry, ...]:
+    def entries(self, manifest: Manifest, deleted: bool = False) -> tuple[ManifestEntry, ...]:
+        """The manifest's live entries (and with `deleted`, its deleted ones)."""
         # Every path is checked for this table, not only when first read: another table's manifest
         # list may name the same manifest.
         version = self.metadata.format_version
-        return self._cache.entries(self._io, manifest, self.scan.table_uuid, self._io.check, version)
+        return self._cache.entries(self._io, manifest, self.scan.table_uuid, self._io.check, version, deleted)
 
 
-class _Deletes:
+class DeleteIndex:
     """The delete files of a scan, matched to data files as the spec says: position deletes (and
     deletion vectors) by PyIceberg's index; equality deletes to the data files of their partition
     (every partition, for an unpartitioned spec) with a lower data sequence number."""

@@ -14,15 +14,16 @@ import time
 from collections.abc import Iterator
 from typing import Any, Literal
 
+import numpy as np
 import pyarrow as pa
 from isbre.catalog.identifiers import check_consumer_name
 from isbre.catalog.pyiceberg_internals import rest_extension
+from isbre.events.change_reads import read_tasks
+from isbre.events.change_rows import INSERT, change_schema, commit_changes, with_change
 from isbre.events.client import subscribe
 from pyiceberg.catalog.rest import RestCatalog
-from pyiceberg.catalog.rest.scan_planning import PlanCompleted, ScanTasks
-from pyiceberg.expressions import AlwaysTrue
-from pyiceberg.io.pyarrow import ArrowScan
-from pyiceberg.table import FileScanTask, Table
+from pyiceberg.catalog.rest.scan_planning import PlanCompleted, RESTFileScanTask, ScanTasks
+from pyiceberg.table import Table
 
 _TABLE = "namespaces/{namespace}/tables/{table}"
 # The position of a feed that has read nothing: commits are numbered from 1.
@@ -54,6 +55,7 @@ class TableFeed:
         from_start: bool = False,
         on_rewrite: Literal["raise", "skip"] = "raise",
         on_expired: Literal["raise", "resync"] = "raise",
+        changes: bool = False,
         **properties: str,
     ) -> None:
         """`table`: "namespace.table"; `consumer`: the cursor's name (a new one starts at the
@@ -62,15 +64,17 @@ class TableFeed:
         RowsRewrittenError before any of its rows are returned; "skip": its appended rows are
         read, its removals ignored); `on_expired`: what a feed whose unread snapshots were
         expired does ("raise": FeedResyncError; "resync": reads the table as it is, rows it had
-        read included, and follows from there); `properties`: more of PyIceberg's catalog
-        properties (vended credentials' header, say)."""
+        read included, and follows from there); `changes`: read what each commit inserted,
+        deleted and updated, each row with `_change_type` and `_commit_seq` (overwrites and
+        deletes are changes: `on_rewrite` does not apply); `properties`: more of PyIceberg's
+        catalog properties (vended credentials' header, say)."""
         if on_rewrite not in ("raise", "skip"):
             raise ValueError(f"on_rewrite is 'raise' or 'skip', not {on_rewrite!r}")
         if on_expired not in ("raise", "resync"):
             raise ValueError(f"on_expired is 'raise' or 'resync', not {on_expired!r}")
         self.uri, self.table = uri.rstrip("/"), table
         self.consumer = None if consumer is None else check_consumer_name(consumer)
-        self.on_rewrite, self.on_expired = on_rewrite, on_expired
+        self.on_rewrite, self.on_expired, self.changes = on_rewrite, on_expired, changes
         auth = {"token": token} if token else {"credential": credential} if credential else {}
         self._catalog = RestCatalog("feed", uri=self.uri, **auth, **properties)
         self._token, self._credential = token, credential
@@ -109,9 +113,9 @@ class TableFeed:
                 ) from self._stream_error
             remaining = None if deadline is None else deadline - time.monotonic()
             if self._closed.is_set() or (remaining is not None and remaining <= 0):
-                return self._schema().empty_table()
+                return self._empty()
             if not self._wake.wait(remaining) or self._closed.is_set():
-                return self._schema().empty_table()
+                return self._empty()
 
     def commit(self) -> None:
         """Store the position as the consumer's cursor: what `read` returned is done."""
@@ -144,8 +148,11 @@ class TableFeed:
         as it is: its current snapshot, whatever expiry removed before it."""
         if self.position == BEFORE_ANY_COMMIT:
             return self._read_whole()
+        body: dict[str, Any] = {"isbre-after-commit-seq": self.position}
+        if self.changes:
+            body["isbre-changes"] = True
         try:
-            answer = self._call("POST", f"{_TABLE}/plan", body={"isbre-after-commit-seq": self.position})
+            answer = self._call("POST", f"{_TABLE}/plan", body=body)
         except FeedResyncError as expired:
             if self.on_expired == "raise":
                 raise
@@ -153,13 +160,15 @@ class TableFeed:
                 "%s: %s; reading %s as it is, rows read before included", self.table, expired, self.table
             )
             return self._read_whole()
+        if self.changes:
+            return self._changes(answer)
         if answer.get("isbre-rewrites") and self.on_rewrite == "raise":
             operations = sorted({rewrite["operation"] for rewrite in answer["isbre-rewrites"]})
             raise RowsRewrittenError(
                 f"Commits to {self.table} after {self.position} rewrote rows ({', '.join(operations)}); "
                 "open the feed with on_rewrite='skip' to read on past them"
             )
-        return self._rows(self._tasks(answer), int(answer["isbre-commit-seq"]))
+        return self._rows(self._pages(answer), int(answer["isbre-commit-seq"]))
 
     def _read_whole(self) -> pa.Table | None:
         """The table's current snapshot, read whole; the position moves to the commit that made it."""
@@ -169,31 +178,70 @@ class TableFeed:
                 f"{self.table}'s current snapshot was not made through this catalog's commit log "
                 "(a registered table's): there is no commit to follow it from"
             )
-        return self._rows(self._tasks(answer), int(answer["isbre-commit-seq"]))
+        after = int(answer["isbre-commit-seq"])
+        rows = self._rows(self._pages(answer), after)
+        if rows is None or not self.changes:
+            return rows
+        return with_change(rows, INSERT, after)
 
-    def _rows(self, tasks: list[FileScanTask], after: int) -> pa.Table | None:
-        """The rows of `tasks` (None when there are none); the position moves to `after` either way."""
-        if not tasks:
+    def _rows(self, pages: list[ScanTasks], after: int) -> pa.Table | None:
+        """The rows of `pages`' tasks (None when there are none); the position moves to `after`
+        either way."""
+        if not any(page.file_scan_tasks for page in pages):
             self.position = after
             return None
         table = self._load()
         self._arrow_schema = table.schema().as_arrow()
-        rows = ArrowScan(table.metadata, table.io, table.schema(), AlwaysTrue()).to_table(tasks)
+        read = [read_tasks(table, page.file_scan_tasks, page.delete_files) for page in pages]
+        rows = pa.concat_tables(read, promote_options="permissive")
         self.position = after
         return rows
 
-    def _tasks(self, answer: dict[str, Any]) -> list[FileScanTask]:
+    def _changes(self, answer: dict[str, Any]) -> pa.Table | None:
+        """The changes a change plan's tasks read, commit by commit (None when there are none);
+        the position moves to the commit the plan covers up to either way."""
+        after = int(answer["isbre-commit-seq"])
         page = PlanCompleted.model_validate(answer)
-        tasks = [FileScanTask.from_rest_response(task, page.delete_files) for task in page.file_scan_tasks]
-        pending = list(page.plan_tasks)
+        if not page.file_scan_tasks:
+            self.position = after
+            return None
+        table = self._load()
+        self._arrow_schema = table.schema().as_arrow()
+        schema = table.schema()
+        # Updates are paired by the identifier fields when they are top-level columns.
+        top = {field.field_id: field.name for field in schema.fields}
+        ids = schema.identifier_field_ids
+        key = [top[field_id] for field_id in ids] if all(i in top for i in ids) else []
+        commits: dict[int, tuple[list[RESTFileScanTask], list[RESTFileScanTask]]] = {}
+        for task, raw in zip(page.file_scan_tasks, answer["file-scan-tasks"], strict=True):
+            change = raw["isbre-change"]
+            deleted, inserted = commits.setdefault(int(change["commit-seq"]), ([], []))
+            if change["type"] == "deleted-data-file":
+                deleted.append(task)
+                continue
+            inserted.append(task)
+            if change["type"] == "deleted-rows":
+                existing = change["existing-delete-file-references"] or None
+                deleted.append(task.model_copy(update={"delete_file_references": existing}))
+        found = []
+        for commit_seq, (deleted, inserted) in commits.items():
+            parts = [read_tasks(table, tasks, page.delete_files) for tasks in (deleted, inserted)]
+            flags = np.repeat([False, True], [parts[0].num_rows, parts[1].num_rows])
+            found.append(
+                commit_changes(pa.concat_tables(parts, promote_options="permissive"), flags, commit_seq, key)
+            )
+        self.position = after
+        rows = pa.concat_tables(found, promote_options="permissive")
+        return rows if rows.num_rows else None
+
+    def _pages(self, answer: dict[str, Any]) -> list[ScanTasks]:
+        pages: list[ScanTasks] = [PlanCompleted.model_validate(answer)]
+        pending = list(pages[0].plan_tasks)
         while pending:
             found = self._call("POST", f"{_TABLE}/tasks", body={"plan-task": pending.pop(0)})
-            more = ScanTasks.model_validate(found)
-            tasks += [
-                FileScanTask.from_rest_response(task, more.delete_files) for task in more.file_scan_tasks
-            ]
-            pending += more.plan_tasks
-        return tasks
+            pages.append(ScanTasks.model_validate(found))
+            pending += pages[-1].plan_tasks
+        return pages
 
     @property
     def table_uuid(self) -> str:
@@ -208,6 +256,10 @@ class TableFeed:
         if self._arrow_schema is None:
             self._arrow_schema = self._load().schema().as_arrow()
         return self._arrow_schema
+
+    def _empty(self) -> pa.Table:
+        schema = self._schema()
+        return (change_schema(schema) if self.changes else schema).empty_table()
 
     def _head(self) -> int:
         """The commit of the table's current snapshot (a plan that keeps no file says it without

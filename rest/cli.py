@@ -109,6 +109,7 @@ def _table_tail(args: argparse.Namespace) -> int:
         args.consumer,
         from_start=args.from_start,
         on_expired=args.on_expired,
+        changes=args.changes,
         **credentials,
     )
     where = (
@@ -116,7 +117,8 @@ def _table_tail(args: argparse.Namespace) -> int:
         if feed.position == BEFORE_ANY_COMMIT
         else f"after commit_seq {feed.position}"
     )
-    print(f"{args.prog}: connected to {args.url}, rows of {args.table} {where}", file=sys.stderr)
+    what = "changes" if args.changes else "rows"
+    print(f"{args.prog}: connected to {args.url}, {what} of {args.table} {where}", file=sys.stderr)
     header = True
     with feed:
         for rows in feed:
@@ -372,6 +374,12 @@ def build_parser() -> argparse.ArgumentParser:
         default="raise",
         help="when snapshots the consumer had not read were expired: stop, saying so, or print the "
         "table's rows as they are again and go on from there",
+    )
+    table_tail.add_argument(
+        "--changes",
+        action="store_true",
+        help="print each commit's inserts, deletes and updates (with _change_type and _commit_seq), "
+        "not only appended rows",
     )
     _add_credentials(table_tail)
     table_tail.set_defaults(prog=table_tail.prog, command_parser=table_tail, handler=_table_tail)

@@ -116,12 +116,17 @@ class SignRequest(IcebergBaseModel):
 
 class PlanTableScanRequest(scan_planning.PlanTableScanRequest):
     """The spec's plan request, and isbre's commit cursor (`isbre-after-commit-seq`): the files the
-    table's commits after that one added."""
+    table's commits after that one added, or with `isbre-changes` what they inserted and deleted."""
 
     after_commit_seq: int | None = Field(None, alias="isbre-after-commit-seq", ge=0)
+    changes: bool = Field(False, alias="isbre-changes")
 
     @model_validator(mode="after")
     def _one_kind_of_scan(self) -> PlanTableScanRequest:
+        if self.changes and self.after_commit_seq is None:
+            raise ValueError("isbre-changes plans changes after a commit: isbre-after-commit-seq is required")
+        if self.changes and self.filter is not None:
+            raise ValueError("isbre-changes plans read whole rows: a filter cannot be combined with it")
         if self.after_commit_seq is not None and (
             self.snapshot_id is not None
             or self.start_snapshot_id is not None

@@ -15,6 +15,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import JSONResponse
 from isbre.catalog import CatalogService
+from isbre.catalog.change_plans import ChangePlan
 from isbre.catalog.plans import PlanRequest
 from isbre.catalog.scan_planning import PlannedTask, Planner, RowFilter
 from isbre.rest.access import InNamespace, ReadsNamespace
@@ -108,8 +109,15 @@ def plan_table_scan(
     work = runtime(request).planning
     max_terms = runtime(request).settings.plan_max_filter_terms
 
-    def resolved() -> tuple[PlanId, Planner]:
+    def resolved() -> tuple[PlanId, Planner] | dict[str, Any]:
         body = _plan_request(raw, max_terms)
+        if body.changes:
+            assert body.after_commit_seq is not None  # the request's validator says so
+            page_size = runtime(request).settings.plan_page_size
+            planner, changes = service(request).plans.changes(
+                target.ident(table), body.after_commit_seq, page_size
+            )
+            return _changes_answer(planner, changes)
         found = service(request).plans.resolve(
             target.ident(table),
             PlanRequest(
@@ -130,8 +138,19 @@ def plan_table_scan(
         return PlanId.new(found.scan, stats, found.commit_seq), found.planner
 
     # Parsing and resolving a request is planning work too: it takes a slot like the plan.
-    plan, planner = work.bounded(resolved)
+    found = work.bounded(resolved)
+    if isinstance(found, dict):
+        return JSONResponse(found, headers={"Cache-Control": "no-store"})
+    plan, planner = found
     return _plan(request, target, table, planner, plan, plan.token(work.key))
+
+
+def _changes_answer(planner: Planner, changes: ChangePlan) -> dict[str, Any]:
+    """A change plan, always answered whole: it ends at a commit, and the next plan starts there."""
+    found = {"status": "completed", **TaskWriter(planner.metadata, ()).change_tasks(changes.tasks)}
+    found["plan-tasks"] = []
+    found["isbre-commit-seq"] = changes.commit_seq
+    return found
 
 
 @router.get(PLAN + "/{plan_id}")

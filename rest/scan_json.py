@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pydantic
+from isbre.catalog.change_plans import ChangeTask
 from isbre.catalog.manifest_entries import content_range, first_row_id, referenced_data_file
 from isbre.catalog.plans import Rewrite
 from isbre.catalog.scan_planning import PlannedTask, RowFilter, Scan
@@ -242,22 +243,36 @@ class TaskWriter:
         self._stats_fields = stats_fields
 
     def scan_tasks(self, tasks: list[PlannedTask]) -> dict[str, Any]:
-        delete_files: list[dict[str, Any]] = []
-        positions: dict[str, int] = {}
+        delete_files = _DeleteFiles(self)
         file_scan_tasks = []
         for task in tasks:
-            references = []
-            for delete_file in task.deletes:
-                if delete_file.file_path not in positions:
-                    positions[delete_file.file_path] = len(delete_files)
-                    delete_files.append(self.content_file(delete_file))
-                references.append(positions[delete_file.file_path])
             found: dict[str, Any] = {"data-file": self.content_file(task.data_file)}
-            if references:
-                found["delete-file-references"] = references
+            if task.deletes:
+                found["delete-file-references"] = delete_files.references(task.deletes)
             found["residual-filter"] = expression_json(task.residual)
             file_scan_tasks.append(found)
-        return {"delete-files": delete_files, "file-scan-tasks": file_scan_tasks}
+        return {"delete-files": delete_files.listed, "file-scan-tasks": file_scan_tasks}
+
+    def change_tasks(self, tasks: list[ChangeTask]) -> dict[str, Any]:
+        """isbre extension: a change plan's tasks, each a file scan task with `isbre-change` (what
+        its rows are to the commit that made them; docs/rest-api.md)."""
+        delete_files = _DeleteFiles(self)
+        file_scan_tasks = []
+        for task in tasks:
+            change: dict[str, Any] = {
+                "type": task.kind,
+                "commit-seq": task.commit_seq,
+                "snapshot-id": task.snapshot_id,
+            }
+            if task.kind == "deleted-rows":
+                change["existing-delete-file-references"] = delete_files.references(task.existing)
+            found: dict[str, Any] = {"data-file": self.content_file(task.data_file)}
+            if task.deletes:
+                found["delete-file-references"] = delete_files.references(task.deletes)
+            found["residual-filter"] = True
+            found["isbre-change"] = change
+            file_scan_tasks.append(found)
+        return {"delete-files": delete_files.listed, "file-scan-tasks": file_scan_tasks}
 
     def rewrite(self, rewrite: Rewrite) -> dict[str, Any]:
         """isbre extension: a snapshot after a cursor that rewrote rows."""
@@ -338,6 +353,24 @@ class TaskWriter:
         field_type = self._schema.find_type(field_id)
         assert isinstance(field_type, PrimitiveType)
         return _value(field_type, from_bytes(field_type, raw))
+
+
+class _DeleteFiles:
+    """The delete files of an answer, each listed once, and the tasks' references to them."""
+
+    def __init__(self, writer: TaskWriter) -> None:
+        self._writer = writer
+        self.listed: list[dict[str, Any]] = []
+        self._positions: dict[str, int] = {}
+
+    def references(self, delete_files: tuple[DataFile, ...]) -> list[int]:
+        found = []
+        for delete_file in delete_files:
+            if delete_file.file_path not in self._positions:
+                self._positions[delete_file.file_path] = len(self.listed)
+                self.listed.append(self._writer.content_file(delete_file))
+            found.append(self._positions[delete_file.file_path])
+        return found
 
 
 def _has_field(schema: Schema, field_id: int) -> bool:

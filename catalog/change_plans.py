@@ -1,0 +1,123 @@
+"""Change plans: what each commit after a cursor did to a table's rows, as file scan tasks.
+
+A snapshot's changes are found from its own manifests alone (its parent may be expired): the data
+files it added, the data files it removed (their deleted entries), and, where it added or removed
+delete files, the data files it kept whose deletes changed. Each is a task a reader reads with
+the file's own deletes (`ChangeTask`); the rows read are inserted or deleted. A copy-on-write
+rewrite removes a file and adds one that carries most of its rows over: the reader nets those out,
+row by row (events/change_rows.py), as Spark's changelog view does. `replace` snapshots
+(compaction, manifest rewrites) change no row and contribute nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from isbre.catalog.scan_planning import DeleteIndex, Planner
+from pyiceberg.manifest import DataFile, ManifestContent, ManifestEntry, ManifestEntryStatus
+from pyiceberg.table.snapshots import Operation, Snapshot
+
+ChangeKind = Literal["added-rows", "deleted-data-file", "deleted-rows"]
+
+
+@dataclass(frozen=True)
+class ChangeTask:
+    """`added-rows`: the rows of `data_file` read with `deletes` were inserted by the commit;
+    `deleted-data-file`: they were deleted (the file was removed); `deleted-rows`: the rows read
+    with `existing` deletes and not with `deletes` were deleted (and any read with `deletes` and
+    not with `existing`, a delete file removed alone, inserted)."""
+
+    kind: ChangeKind
+    commit_seq: int
+    snapshot_id: int
+    data_file: DataFile
+    deletes: tuple[DataFile, ...]
+    existing: tuple[DataFile, ...] = ()
+
+
+@dataclass(frozen=True)
+class ChangePlan:
+    tasks: list[ChangeTask]
+    # The commit the plan covers up to: the cursor to plan from next.
+    commit_seq: int
+
+
+def plan_changes(planner: Planner, commits: list[tuple[Snapshot, int]], max_tasks: int) -> ChangePlan | None:
+    """The changes of `commits` (snapshots oldest first, each with its commit), whole commits
+    until they make `max_tasks` tasks (at least one commit); None when there are no commits."""
+    if not commits:
+        return None
+    tasks: list[ChangeTask] = []
+    covered = commits[0][1]
+    for snapshot, commit_seq in commits:
+        if commit_seq != covered and len(tasks) >= max_tasks:
+            break
+        covered = commit_seq
+        tasks += snapshot_changes(planner, snapshot, commit_seq)
+    return ChangePlan(tasks, covered)
+
+
+@dataclass
+class _Entries:
+    live_data: list[ManifestEntry]
+    live_deletes: list[ManifestEntry]
+    added_data: list[ManifestEntry]
+    removed_data: list[ManifestEntry]
+    added_deletes: list[ManifestEntry]
+    removed_deletes: list[ManifestEntry]
+
+
+def _entries(planner: Planner, snapshot: Snapshot) -> _Entries:
+    found = _Entries([], [], [], [], [], [])
+    own = snapshot.snapshot_id
+    for manifest in planner.manifests(snapshot):
+        data = manifest.content == ManifestContent.DATA
+        written_here = manifest.added_snapshot_id == own
+        for entry in planner.entries(manifest, deleted=written_here):
+            if entry.status != ManifestEntryStatus.DELETED:
+                (found.live_data if data else found.live_deletes).append(entry)
+            if entry.snapshot_id != own or entry.status == ManifestEntryStatus.EXISTING:
+                continue
+            if entry.status == ManifestEntryStatus.ADDED:
+                (found.added_data if data else found.added_deletes).append(entry)
+            else:
+                (found.removed_data if data else found.removed_deletes).append(entry)
+    return found
+
+
+def snapshot_changes(planner: Planner, snapshot: Snapshot, commit_seq: int) -> list[ChangeTask]:
+    """The tasks that read what `snapshot` inserted and deleted."""
+    if snapshot.summary is not None and snapshot.summary.operation == Operation.REPLACE:
+        return []
+    found = _entries(planner, snapshot)
+    after = DeleteIndex(planner.metadata)
+    for entry in found.live_deletes:
+        after.add(entry)
+    added_paths = {entry.data_file.file_path for entry in found.added_deletes}
+    before = DeleteIndex(planner.metadata)
+    for entry in found.live_deletes + found.removed_deletes:
+        if entry.data_file.file_path not in added_paths:
+            before.add(entry)
+    own = snapshot.snapshot_id
+
+    def task(
+        kind: ChangeKind, entry: ManifestEntry, deletes: DeleteIndex, existing: tuple[DataFile, ...] = ()
+    ) -> ChangeTask:
+        return ChangeTask(kind, commit_seq, own, entry.data_file, tuple(deletes.of(entry)), existing)
+
+    tasks = [task("added-rows", entry, after) for entry in found.added_data]
+    tasks += [task("deleted-data-file", entry, before) for entry in found.removed_data]
+    if found.added_deletes or found.removed_deletes:
+        added_data = {entry.data_file.file_path for entry in found.added_data}
+        for entry in found.live_data:
+            if entry.data_file.file_path in added_data:
+                continue
+            existing = tuple(before.of(entry))
+            now = tuple(after.of(entry))
+            if {d.file_path for d in existing} != {d.file_path for d in now}:
+                tasks.append(ChangeTask("deleted-rows", commit_seq, own, entry.data_file, now, existing))
+    return tasks
+
+
+__all__ = ["ChangeKind", "ChangePlan", "ChangeTask", "plan_changes", "snapshot_changes"]
