@@ -20,6 +20,12 @@ from pyiceberg.table.snapshots import Operation, Snapshot
 
 ChangeKind = Literal["added-rows", "deleted-data-file", "deleted-rows"]
 
+# What a reader of changes makes of them, row by row: the columns it adds to the table's, and the
+# kinds of change a row is (events/change_rows.py; a pipeline hands them to a keyed sink).
+CHANGE_TYPE = "_change_type"
+COMMIT_SEQ = "_commit_seq"
+INSERT, DELETE, UPDATE_BEFORE, UPDATE_AFTER = "insert", "delete", "update_before", "update_after"
+
 
 @dataclass(frozen=True)
 class ChangeTask:
@@ -120,4 +126,16 @@ def snapshot_changes(planner: Planner, snapshot: Snapshot, commit_seq: int) -> l
     return tasks
 
 
-__all__ = ["ChangeKind", "ChangePlan", "ChangeTask", "plan_changes", "snapshot_changes"]
+__all__ = [
+    "CHANGE_TYPE",
+    "COMMIT_SEQ",
+    "DELETE",
+    "INSERT",
+    "UPDATE_AFTER",
+    "UPDATE_BEFORE",
+    "ChangeKind",
+    "ChangePlan",
+    "ChangeTask",
+    "plan_changes",
+    "snapshot_changes",
+]

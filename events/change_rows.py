@@ -15,10 +15,14 @@ from collections.abc import Sequence
 
 import numpy as np
 import pyarrow as pa
-
-CHANGE_TYPE = "_change_type"
-COMMIT_SEQ = "_commit_seq"
-INSERT, DELETE, UPDATE_BEFORE, UPDATE_AFTER = "insert", "delete", "update_before", "update_after"
+from isbre.catalog.change_plans import (
+    CHANGE_TYPE,
+    COMMIT_SEQ,
+    DELETE,
+    INSERT,
+    UPDATE_AFTER,
+    UPDATE_BEFORE,
+)
 
 
 def change_schema(schema: pa.Schema) -> pa.Schema:

@@ -6,10 +6,14 @@ The sink's own coverage index carries where the hop is: the rows a batch of sour
 `[(a + 1) * BLOCK, (b + 1) * BLOCK)`, which the sink commits with the rows. The feed's cursor is
 stored after that. A hop that dies between the two finds, on its next start, that the sink already
 holds up to `b`, and moves the cursor there instead of handing the rows over again.
+
+A change feed's rows go to a keyed sink as what they are: inserts and updates' new rows pushed,
+deletes and updates' old rows deleted by key, in order, each at its offset.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,6 +21,8 @@ from typing import Protocol
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
+from isbre.catalog.change_plans import CHANGE_TYPE, COMMIT_SEQ, DELETE, UPDATE_BEFORE
 from isbre.catalog.coverage import SpanKey
 from isbre.sinks.contract import OffsetSpan
 from isbre.sinks.iceberg import IcebergSink
@@ -36,6 +42,7 @@ class Feed(Protocol):
 
     table: str
     position: int
+    changes: bool  # each row one change, with its _change_type (events/change_rows.py)
 
     @property
     def table_uuid(self) -> str: ...
@@ -96,12 +103,58 @@ def pipe(
             raise HopTooLargeError(
                 f"{out.num_rows} rows from commits {start + 1} to {feed.position}: too many"
             )
-        if out.num_rows:
-            batch = out.combine_chunks().to_batches()[0]
-            offsets = np.arange(first, first + out.num_rows, dtype=np.int64)
-            sink.push(batch, OffsetSpan(key.source_id, TOPIC, 0, first, end), offsets=offsets)
+        if out.num_rows and (
+            _changes(sink, out, key, first, end) if feed.changes else _rows(sink, out, key, first, end)
+        ):
             sink.finish()
         feed.commit()
+
+
+def _rows(sink: IcebergSink, out: pa.Table, key: SpanKey, first: int, end: int) -> bool:
+    batch = out.combine_chunks().to_batches()[0]
+    offsets = np.arange(first, first + out.num_rows, dtype=np.int64)
+    sink.push(batch, OffsetSpan(key.source_id, TOPIC, 0, first, end), offsets=offsets)
+    return True
+
+
+def _changes(sink: IcebergSink, out: pa.Table, key: SpanKey, first: int, end: int) -> bool:
+    """Hand a change feed's rows over in order: inserts and updates' new rows pushed, deletes and
+    updates' old rows deleted by key, each at its offset; whether anything was handed over (a
+    delete before the target exists deletes nothing)."""
+    keyed = sink.writer.keyed
+    if keyed is None:
+        raise ValueError(f"a change feed's rows go to a keyed sink (key=[...]), not {sink.writer.identifier}")
+    if CHANGE_TYPE not in out.column_names:
+        raise ValueError(f"the transform of a change feed's rows keeps their {CHANGE_TYPE} column")
+    removing = pc.is_in(out[CHANGE_TYPE], pa.array([DELETE, UPDATE_BEFORE])).to_numpy(zero_copy_only=False)
+    rows = out.drop_columns([c for c in (CHANGE_TYPE, COMMIT_SEQ) if c in out.column_names]).combine_chunks()
+    if not _exists(sink):
+        # Nothing to delete from: each key ends as its last change leaves it.
+        keys = list(zip(*(rows[name].to_pylist() for name in keyed.key), strict=True))
+        last = {found: position for position, found in enumerate(keys)}
+        kept = np.array(sorted(i for i in last.values() if not removing[i]), dtype=np.int64)
+        if not len(kept):
+            return False
+        span = OffsetSpan(key.source_id, TOPIC, 0, first, end)
+        sink.push(rows.take(kept).to_batches()[0], span, offsets=first + kept)
+        return True
+    cuts = [0, *(np.flatnonzero(removing[1:] != removing[:-1]) + 1).tolist(), len(removing)]
+    for i, j in itertools.pairwise(cuts):
+        span = OffsetSpan(key.source_id, TOPIC, 0, first + i, end if j == len(removing) else first + j)
+        offsets = np.arange(first + i, first + j, dtype=np.int64)
+        if removing[i]:
+            sink.delete(rows.slice(i, j - i).select(list(keyed.key)), span, offsets=offsets)
+        else:
+            sink.push(rows.slice(i, j - i).to_batches()[0], span, offsets=offsets)
+    return True
+
+
+def _exists(sink: IcebergSink) -> bool:
+    try:
+        sink.writer.coverage()
+    except NoSuchTableError:
+        return False
+    return True
 
 
 def _held(sink: IcebergSink, key: SpanKey) -> int:

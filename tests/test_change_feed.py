@@ -5,6 +5,7 @@ engine (DuckDB's iceberg extension, which applies equality deletes; PyIceberg on
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -16,8 +17,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from isbre.catalog.change_plans import CHANGE_TYPE, COMMIT_SEQ
 from isbre.events import TableFeed
-from isbre.events.change_rows import CHANGE_TYPE, COMMIT_SEQ
 from isbre.sinks.contract import OffsetSpan
 from isbre.sinks.iceberg import IcebergSink
 from pyiceberg.catalog.rest import RestCatalog
@@ -80,7 +81,7 @@ class Model:
     def changes(self) -> list[Change]:
         """Each step's difference from the one before, where it made one."""
         found = []
-        for before, after in zip(self.states, self.states[1:], strict=False):
+        for before, after in itertools.pairwise(self.states):
             change = (before - after, after - before)
             if change != (Counter(), Counter()):
                 found.append(change)

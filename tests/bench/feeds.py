@@ -6,11 +6,15 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import psutil
 import pyarrow as pa
+import pyarrow.compute as pc
 from isbre.events import TableFeed
+from isbre.sinks.contract import OffsetSpan
+from isbre.sinks.iceberg import IcebergSink
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.table import Table
 
@@ -22,6 +26,7 @@ PAUSE_S = 0.1  # between appends: each is read on its own
 POLL_S = 0.5  # the polling reader's interval
 IDLE_S = 10.0
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False)])
+KEYED = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("version", pa.int64())])
 
 
 def _polling_reader(table: Table, arrived: Callable[[pa.Table], None], stop: threading.Event) -> None:
@@ -46,33 +51,89 @@ def _feed_reader(feed: TableFeed, arrived: Callable[[pa.Table], None], stop: thr
 
 
 def _latencies(
-    table: Table, start_reader: Callable[[Callable[[pa.Table], None], threading.Event], None]
+    write: Callable[[int], None],
+    commits_of: Callable[[pa.Table], set[int]],
+    start_reader: Callable[[Callable[[pa.Table], None], threading.Event], None],
 ) -> list[float]:
-    """Seconds from each append's acknowledgement to its rows in the reader's hands."""
+    """Seconds from each write's acknowledgement (`write(n)`, n from 0) to its rows in the reader's
+    hands (`commits_of` says which writes the rows read came from)."""
     committed: dict[int, float] = {}
     latencies: list[float] = []
     done = threading.Event()
 
     def arrived(rows: pa.Table) -> None:
         now = time.perf_counter()
-        for first in {i - i % 10 for i in rows["id"].to_pylist()}:
-            latencies.append(now - committed[first])
+        for n in commits_of(rows):
+            latencies.append(now - committed[n])
         if len(latencies) >= APPENDS:
             done.set()
 
     stop = threading.Event()
     reader = threading.Thread(target=start_reader, args=(arrived, stop), daemon=True)
     reader.start()
-    base = int(time.time() * 1000) * 1000
     for n in range(APPENDS):
-        first = base + n * 10
-        table.append(pa.table({"id": list(range(first, first + 10))}, schema=SCHEMA))
-        committed[first] = time.perf_counter()
+        write(n)
+        committed[n] = time.perf_counter()
         time.sleep(PAUSE_S)
     done.wait(30)
     stop.set()
     reader.join(timeout=10)
     return latencies
+
+
+def _appends(table: Table) -> tuple[Callable[[int], None], Callable[[pa.Table], set[int]]]:
+    """Appends of 10 new ids each; the appends some rows came from."""
+    base = int(time.time() * 1000) * 1000
+
+    def write(n: int) -> None:
+        first = base + n * 10
+        table.append(pa.table({"id": list(range(first, first + 10))}, schema=SCHEMA))
+
+    return write, lambda rows: {(i - base) // 10 for i in rows["id"].to_pylist()}
+
+
+def _upserts(
+    catalog: RestCatalog,
+) -> tuple[Callable[[int], None], Callable[[pa.Table], set[int]], IcebergSink]:
+    """A keyed sink's commits, each the same 10 keys with a new version: 10 update pairs each."""
+    sink = IcebergSink(catalog, "bench.keyed", key=["id"])
+    offset = [0]
+
+    def write(n: int) -> None:
+        batch = pa.RecordBatch.from_pydict({"id": list(range(10)), "version": [n] * 10}, schema=KEYED)
+        sink.push(batch, OffsetSpan("bench", "keyed", 0, offset[0], offset[0] + 10))
+        sink.finish()
+        offset[0] += 10
+
+    def commits_of(rows: pa.Table) -> set[int]:
+        after = rows.filter(pc.equal(rows["_change_type"], "update_after"))
+        return set(after["version"].to_pylist())
+
+    write(-1)  # the keys' first rows: every commit measured updates them
+    return write, commits_of, sink
+
+
+def _changes(
+    server: IsbreServer, catalog: RestCatalog, table: Table
+) -> list[tuple[str, list[list[float]], str]]:
+    """Change feeds: of the appends, and of a keyed sink's updates (equality deletes applied,
+    updates paired)."""
+    feed = TableFeed(server.url, "bench.feed", consumer=None, changes=True)
+    try:
+        appended = [_latencies(*_appends(table), partial(_feed_reader, feed)) for _ in range(RUNS)]
+    finally:
+        feed.close()
+    write, commits_of, sink = _upserts(catalog)
+    feed = TableFeed(server.url, "bench.keyed", consumer=None, changes=True)
+    try:
+        updated = [_latencies(write, commits_of, partial(_feed_reader, feed)) for _ in range(RUNS)]
+    finally:
+        feed.close()
+        sink.close()
+    return [
+        ("TableFeed(changes=True), the same appends", appended, ""),
+        ("TableFeed(changes=True), a keyed sink's commits of 10 updates", updated, ""),
+    ]
 
 
 def run(workdir: Path) -> Report:
@@ -97,20 +158,17 @@ def run(workdir: Path) -> Report:
             before = cpu_seconds(process)
             time.sleep(IDLE_S)
             idle_feed = (cpu_seconds(process) - before) / IDLE_S * 100
-            runs = [
-                _latencies(table, lambda arrived, stop: _feed_reader(feed, arrived, stop))
-                for _ in range(RUNS)
-            ]
+            runs = [_latencies(*_appends(table), partial(_feed_reader, feed)) for _ in range(RUNS)]
         finally:
             feed.close()
+        changed = _changes(server, catalog, table)
         polled = [
-            _latencies(
-                table, lambda arrived, stop: _polling_reader(catalog.load_table("bench.feed"), arrived, stop)
-            )
+            _latencies(*_appends(table), partial(_polling_reader, catalog.load_table("bench.feed")))
             for _ in range(RUNS)
         ]
         for label, found, idle in (
             ("TableFeed (events, plan from cursor)", runs, f"{idle_feed:.2f} (none open: {idle_none:.2f})"),
+            *changed,
             (f"polling loadTable every {POLL_S * 1000:.0f} ms, local incremental plan", polled, ""),
         ):
             p50 = sorted(percentile(each, 0.5) for each in found)[len(found) // 2]
