@@ -72,7 +72,10 @@ class KeyedChanges:
         transaction = catalog.create_table_transaction(identifier, schema=required, properties=properties)
         with transaction.update_schema() as update:
             update.set_identifier_fields(*self.key)
-        return transaction.commit_transaction()
+        transaction.commit_transaction()
+        # Loaded, not the transaction's staged table: a staged table cannot be refreshed, so the
+        # first commit after this one that loses a race would fail instead of being made again.
+        return catalog.load_table(identifier)
 
     def upsert(self, prepared: Prepared) -> None:
         if self._schema is None:

@@ -203,3 +203,20 @@ def test_a_replay_after_kill_9_ends_as_the_model(
     with IcebergSink(rest_catalog, ident, key=["id"]) as again:
         apply(again, 0, len(CHANGES))
     assert server.high_water() == before
+
+
+def test_a_keyed_sink_goes_on_after_losing_a_race_on_the_table_it_made(
+    rest_catalog: RestCatalog, namespace: str, tmp_path: Path
+) -> None:
+    """The sink that creates its table keeps a table it can refresh: its next commit, beaten by
+    another writer's, is made again on top of it."""
+    ident = f"{namespace}.raced"
+    with IcebergSink(rest_catalog, ident, key=["id"]) as sink:
+        sink.push(people((1, "ann"), (2, "bob")), span(0, 2))
+        sink.finish()
+        with IcebergSink(rest_catalog, ident, key=["id"]) as other:
+            other.push(people((3, "cy")), OffsetSpan("kafka-2", "people", 0, 0, 1))
+            other.finish()
+        sink.push(people((2, "bo")), span(2, 3))
+        sink.finish()
+    assert read(rest_catalog, ident, tmp_path) == {1: "ann", 2: "bo", 3: "cy"}
