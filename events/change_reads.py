@@ -8,7 +8,9 @@ values of the delete file's columns equal those of one of its rows, a null equal
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -24,30 +26,48 @@ def read_tasks(
     table: Table,
     tasks: Sequence[RESTFileScanTask],
     delete_files: Sequence[RESTDeleteFile],
+    keys: dict[str, pa.Table] | None = None,
 ) -> pa.Table:
     """The rows of `tasks`, each data file read with the delete files it references, in the
-    table's current schema."""
+    table's current schema. The tasks that reference the same equality deletes are read together,
+    and those applied once to all their rows; `keys` keeps equality delete files' rows between
+    calls (by path: a file never changes)."""
+    keys = {} if keys is None else keys
     scan = ArrowScan(table.metadata, table.io, table.schema(), AlwaysTrue())
-    plain: list[FileScanTask] = []
-    parts: list[pa.Table] = []
+    groups: dict[tuple[int, ...], list[FileScanTask]] = {}
     for task in tasks:
         references = task.delete_file_references or []
-        equality = [
-            delete_files[i] for i in references if isinstance(delete_files[i], RESTEqualityDeleteFile)
-        ]
-        if not equality:
-            plain.append(FileScanTask.from_rest_response(task, list(delete_files)))
-            continue
-        positional = [i for i in references if not isinstance(delete_files[i], RESTEqualityDeleteFile)]
-        only = task.model_copy(update={"delete_file_references": positional or None})
-        rows = scan.to_table([FileScanTask.from_rest_response(only, list(delete_files))])
-        for delete_file in equality:
-            assert isinstance(delete_file, RESTEqualityDeleteFile)
-            rows = _without(rows, _deleted_keys(table, delete_file))
-        parts.append(rows)
+        equality = tuple(i for i in references if isinstance(delete_files[i], RESTEqualityDeleteFile))
+        if equality:
+            positional = [i for i in references if i not in equality]
+            task = task.model_copy(update={"delete_file_references": positional or None})
+        groups.setdefault(equality, []).append(FileScanTask.from_rest_response(task, list(delete_files)))
     # Even without tasks: an empty table of the columns the scan reads (not quite the schema's
     # own Arrow form: strings are large ones).
-    return pa.concat_tables([scan.to_table(plain), *parts], promote_options="permissive")
+    parts = [scan.to_table(groups.pop((), []))]
+    for equality, scan_tasks in groups.items():
+        rows = scan.to_table(scan_tasks)
+        parts.append(
+            rows.filter(pa.array(~_any_matched(table, rows, [delete_files[i] for i in equality], keys)))
+        )
+    return pa.concat_tables(parts, promote_options="permissive")
+
+
+def _any_matched(
+    table: Table, rows: pa.Table, equality: Sequence[RESTDeleteFile], keys: dict[str, pa.Table]
+) -> np.ndarray:
+    """Which of `rows` one of the equality delete files `equality` deletes."""
+    by_columns: dict[tuple[str, ...], list[pa.Table]] = {}
+    for delete_file in equality:
+        assert isinstance(delete_file, RESTEqualityDeleteFile)
+        if delete_file.file_path not in keys:
+            keys[delete_file.file_path] = _deleted_keys(table, delete_file)
+        found = keys[delete_file.file_path]
+        by_columns.setdefault(tuple(found.column_names), []).append(found)
+    hit = np.zeros(rows.num_rows, dtype=bool)
+    for tables in by_columns.values():
+        hit |= _matched(rows, pa.concat_tables(tables, promote_options="permissive"))
+    return hit
 
 
 def _deleted_keys(table: Table, delete_file: RESTEqualityDeleteFile) -> pa.Table:
@@ -66,18 +86,58 @@ def _deleted_keys(table: Table, delete_file: RESTEqualityDeleteFile) -> pa.Table
     return pa.Table.from_arrays(columns, names=names)
 
 
-def _without(rows: pa.Table, keys: pa.Table) -> pa.Table:
-    """`rows` less those whose values of `keys`' columns equal one of its rows (null equals null)."""
+def _matched(rows: pa.Table, keys: pa.Table) -> np.ndarray:
+    """Which of `rows` hold values of `keys`' columns equal to one of its rows (null equals null)."""
     if not rows.num_rows or not keys.num_rows:
-        return rows
+        return np.zeros(rows.num_rows, dtype=bool)
     if keys.num_columns == 1:
         name = keys.column_names[0]
         deleted = keys.column(0).cast(rows.schema.field(name).type)
-        matched = pc.is_in(rows[name], value_set=pa.concat_arrays(deleted.chunks), skip_nulls=False)
-        return rows.filter(pc.invert(matched))
+        found = pc.is_in(rows[name], value_set=pa.concat_arrays(deleted.chunks), skip_nulls=False)
+        return found.to_numpy(zero_copy_only=False)
     gone = set(zip(*(keys[name].to_pylist() for name in keys.column_names), strict=True))
-    kept = [
-        found not in gone
-        for found in zip(*(rows[name].to_pylist() for name in keys.column_names), strict=True)
-    ]
-    return rows.filter(pa.array(kept, pa.bool_()))
+    values = zip(*(rows[name].to_pylist() for name in keys.column_names), strict=True)
+    return np.array([each in gone for each in values], dtype=bool)
+
+
+def commit_rows(
+    table: Table,
+    tasks: Sequence[tuple[RESTFileScanTask, dict[str, Any]]],
+    delete_files: Sequence[RESTDeleteFile],
+    keys: dict[str, pa.Table] | None = None,
+) -> tuple[pa.Table, np.ndarray]:
+    """The rows one commit's change tasks (each with its `isbre-change`) read, and which of them
+    were inserted (the others deleted). A file whose deletes changed is read with its deletes from
+    before and from after, both; where the commit only added equality deletes to it (an upsert's),
+    it is read once, and the rows they match are the deleted ones."""
+    keys = {} if keys is None else keys
+    deleted: list[RESTFileScanTask] = []
+    inserted: list[RESTFileScanTask] = []
+    upserted: dict[tuple[int, ...], list[RESTFileScanTask]] = {}
+    for task, change in tasks:
+        if change["type"] == "added-rows":
+            inserted.append(task)
+            continue
+        before = list(change.get("existing-delete-file-references") or [])
+        earlier = task.model_copy(update={"delete_file_references": before or None})
+        after = task.delete_file_references or []
+        added = tuple(i for i in after if i not in before)
+        if (
+            change["type"] == "deleted-rows"
+            and set(before) <= set(after)
+            and all(isinstance(delete_files[i], RESTEqualityDeleteFile) for i in added)
+        ):
+            upserted.setdefault(added, []).append(earlier)
+            continue
+        deleted.append(earlier)
+        if change["type"] == "deleted-rows":
+            inserted.append(task)
+    parts = [read_tasks(table, deleted, delete_files, keys)]
+    for added, group in upserted.items():
+        rows = read_tasks(table, group, delete_files, keys)
+        parts.append(rows.filter(pa.array(_any_matched(table, rows, [delete_files[i] for i in added], keys))))
+    parts.append(read_tasks(table, inserted, delete_files, keys))
+    rows = pa.concat_tables(parts, promote_options="permissive")
+    flags = np.zeros(rows.num_rows, dtype=bool)
+    flags[rows.num_rows - parts[-1].num_rows :] = True
+    return rows, flags

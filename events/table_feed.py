@@ -14,11 +14,10 @@ import time
 from collections.abc import Iterator
 from typing import Any, Literal
 
-import numpy as np
 import pyarrow as pa
 from isbre.catalog.identifiers import check_consumer_name
 from isbre.catalog.pyiceberg_internals import rest_extension
-from isbre.events.change_reads import read_tasks
+from isbre.events.change_reads import commit_rows, read_tasks
 from isbre.events.change_rows import INSERT, change_schema, commit_changes, with_change
 from isbre.events.client import subscribe
 from pyiceberg.catalog.rest import RestCatalog
@@ -212,24 +211,15 @@ class TableFeed:
         top = {field.field_id: field.name for field in schema.fields}
         ids = schema.identifier_field_ids
         key = [top[field_id] for field_id in ids] if all(i in top for i in ids) else []
-        commits: dict[int, tuple[list[RESTFileScanTask], list[RESTFileScanTask]]] = {}
+        commits: dict[int, list[tuple[RESTFileScanTask, dict[str, Any]]]] = {}
         for task, raw in zip(page.file_scan_tasks, answer["file-scan-tasks"], strict=True):
             change = raw["isbre-change"]
-            deleted, inserted = commits.setdefault(int(change["commit-seq"]), ([], []))
-            if change["type"] == "deleted-data-file":
-                deleted.append(task)
-                continue
-            inserted.append(task)
-            if change["type"] == "deleted-rows":
-                existing = change["existing-delete-file-references"] or None
-                deleted.append(task.model_copy(update={"delete_file_references": existing}))
-        found = []
-        for commit_seq, (deleted, inserted) in commits.items():
-            parts = [read_tasks(table, tasks, page.delete_files) for tasks in (deleted, inserted)]
-            flags = np.repeat([False, True], [parts[0].num_rows, parts[1].num_rows])
-            found.append(
-                commit_changes(pa.concat_tables(parts, promote_options="permissive"), flags, commit_seq, key)
-            )
+            commits.setdefault(int(change["commit-seq"]), []).append((task, change))
+        deleted_keys: dict[str, pa.Table] = {}  # equality delete files' rows, read once per plan
+        found = [
+            commit_changes(*commit_rows(table, tasks, page.delete_files, deleted_keys), commit_seq, key)
+            for commit_seq, tasks in commits.items()
+        ]
         self.position = after
         rows = pa.concat_tables(found, promote_options="permissive")
         return rows if rows.num_rows else None

@@ -93,10 +93,11 @@ def _appends(table: Table) -> tuple[Callable[[int], None], Callable[[pa.Table], 
 
 
 def _upserts(
-    catalog: RestCatalog,
+    catalog: RestCatalog, name: str
 ) -> tuple[Callable[[int], None], Callable[[pa.Table], set[int]], IcebergSink]:
-    """A keyed sink's commits, each the same 10 keys with a new version: 10 update pairs each."""
-    sink = IcebergSink(catalog, "bench.keyed", key=["id"])
+    """A keyed sink's commits to a new table `name`, each the same 10 keys with a new version: 10
+    update pairs each."""
+    sink = IcebergSink(catalog, name, key=["id"])
     offset = [0]
 
     def write(n: int) -> None:
@@ -123,16 +124,18 @@ def _changes(
         appended = [_latencies(*_appends(table), partial(_feed_reader, feed)) for _ in range(RUNS)]
     finally:
         feed.close()
-    write, commits_of, sink = _upserts(catalog)
-    feed = TableFeed(server.url, "bench.keyed", consumer=None, changes=True)
-    try:
-        updated = [_latencies(write, commits_of, partial(_feed_reader, feed)) for _ in range(RUNS)]
-    finally:
-        feed.close()
-        sink.close()
+    updated = []
+    for run in range(RUNS):  # a new table each run: from 1 data file and no delete file to 40 of each
+        write, commits_of, sink = _upserts(catalog, f"bench.keyed{run}")
+        feed = TableFeed(server.url, f"bench.keyed{run}", consumer=None, changes=True)
+        try:
+            updated.append(_latencies(write, commits_of, partial(_feed_reader, feed)))
+        finally:
+            feed.close()
+            sink.close()
     return [
         ("TableFeed(changes=True), the same appends", appended, ""),
-        ("TableFeed(changes=True), a keyed sink's commits of 10 updates", updated, ""),
+        ("TableFeed(changes=True), a new keyed sink table's commits of 10 updates", updated, ""),
     ]
 
 
