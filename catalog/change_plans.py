@@ -75,12 +75,20 @@ class _Entries:
 
 
 def _entries(planner: Planner, snapshot: Snapshot) -> _Entries:
+    """The snapshot's entries a change plan needs. Its own manifests hold what it added and
+    removed; the others are read only when the changes depend on them: the live delete files when
+    it removed data files or changed delete files, the live data files when it changed delete
+    files. An append reads its own manifests only, whatever the table's size."""
     found = _Entries([], [], [], [], [], [])
     own = snapshot.snapshot_id
-    for manifest in planner.manifests(snapshot):
+    manifests = planner.manifests(snapshot)
+    others = []
+    for manifest in manifests:
+        if manifest.added_snapshot_id != own:
+            others.append(manifest)
+            continue
         data = manifest.content == ManifestContent.DATA
-        written_here = manifest.added_snapshot_id == own
-        for entry in planner.entries(manifest, deleted=written_here):
+        for entry in planner.entries(manifest, deleted=True):
             if entry.status != ManifestEntryStatus.DELETED:
                 (found.live_data if data else found.live_deletes).append(entry)
             if entry.snapshot_id != own or entry.status == ManifestEntryStatus.EXISTING:
@@ -89,6 +97,12 @@ def _entries(planner: Planner, snapshot: Snapshot) -> _Entries:
                 (found.added_data if data else found.added_deletes).append(entry)
             else:
                 (found.removed_data if data else found.removed_deletes).append(entry)
+    deletes_changed = bool(found.added_deletes or found.removed_deletes)
+    for manifest in others:
+        if manifest.content == ManifestContent.DATA and deletes_changed:
+            found.live_data += planner.entries(manifest)
+        elif manifest.content == ManifestContent.DELETES and (found.removed_data or deletes_changed):
+            found.live_deletes += planner.entries(manifest)
     return found
 
 
@@ -97,24 +111,22 @@ def snapshot_changes(planner: Planner, snapshot: Snapshot, commit_seq: int) -> l
     if snapshot.summary is not None and snapshot.summary.operation == Operation.REPLACE:
         return []
     found = _entries(planner, snapshot)
-    after = DeleteIndex(planner.metadata)
-    for entry in found.live_deletes:
-        after.add(entry)
+    # A file the snapshot added has its sequence number: only deletes it added can apply to it.
+    added = _index(planner, found.added_deletes)
     added_paths = {entry.data_file.file_path for entry in found.added_deletes}
-    before = DeleteIndex(planner.metadata)
-    for entry in found.live_deletes + found.removed_deletes:
-        if entry.data_file.file_path not in added_paths:
-            before.add(entry)
+    before = _index(
+        planner,
+        [e for e in found.live_deletes + found.removed_deletes if e.data_file.file_path not in added_paths],
+    )
     own = snapshot.snapshot_id
 
-    def task(
-        kind: ChangeKind, entry: ManifestEntry, deletes: DeleteIndex, existing: tuple[DataFile, ...] = ()
-    ) -> ChangeTask:
-        return ChangeTask(kind, commit_seq, own, entry.data_file, tuple(deletes.of(entry)), existing)
+    def task(kind: ChangeKind, entry: ManifestEntry, deletes: DeleteIndex) -> ChangeTask:
+        return ChangeTask(kind, commit_seq, own, entry.data_file, tuple(deletes.of(entry)))
 
-    tasks = [task("added-rows", entry, after) for entry in found.added_data]
+    tasks = [task("added-rows", entry, added) for entry in found.added_data]
     tasks += [task("deleted-data-file", entry, before) for entry in found.removed_data]
     if found.added_deletes or found.removed_deletes:
+        after = _index(planner, found.live_deletes)
         added_data = {entry.data_file.file_path for entry in found.added_data}
         for entry in found.live_data:
             if entry.data_file.file_path in added_data:
@@ -124,6 +136,13 @@ def snapshot_changes(planner: Planner, snapshot: Snapshot, commit_seq: int) -> l
             if {d.file_path for d in existing} != {d.file_path for d in now}:
                 tasks.append(ChangeTask("deleted-rows", commit_seq, own, entry.data_file, now, existing))
     return tasks
+
+
+def _index(planner: Planner, entries: list[ManifestEntry]) -> DeleteIndex:
+    found = DeleteIndex(planner.metadata)
+    for entry in entries:
+        found.add(entry)
+    return found
 
 
 __all__ = [
