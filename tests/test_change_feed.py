@@ -369,3 +369,32 @@ def test_isbre_tail_prints_changes(server: IsbreServer) -> None:
     finally:
         tail.terminate()
         tail.wait(timeout=30)
+
+
+def test_a_change_plan_ends_at_a_commit_and_the_next_one_goes_on_from_it(tmp_path: Path) -> None:
+    """Plans of at most about `plan_page_size` tasks, whole commits each (one at least): the
+    feed reads every change, in order, in as many plans as it takes."""
+    paged = InProcessServer(tmp_path / "warehouse", env={"ISBRE_PLAN_PAGE_SIZE": "2"}).start()
+    try:
+        table = new_table(paged, "paged", keyed=False, version=2)
+        table.append(rows((0, "z")))
+        after = plan(paged, "paged.t", {"filter": False}).json()["isbre-commit-seq"]
+        for first in range(1, 10, 3):  # three commits of three files each: one commit a plan
+            with table.transaction() as tx:
+                for i in range(first, first + 3):
+                    tx.append(rows((i, str(i))))
+        answer = plan(paged, "paged.t", {"isbre-after-commit-seq": after, "isbre-changes": True}).json()
+        commits = {task["isbre-change"]["commit-seq"] for task in answer["file-scan-tasks"]}
+        assert len(answer["file-scan-tasks"]) == 3 and commits == {answer["isbre-commit-seq"]}
+        feed = TableFeed(paged.url, "paged.t", consumer=None, changes=True)
+        feed.position = after
+        read: list[dict[str, Any]] = []
+        try:
+            for _ in range(3):
+                read += feed.read(timeout=5).to_pylist()
+        finally:
+            feed.close()
+        assert [row["id"] for row in read] == list(range(1, 10))
+        assert [row[COMMIT_SEQ] for row in read] == sorted(row[COMMIT_SEQ] for row in read)
+    finally:
+        paged.stop()
