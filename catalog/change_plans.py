@@ -20,12 +20,6 @@ from pyiceberg.table.snapshots import Operation, Snapshot
 
 ChangeKind = Literal["added-rows", "deleted-data-file", "deleted-rows"]
 
-# What a reader of changes makes of them, row by row: the columns it adds to the table's, and the
-# kinds of change a row is (events/change_rows.py; a pipeline hands them to a keyed sink).
-CHANGE_TYPE = "_change_type"
-COMMIT_SEQ = "_commit_seq"
-INSERT, DELETE, UPDATE_BEFORE, UPDATE_AFTER = "insert", "delete", "update_before", "update_after"
-
 
 @dataclass(frozen=True)
 class ChangeTask:
@@ -146,12 +140,6 @@ def _index(planner: Planner, entries: list[ManifestEntry]) -> DeleteIndex:
 
 
 __all__ = [
-    "CHANGE_TYPE",
-    "COMMIT_SEQ",
-    "DELETE",
-    "INSERT",
-    "UPDATE_AFTER",
-    "UPDATE_BEFORE",
     "ChangeKind",
     "ChangePlan",
     "ChangeTask",

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import pyarrow as pa
-from isbre.catalog.change_plans import (
+from isbre.catalog.change_types import (
     CHANGE_TYPE,
     COMMIT_SEQ,
     DELETE,

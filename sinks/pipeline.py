@@ -22,7 +22,7 @@ from typing import Protocol
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from isbre.catalog.change_plans import CHANGE_TYPE, COMMIT_SEQ, DELETE, UPDATE_BEFORE
+from isbre.catalog.change_types import CHANGE_TYPE, COMMIT_SEQ, DELETE, UPDATE_BEFORE
 from isbre.catalog.coverage import SpanKey
 from isbre.sinks.contract import OffsetSpan
 from isbre.sinks.iceberg import IcebergSink

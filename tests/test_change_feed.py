@@ -17,7 +17,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from isbre.catalog.change_plans import CHANGE_TYPE, COMMIT_SEQ
+from isbre.catalog.change_types import CHANGE_TYPE, COMMIT_SEQ
 from isbre.events import TableFeed
 from isbre.sinks.contract import OffsetSpan
 from isbre.sinks.iceberg import IcebergSink
