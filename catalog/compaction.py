@@ -10,12 +10,13 @@ commits, in a process of its own (catalog/job_process.py).
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from isbre.catalog.manifest_entries import first_row_id as row_id_of
 from isbre.catalog.manifest_entries import inherit_first_row_ids, read_entries
 from isbre.catalog.manifest_lists import first_row_id, read_manifests
 from isbre.catalog.row_lineage import Inherited
+from isbre.catalog.scan_planning import DeleteIndex
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import DataFile, ManifestContent
 from pyiceberg.table.metadata import TableMetadata
@@ -52,35 +53,45 @@ def compaction_enabled(properties: dict[str, str]) -> bool:
 
 @dataclass(frozen=True)
 class LiveFiles:
-    """The data files the current snapshot reads, and on a format v3 table what each file's rows
-    inherit of their lineage (by path)."""
+    """The data files the current snapshot reads; on a format v3 table what each file's rows
+    inherit of their lineage (by path); on a v2 table with delete files, the deletes that apply to
+    each file (by path: what its rows are read with when it is rewritten)."""
 
     snapshot_id: int | None
     files: tuple[DataFile, ...]
     inherited: dict[str, Inherited]
+    deletes: dict[str, tuple[DataFile, ...]] = field(default_factory=dict)
 
 
 def live_data_files(io: FileIO, metadata: TableMetadata) -> LiveFiles:
-    """The current snapshot's data files. A table with delete files is not compacted: a rewritten
-    file takes a new sequence number, which older position and equality deletes would no longer
-    apply to."""
+    """The current snapshot's data files, each with the delete files that apply to it. A file is
+    rewritten with its deletes applied: its rows written again are those a reader reads, and the
+    new file takes a new sequence number, which the older deletes do not apply to. A format v3
+    table with delete files is not compacted (its rows' lineage is their position in their file)."""
     snapshot = metadata.current_snapshot()
     if snapshot is None:
         return LiveFiles(None, (), {})
     manifests = read_manifests(io, snapshot.manifest_list, metadata.format_version)
-    if any(manifest.content == ManifestContent.DELETES for manifest in manifests):
-        raise NotCompactedError("the table has delete files: run a rewrite that applies them first")
+    delete_manifests = [m for m in manifests if m.content == ManifestContent.DELETES]
+    if delete_manifests and metadata.format_version >= 3:
+        raise NotCompactedError("a format v3 table with delete files is not compacted")
     entries = []
     for manifest in manifests:
-        read = read_entries(io, manifest, metadata.format_version)
-        inherit_first_row_ids(read, first_row_id(manifest))
-        entries += read
+        if manifest.content == ManifestContent.DATA:
+            read = read_entries(io, manifest, metadata.format_version)
+            inherit_first_row_ids(read, first_row_id(manifest))
+            entries += read
     inherited = {
         entry.data_file.file_path: Inherited(row_id_of(entry.data_file), entry.sequence_number)
         for entry in entries
         if metadata.format_version >= 3
     }
-    return LiveFiles(snapshot.snapshot_id, tuple(entry.data_file for entry in entries), inherited)
+    index = DeleteIndex(metadata)
+    for manifest in delete_manifests:
+        for entry in read_entries(io, manifest, metadata.format_version):
+            index.add(entry)
+    deletes = {entry.data_file.file_path: found for entry in entries if (found := tuple(index.of(entry)))}
+    return LiveFiles(snapshot.snapshot_id, tuple(entry.data_file for entry in entries), inherited, deletes)
 
 
 def _small_by_partition(

@@ -12,14 +12,11 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
+from isbre.catalog.equality_deletes import any_matched, deleted_keys
 from pyiceberg.catalog.rest.scan_planning import RESTDeleteFile, RESTEqualityDeleteFile, RESTFileScanTask
 from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.io.pyarrow import ArrowScan
 from pyiceberg.table import FileScanTask, Table
-
-FIELD_ID = b"PARQUET:field_id"
 
 
 def read_tasks(
@@ -57,47 +54,15 @@ def _any_matched(
     table: Table, rows: pa.Table, equality: Sequence[RESTDeleteFile], keys: dict[str, pa.Table]
 ) -> np.ndarray:
     """Which of `rows` one of the equality delete files `equality` deletes."""
-    by_columns: dict[tuple[str, ...], list[pa.Table]] = {}
+    found = []
     for delete_file in equality:
         assert isinstance(delete_file, RESTEqualityDeleteFile)
         if delete_file.file_path not in keys:
-            keys[delete_file.file_path] = _deleted_keys(table, delete_file)
-        found = keys[delete_file.file_path]
-        by_columns.setdefault(tuple(found.column_names), []).append(found)
-    hit = np.zeros(rows.num_rows, dtype=bool)
-    for tables in by_columns.values():
-        hit |= _matched(rows, pa.concat_tables(tables, promote_options="permissive"))
-    return hit
-
-
-def _deleted_keys(table: Table, delete_file: RESTEqualityDeleteFile) -> pa.Table:
-    """The equality delete file's rows, its columns named as the table names their fields now."""
-    with table.io.new_input(delete_file.file_path).open() as stream:
-        found = pq.read_table(stream)
-    schema = table.schema()
-    columns, names = [], []
-    for number, field in enumerate(found.schema):
-        field_id = int((field.metadata or {}).get(FIELD_ID, b"-1"))
-        if field_id in (delete_file.equality_ids or []):
-            columns.append(found.column(number))
-            names.append(schema.find_column_name(field_id))
-    if len(names) != len(delete_file.equality_ids or []) or None in names:
-        raise ValueError(f"{delete_file.file_path}: its columns are not the fields its equality ids name")
-    return pa.Table.from_arrays(columns, names=names)
-
-
-def _matched(rows: pa.Table, keys: pa.Table) -> np.ndarray:
-    """Which of `rows` hold values of `keys`' columns equal to one of its rows (null equals null)."""
-    if not rows.num_rows or not keys.num_rows:
-        return np.zeros(rows.num_rows, dtype=bool)
-    if keys.num_columns == 1:
-        name = keys.column_names[0]
-        deleted = keys.column(0).cast(rows.schema.field(name).type)
-        found = pc.is_in(rows[name], value_set=pa.concat_arrays(deleted.chunks), skip_nulls=False)
-        return found.to_numpy(zero_copy_only=False)
-    gone = set(zip(*(keys[name].to_pylist() for name in keys.column_names), strict=True))
-    values = zip(*(rows[name].to_pylist() for name in keys.column_names), strict=True)
-    return np.array([each in gone for each in values], dtype=bool)
+            keys[delete_file.file_path] = deleted_keys(
+                table.io, table.schema(), delete_file.file_path, delete_file.equality_ids or []
+            )
+        found.append(keys[delete_file.file_path])
+    return any_matched(rows, found)
 
 
 def commit_rows(

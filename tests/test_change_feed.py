@@ -158,7 +158,8 @@ def steps(server: IsbreServer, table: Table, keyed: bool) -> list[Callable[[], o
         lambda: commit_deletes(table, [position_deletes(table, *position_of(table, 3))]),
         lambda: commit_deletes(table, [position_deletes(table, *position_of(table, 1))]),
         lambda: table.delete(EqualTo("id", 8)),
-        lambda: commit_deletes(table, [equality_deletes(table, "id", [4, 6])]),  # last: PyIceberg reads none
+        lambda: commit_deletes(table, [equality_deletes(table, "id", [4, 6])]),  # PyIceberg reads none after
+        lambda: maintain(server, table, "compact-data-files"),  # applies the deletes: no change
     ]
 
 

@@ -20,6 +20,7 @@ from isbre.catalog import Identifier, conflicts
 from isbre.catalog.conflicts import ConflictError, check_rewrite_files
 from isbre.catalog.embedded import LmdbCatalog
 from isbre.catalog.maintenance import JobReport
+from isbre.catalog.plans import PlanRequest
 from pyiceberg.catalog import Catalog
 from pyiceberg.io.pyarrow import PyArrowFileIO
 from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
@@ -134,6 +135,34 @@ def test_an_equality_delete_committed_while_compaction_runs_keeps_its_rows_delet
     assert not report.committed and len(report.abandoned) == 1
     assert f"{APPENDS} data file(s) the rewrite replaces have deletes" in report.abandoned[0]
     assert rows(table, tmp_path, pyiceberg_too=False) == model(("a",), {("a", 1), ("a", 31)})
+    assert written and not any(map(exists, written))
+
+
+def test_compaction_applies_the_deletes_committed_before_it(catalog: Catalog, tmp_path: Path) -> None:
+    """The rows compaction writes are those a reader reads: position and equality deletes applied.
+    Its new file takes a sequence number above every delete's, so none applies to it any more."""
+    table = appended(catalog, ("a",), PartitionSpec())
+    commit_deletes(table, [position_deletes(table, file_holding(table, "a", 20), [0])])
+    commit_deletes(table.refresh(), [equality_deletes(table, "n", [1, 31])])
+    left = model(("a",), {("a", 20), ("a", 1), ("a", 31)})
+    assert rows(table, tmp_path, pyiceberg_too=False) == left
+    (report,) = service_of(catalog).maintenance.run(T, ["compact-data-files"])
+    assert report.committed and (report.rewritten_files, report.added_files) == (APPENDS, 1)
+    assert rows(table, tmp_path, pyiceberg_too=False) == left
+    resolved = service_of(catalog).plans.resolve(T, PlanRequest())
+    (task,) = resolved.planner.tasks(resolved.planner.data_manifests())
+    assert task.deletes == () and task.data_file.record_count == len(left)
+
+
+def test_an_equality_delete_committed_while_compaction_applies_older_ones_keeps_its_rows_deleted(
+    catalog: Catalog, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    table = appended(catalog, ("a",), PartitionSpec())
+    commit_deletes(table, [equality_deletes(table, "n", [10])])
+    later = equality_deletes(table, "n", [1, 31])
+    report, written = compact_while(catalog, monkeypatch, lambda: commit_deletes(table.refresh(), [later]))
+    assert not report.committed and len(report.abandoned) == 1
+    assert rows(table, tmp_path, pyiceberg_too=False) == model(("a",), {("a", 10), ("a", 1), ("a", 31)})
     assert written and not any(map(exists, written))
 
 

@@ -220,3 +220,26 @@ def test_a_keyed_sink_goes_on_after_losing_a_race_on_the_table_it_made(
         sink.push(people((2, "bo")), span(2, 3))
         sink.finish()
     assert read(rest_catalog, ident, tmp_path) == {1: "ann", 2: "bo", 3: "cy"}
+
+
+def test_compaction_applies_a_keyed_table_s_deletes(
+    server: IsbreServer, rest_catalog: RestCatalog, namespace: str, tmp_path: Path
+) -> None:
+    """A keyed table's equality deletes are applied by compaction: the table reads the same, from
+    one file that no delete applies to."""
+    ident = f"{namespace}.people"
+    with IcebergSink(rest_catalog, ident, key=["id"]) as sink:
+        apply(sink, 0, len(CHANGES))
+    with rest_catalog.load_table(ident).transaction() as tx:  # its three files are enough
+        tx.set_properties({"isbre.maintenance.compact.min-input-files": "2"})
+    url = f"{server.url}/v1/isbre/namespaces/{namespace}/tables/people"
+    answer = http.post(f"{url}/maintenance", json={"jobs": ["compact-data-files"]}, timeout=120)
+    assert answer.status_code == 200, answer.text
+    (report,) = answer.json()["jobs"]
+    assert report["committed"] and report["added-files"] == 1, report
+    assert read(rest_catalog, ident, tmp_path) == model(len(CHANGES))
+    planned = http.post(f"{url}/plan", json={}).json()
+    (task,) = planned["file-scan-tasks"]
+    assert "delete-file-references" not in task and task["data-file"]["record-count"] == len(
+        model(len(CHANGES))
+    )
