@@ -10,7 +10,7 @@ called, so that the catalog does not load PyIceberg's pyarrow I/O to apply an up
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -46,7 +46,9 @@ if TYPE_CHECKING:
     import requests
     from pyiceberg.catalog.rest import RestCatalog
     from pyiceberg.io import FileIO
+    from pyiceberg.io.pyarrow import ArrowScan
     from pyiceberg.schema import Schema
+    from pyiceberg.table import FileScanTask
 
 # What one commit's updates share while they are applied (the snapshots and schemas they add).
 UpdateContext = _TableMetadataUpdateContext
@@ -106,6 +108,25 @@ def parquet_writer_options(properties: dict[str, str]) -> dict[str, Any]:
     from pyiceberg.io.pyarrow import _get_parquet_writer_kwargs
 
     return _get_parquet_writer_kwargs(properties)
+
+
+def rows_per_task(scan: ArrowScan, io: FileIO, tasks: Sequence[FileScanTask]) -> list[pa.Table]:
+    """The rows of each of `tasks`, read as `scan.to_table` reads them (position deletes applied,
+    the files in parallel on PyIceberg's executor), one table per task: `to_table` concatenates
+    them, and a reader that applies more per file (equality deletes) needs them apart."""
+    import pyarrow as pa
+    from pyiceberg.io.pyarrow import _read_all_delete_files
+    from pyiceberg.utils.concurrent import ExecutorFactory
+
+    deletes = _read_all_delete_files(io, tasks)
+    empty = scan.to_table([])  # the columns the scan reads, for a task that yields no batch
+
+    def read(task: FileScanTask) -> pa.Table:
+        batches = scan._record_batches_from_scan_tasks_and_deletes([task], deletes)
+        found = [pa.Table.from_batches([batch]) for batch in batches]
+        return pa.concat_tables([empty, *found], promote_options="permissive")
+
+    return list(ExecutorFactory.get_or_create().map(read, tasks))
 
 
 def rest_extension(

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 from isbre.catalog.equality_deletes import any_matched, deleted_keys
+from isbre.catalog.pyiceberg_internals import rows_per_task
 from pyiceberg.catalog.rest.scan_planning import RESTDeleteFile, RESTEqualityDeleteFile, RESTFileScanTask
 from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.io.pyarrow import ArrowScan
@@ -26,28 +27,39 @@ def read_tasks(
     keys: dict[str, pa.Table] | None = None,
 ) -> pa.Table:
     """The rows of `tasks`, each data file read with the delete files it references, in the
-    table's current schema. The tasks that reference the same equality deletes are read together,
-    and those applied once to all their rows; `keys` keeps equality delete files' rows between
+    table's current schema."""
+    return pa.concat_tables(read_each(table, tasks, delete_files, keys), promote_options="permissive")
+
+
+def read_each(
+    table: Table,
+    tasks: Sequence[RESTFileScanTask],
+    delete_files: Sequence[RESTDeleteFile],
+    keys: dict[str, pa.Table] | None = None,
+) -> list[pa.Table]:
+    """The rows of each of `tasks` (at least one table, empty when there are none), read in one
+    pass over the files (in parallel, by PyIceberg's reader, position deletes applied), then each
+    task's equality deletes applied to its rows; `keys` keeps equality delete files' rows between
     calls (by path: a file never changes)."""
     keys = {} if keys is None else keys
     scan = ArrowScan(table.metadata, table.io, table.schema(), AlwaysTrue())
-    groups: dict[tuple[int, ...], list[FileScanTask]] = {}
+    equalities: list[list[RESTDeleteFile]] = []
+    scan_tasks = []
     for task in tasks:
         references = task.delete_file_references or []
-        equality = tuple(i for i in references if isinstance(delete_files[i], RESTEqualityDeleteFile))
+        equality = [i for i in references if isinstance(delete_files[i], RESTEqualityDeleteFile)]
         if equality:
             positional = [i for i in references if i not in equality]
             task = task.model_copy(update={"delete_file_references": positional or None})
-        groups.setdefault(equality, []).append(FileScanTask.from_rest_response(task, list(delete_files)))
+        equalities.append([delete_files[i] for i in equality])
+        scan_tasks.append(FileScanTask.from_rest_response(task, list(delete_files)))
+    found = [
+        rows.filter(pa.array(~_any_matched(table, rows, equality, keys))) if equality else rows
+        for rows, equality in zip(rows_per_task(scan, table.io, scan_tasks), equalities, strict=True)
+    ]
     # Even without tasks: an empty table of the columns the scan reads (not quite the schema's
     # own Arrow form: strings are large ones).
-    parts = [scan.to_table(groups.pop((), []))]
-    for equality, scan_tasks in groups.items():
-        rows = scan.to_table(scan_tasks)
-        parts.append(
-            rows.filter(pa.array(~_any_matched(table, rows, [delete_files[i] for i in equality], keys)))
-        )
-    return pa.concat_tables(parts, promote_options="permissive")
+    return found or [scan.to_table([])]
 
 
 def _any_matched(
@@ -78,7 +90,7 @@ def commit_rows(
     keys = {} if keys is None else keys
     deleted: list[RESTFileScanTask] = []
     inserted: list[RESTFileScanTask] = []
-    upserted: dict[tuple[int, ...], list[RESTFileScanTask]] = {}
+    upserted: list[tuple[RESTFileScanTask, tuple[int, ...]]] = []  # read before, and the deletes added
     for task, change in tasks:
         if change["type"] == "added-rows":
             inserted.append(task)
@@ -92,15 +104,17 @@ def commit_rows(
             and set(before) <= set(after)
             and all(isinstance(delete_files[i], RESTEqualityDeleteFile) for i in added)
         ):
-            upserted.setdefault(added, []).append(earlier)
+            upserted.append((earlier, added))
             continue
         deleted.append(earlier)
         if change["type"] == "deleted-rows":
             inserted.append(task)
     parts = [read_tasks(table, deleted, delete_files, keys)]
-    for added, group in upserted.items():
-        rows = read_tasks(table, group, delete_files, keys)
-        parts.append(rows.filter(pa.array(_any_matched(table, rows, [delete_files[i] for i in added], keys))))
+    if upserted:
+        read = read_each(table, [task for task, _ in upserted], delete_files, keys)
+        for rows, (_, added) in zip(read, upserted, strict=True):
+            hit = _any_matched(table, rows, [delete_files[i] for i in added], keys)
+            parts.append(rows.filter(pa.array(hit)))
     parts.append(read_tasks(table, inserted, delete_files, keys))
     rows = pa.concat_tables(parts, promote_options="permissive")
     flags = np.zeros(rows.num_rows, dtype=bool)
