@@ -23,8 +23,10 @@ from isbre.sinks.contract import OffsetSpan
 from isbre.sinks.iceberg import IcebergSink
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.expressions import EqualTo, In
+from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
+from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import LongType, NestedField, StringType
 
 from tests import zygote
@@ -187,6 +189,40 @@ def test_changes_are_the_differences_of_consecutive_table_states(
     check_updates_pair_up(read, keyed)
     if keyed:  # the upsert of key 1 and the overwrite of key 5
         assert [row["id"] for row in read if row[CHANGE_TYPE] == "update_after"] == [5, 1]
+
+
+def test_a_partitioned_table_s_changes_are_the_differences_of_its_states(
+    server: IsbreServer, tmp_path: Path
+) -> None:
+    """Partitioned by `name`: an update that changes a row's name moves it to another partition's
+    file; a position delete applies in its file's partition only."""
+    catalog = RestCatalog("isbre", uri=server.url)
+    catalog.create_namespace("changes_partitioned")
+    fields = (NestedField(1, "id", LongType(), required=True), NestedField(2, "name", StringType()))
+    spec = PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "name"))
+    table = catalog.create_table(
+        "changes_partitioned.t", Schema(*fields, identifier_field_ids=[1]), partition_spec=spec
+    )
+    model = Model(tmp_path)
+    read: list[dict[str, Any]] = []
+    feed = TableFeed(server.url, "changes_partitioned.t", consumer=None, changes=True)
+    try:
+        for step in (
+            lambda: table.append(rows((1, "a"), (2, "a"), (3, "b"), (4, "c"))),
+            lambda: table.delete(EqualTo("id", 2)),
+            lambda: table.upsert(rows((1, "b"), (5, "c"))),  # 1 moves from partition a to b
+            lambda: table.overwrite(rows((6, "a")), overwrite_filter=EqualTo("name", "c")),
+            lambda: commit_deletes(table, [position_deletes(table, *position_of(table, 3))]),
+        ):
+            step()
+            table.refresh()
+            model.step(table)
+            read += feed.read(timeout=0.5).to_pylist()
+    finally:
+        feed.close()
+    assert by_commit(read) == model.changes()
+    check_updates_pair_up(read, keyed=True)
+    assert [(row["id"], row["name"]) for row in read if row[CHANGE_TYPE] == "update_after"] == [(1, "b")]
 
 
 def test_a_format_v3_table_s_appends_are_inserts_and_its_compaction_no_change(
