@@ -25,6 +25,7 @@ from isbre.catalog.compaction_files import read_group, write_rows
 from isbre.catalog.confined_io import ConfinedIO, ForeignPathError
 from isbre.catalog.conflicts import ConflictError, check_expiry, check_rewrite_files, check_rewrite_manifests
 from isbre.catalog.consumers import Consumers
+from isbre.catalog.dangling_deletes import without_dangling
 from isbre.catalog.deletion import delete_each
 from isbre.catalog.file_uris import local_path
 from isbre.catalog.identifiers import Identifier
@@ -438,7 +439,7 @@ def _replacing(
         staging = replace_files(
             ident.parts, state.metadata, state.metadata_location, io, removed, added, summary
         )
-        return staging, rules
+        return without_dangling(state.metadata, io, staging), rules
 
     return make
 

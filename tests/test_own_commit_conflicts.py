@@ -148,10 +148,38 @@ def test_compaction_applies_the_deletes_committed_before_it(catalog: Catalog, tm
     assert rows(table, tmp_path, pyiceberg_too=False) == left
     (report,) = service_of(catalog).maintenance.run(T, ["compact-data-files"])
     assert report.committed and (report.rewritten_files, report.added_files) == (APPENDS, 1)
-    assert rows(table, tmp_path, pyiceberg_too=False) == left
     resolved = service_of(catalog).plans.resolve(T, PlanRequest())
     (task,) = resolved.planner.tasks(resolved.planner.data_manifests())
     assert task.deletes == () and task.data_file.record_count == len(left)
+    # The two delete files applied to nothing left: dropped in the same snapshot, so PyIceberg,
+    # which refuses any equality delete, reads the table again, and reads what DuckDB reads.
+    current = table.refresh().current_snapshot()
+    assert current is not None and current.summary is not None
+    assert current.summary["removed-delete-files"] == "2"
+    live = [e for m in current.manifests(table.io) for e in m.fetch_manifest_entry(table.io)]
+    assert [e.data_file.content for e in live] == [DataFileContent.DATA]
+    assert rows(table, tmp_path) == left
+
+
+def test_compaction_that_applied_deletes_moves_onto_an_append_committed_meanwhile(
+    catalog: Catalog, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The replace that applied the deletes (and dropped them) is moved onto the append: both
+    stay, the append's rows and the deleted rows' absence."""
+    table = appended(catalog, ("a",), PartitionSpec())
+    commit_deletes(table, [equality_deletes(table, "n", [1, 31])])
+    arrow_schema = pa.schema([pa.field("p", pa.string()), pa.field("n", pa.int64())])
+    late = pa.Table.from_pylist([{"p": "a", "n": 1}, {"p": "a", "n": 99}], schema=arrow_schema)
+    report, _ = compact_while(catalog, monkeypatch, lambda: table.refresh().append(late))
+    assert report.committed and not report.abandoned
+    # n = 1 again: appended after the delete, which does not apply to it.
+    assert rows(table, tmp_path) == sorted([*model(("a",), {("a", 1), ("a", 31)}), ("a", 1), ("a", 99)])
+    live = [
+        e
+        for m in table.refresh().current_snapshot().manifests(table.io)
+        for e in m.fetch_manifest_entry(table.io)
+    ]  # type: ignore[union-attr]
+    assert {e.data_file.content for e in live} == {DataFileContent.DATA}
 
 
 def test_an_equality_delete_committed_while_compaction_applies_older_ones_keeps_its_rows_deleted(
