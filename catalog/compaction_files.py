@@ -12,8 +12,8 @@ import uuid
 
 import pyarrow as pa
 from isbre.catalog.compaction import WRITE_TARGET_FILE_SIZE, LiveFiles, target_file_size
-from isbre.catalog.equality_deletes import any_matched, deleted_keys
-from isbre.catalog.pyiceberg_internals import data_files_of
+from isbre.catalog.equality_deletes import DeletedKeys
+from isbre.catalog.pyiceberg_internals import data_files_of, rows_per_task
 from isbre.catalog.row_lineage import with_lineage, with_lineage_columns
 from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.io import FileIO
@@ -28,39 +28,25 @@ def read_group(metadata: TableMetadata, group: list[DataFile], io: FileIO, live:
     them applied (on v3, with their lineage)."""
     scan = ArrowScan(metadata, io, metadata.schema(), AlwaysTrue())
     if metadata.format_version < 3:
-        plain = [FileScanTask(f) for f in group if not live.deletes.get(f.file_path)]
-        parts = [scan.to_table(plain)]
-        keys: dict[str, pa.Table] = {}  # each equality delete file's rows, read once
-        for data_file in group:
-            if deletes := live.deletes.get(data_file.file_path):
-                parts.append(_without_deleted(metadata, io, scan, data_file, deletes, keys))
+        deletes = [live.deletes.get(f.file_path, ()) for f in group]
+        positional = [
+            {d for d in found if d.content != DataFileContent.EQUALITY_DELETES} for found in deletes
+        ]
+        tasks = [FileScanTask(f, delete_files=p) for f, p in zip(group, positional, strict=True)]
+        keys = DeletedKeys(io, metadata.schema())
+        parts = []
+        for rows, found in zip(rows_per_task(scan, io, tasks), deletes, strict=True):
+            equality = [
+                (d.file_path, d.equality_ids or [])
+                for d in found
+                if d.content == DataFileContent.EQUALITY_DELETES
+            ]
+            parts.append(rows.filter(pa.array(~keys.matched(rows, equality))) if equality else rows)
         return pa.concat_tables(parts, promote_options="permissive")
     return pa.concat_tables(
         with_lineage(scan.to_table([FileScanTask(f)]), io, f.file_path, live.inherited[f.file_path])
         for f in group
     )
-
-
-def _without_deleted(
-    metadata: TableMetadata,
-    io: FileIO,
-    scan: ArrowScan,
-    data_file: DataFile,
-    deletes: tuple[DataFile, ...],
-    keys: dict[str, pa.Table],
-) -> pa.Table:
-    """The rows of `data_file` that its `deletes` leave (position deletes by PyIceberg's reader,
-    equality deletes here: catalog/equality_deletes.py)."""
-    positional = {d for d in deletes if d.content != DataFileContent.EQUALITY_DELETES}
-    rows = scan.to_table([FileScanTask(data_file, delete_files=positional)])
-    equality = [d for d in deletes if d.content == DataFileContent.EQUALITY_DELETES]
-    for delete_file in equality:
-        if delete_file.file_path not in keys:
-            ids = list(delete_file.equality_ids or [])
-            keys[delete_file.file_path] = deleted_keys(io, metadata.schema(), delete_file.file_path, ids)
-    if not equality:
-        return rows
-    return rows.filter(pa.array(~any_matched(rows, [keys[d.file_path] for d in equality])))
 
 
 def write_rows(metadata: TableMetadata, rows: pa.Table, io: FileIO) -> list[DataFile]:

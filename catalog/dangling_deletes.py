@@ -13,17 +13,14 @@ rewrites a manifest that holds a removed file with its data manifest writer.
 
 from __future__ import annotations
 
-import uuid
-
 from isbre.catalog.manifest_entries import read_entries
 from isbre.catalog.manifest_lists import read_manifests
+from isbre.catalog.manifest_merge import new_manifest
 from isbre.catalog.pyiceberg_internals import DeleteManifestWriterV2, Staging
 from isbre.catalog.rebase import made_again, on_main
 from isbre.catalog.scan_planning import DeleteIndex
-from isbre.catalog.table_properties import location_provider
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import DataFile, ManifestContent, ManifestEntry, ManifestEntryStatus, ManifestFile
-from pyiceberg.table import TableProperties
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Operation, Snapshot, SnapshotSummaryCollector, Summary
 from pyiceberg.table.update import AddSnapshotUpdate
@@ -91,14 +88,8 @@ def _rewritten(
     applying: set[str],
 ) -> ManifestFile:
     """`manifest` written again: the deletes in `applying` EXISTING, the others DELETED."""
-    codec = metadata.properties.get(
-        TableProperties.WRITE_AVRO_COMPRESSION, TableProperties.WRITE_AVRO_COMPRESSION_DEFAULT
-    )
-    location = location_provider(metadata.location, metadata.properties).new_metadata_location(
-        f"{uuid.uuid4()}-m0.avro"
-    )
+    output, codec = new_manifest(metadata, io)
     spec = metadata.specs()[manifest.partition_spec_id]
-    output = io.new_output(location)
     with DeleteManifestWriterV2(spec, metadata.schema(), output, staged.snapshot_id, codec) as writer:  # type: ignore[arg-type]
         for entry in entries:
             stays = entry.data_file.file_path in applying

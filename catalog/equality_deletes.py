@@ -35,15 +35,27 @@ def deleted_keys(io: FileIO, schema: Schema, path: str, equality_ids: Sequence[i
     return pa.Table.from_arrays(columns, names=names)
 
 
-def any_matched(rows: pa.Table, keys: Sequence[pa.Table]) -> np.ndarray:
-    """Which of `rows` the rows of one of `keys` (equality delete files' rows) delete."""
-    by_columns: dict[tuple[str, ...], list[pa.Table]] = {}
-    for found in keys:
-        by_columns.setdefault(tuple(found.column_names), []).append(found)
-    hit = np.zeros(rows.num_rows, dtype=bool)
-    for tables in by_columns.values():
-        hit |= _matched(rows, pa.concat_tables(tables, promote_options="permissive"))
-    return hit
+class DeletedKeys:
+    """Equality delete files' rows, each file read once (by path: a file never changes), in the
+    names `schema` gives their fields."""
+
+    def __init__(self, io: FileIO, schema: Schema) -> None:
+        self._io = io
+        self._schema = schema
+        self._read: dict[str, pa.Table] = {}
+
+    def matched(self, rows: pa.Table, files: Sequence[tuple[str, Sequence[int]]]) -> np.ndarray:
+        """Which of `rows` one of the equality delete `files` (path, equality ids) deletes."""
+        by_columns: dict[tuple[str, ...], list[pa.Table]] = {}
+        for path, equality_ids in files:
+            if path not in self._read:
+                self._read[path] = deleted_keys(self._io, self._schema, path, equality_ids)
+            found = self._read[path]
+            by_columns.setdefault(tuple(found.column_names), []).append(found)
+        hit = np.zeros(rows.num_rows, dtype=bool)
+        for tables in by_columns.values():
+            hit |= _matched(rows, pa.concat_tables(tables, promote_options="permissive"))
+        return hit
 
 
 def _matched(rows: pa.Table, keys: pa.Table) -> np.ndarray:

@@ -276,6 +276,8 @@ class Maintenance:
             return report
         for data_file in (f for group in groups for f in group):  # all of them before any is read
             io.check(data_file.file_path)
+            for delete_file in live.deletes.get(data_file.file_path, ()):
+                io.check(delete_file.file_path)
         self.core.limits.check_room(self.core.local_warehouse)  # the same reserve of free disk as commits
         try:
             rewritten = [

@@ -21,7 +21,7 @@ from isbre.catalog.manifest_lists import first_row_id, read_manifests
 from isbre.catalog.pyiceberg_internals import ManifestWriterV3, Staging
 from isbre.catalog.rebase import made_again, on_main
 from isbre.catalog.table_properties import location_provider
-from pyiceberg.io import FileIO
+from pyiceberg.io import FileIO, OutputFile
 from pyiceberg.manifest import DataFile, ManifestContent, ManifestEntry, ManifestEntryStatus, ManifestFile
 from pyiceberg.table import TableProperties
 from pyiceberg.table.metadata import TableMetadata
@@ -140,17 +140,23 @@ def _entry(entry: ManifestEntry, status: ManifestEntryStatus, snapshot_id: int |
     )
 
 
-def _writer(metadata: TableMetadata, io: FileIO, snapshot_id: int, spec_id: int) -> ManifestWriterV3:
+def new_manifest(metadata: TableMetadata, io: FileIO) -> tuple[OutputFile, str]:
+    """Where the catalog writes a new manifest of the table, and the Avro codec the table asks for."""
     codec = metadata.properties.get(
         TableProperties.WRITE_AVRO_COMPRESSION, TableProperties.WRITE_AVRO_COMPRESSION_DEFAULT
     )
     location = location_provider(metadata.location, metadata.properties).new_metadata_location(
         f"{uuid.uuid4()}-m0.avro"
     )
+    return io.new_output(location), codec
+
+
+def _writer(metadata: TableMetadata, io: FileIO, snapshot_id: int, spec_id: int) -> ManifestWriterV3:
+    output, codec = new_manifest(metadata, io)
     return ManifestWriterV3(
         metadata.specs()[spec_id],
         metadata.schema(),
-        io.new_output(location),
+        output,
         snapshot_id,
         codec,  # type: ignore[arg-type]
     )

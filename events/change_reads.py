@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from isbre.catalog.equality_deletes import any_matched, deleted_keys
+from isbre.catalog.equality_deletes import DeletedKeys
 from isbre.catalog.pyiceberg_internals import rows_per_task
 from pyiceberg.catalog.rest.scan_planning import RESTDeleteFile, RESTEqualityDeleteFile, RESTFileScanTask
 from pyiceberg.expressions import AlwaysTrue
@@ -24,7 +24,7 @@ def read_tasks(
     table: Table,
     tasks: Sequence[RESTFileScanTask],
     delete_files: Sequence[RESTDeleteFile],
-    keys: dict[str, pa.Table] | None = None,
+    keys: DeletedKeys | None = None,
 ) -> pa.Table:
     """The rows of `tasks`, each data file read with the delete files it references, in the
     table's current schema."""
@@ -35,13 +35,13 @@ def read_each(
     table: Table,
     tasks: Sequence[RESTFileScanTask],
     delete_files: Sequence[RESTDeleteFile],
-    keys: dict[str, pa.Table] | None = None,
+    keys: DeletedKeys | None = None,
 ) -> list[pa.Table]:
     """The rows of each of `tasks` (at least one table, empty when there are none), read in one
     pass over the files (in parallel, by PyIceberg's reader, position deletes applied), then each
     task's equality deletes applied to its rows; `keys` keeps equality delete files' rows between
-    calls (by path: a file never changes)."""
-    keys = {} if keys is None else keys
+    calls."""
+    keys = DeletedKeys(table.io, table.schema()) if keys is None else keys
     scan = ArrowScan(table.metadata, table.io, table.schema(), AlwaysTrue())
     equalities: list[list[RESTDeleteFile]] = []
     scan_tasks = []
@@ -54,7 +54,7 @@ def read_each(
         equalities.append([delete_files[i] for i in equality])
         scan_tasks.append(FileScanTask.from_rest_response(task, list(delete_files)))
     found = [
-        rows.filter(pa.array(~_any_matched(table, rows, equality, keys))) if equality else rows
+        rows.filter(pa.array(~_any_matched(rows, equality, keys))) if equality else rows
         for rows, equality in zip(rows_per_task(scan, table.io, scan_tasks), equalities, strict=True)
     ]
     # Even without tasks: an empty table of the columns the scan reads (not quite the schema's
@@ -62,32 +62,26 @@ def read_each(
     return found or [scan.to_table([])]
 
 
-def _any_matched(
-    table: Table, rows: pa.Table, equality: Sequence[RESTDeleteFile], keys: dict[str, pa.Table]
-) -> np.ndarray:
+def _any_matched(rows: pa.Table, equality: Sequence[RESTDeleteFile], keys: DeletedKeys) -> np.ndarray:
     """Which of `rows` one of the equality delete files `equality` deletes."""
-    found = []
+    files = []
     for delete_file in equality:
         assert isinstance(delete_file, RESTEqualityDeleteFile)
-        if delete_file.file_path not in keys:
-            keys[delete_file.file_path] = deleted_keys(
-                table.io, table.schema(), delete_file.file_path, delete_file.equality_ids or []
-            )
-        found.append(keys[delete_file.file_path])
-    return any_matched(rows, found)
+        files.append((delete_file.file_path, delete_file.equality_ids or []))
+    return keys.matched(rows, files)
 
 
 def commit_rows(
     table: Table,
     tasks: Sequence[tuple[RESTFileScanTask, dict[str, Any]]],
     delete_files: Sequence[RESTDeleteFile],
-    keys: dict[str, pa.Table] | None = None,
+    keys: DeletedKeys | None = None,
 ) -> tuple[pa.Table, np.ndarray]:
     """The rows one commit's change tasks (each with its `isbre-change`) read, and which of them
     were inserted (the others deleted). A file whose deletes changed is read with its deletes from
     before and from after, both; where the commit only added equality deletes to it (an upsert's),
     it is read once, and the rows they match are the deleted ones."""
-    keys = {} if keys is None else keys
+    keys = DeletedKeys(table.io, table.schema()) if keys is None else keys
     deleted: list[RESTFileScanTask] = []
     inserted: list[RESTFileScanTask] = []
     upserted: list[tuple[RESTFileScanTask, tuple[int, ...]]] = []  # read before, and the deletes added
@@ -113,7 +107,7 @@ def commit_rows(
     if upserted:
         read = read_each(table, [task for task, _ in upserted], delete_files, keys)
         for rows, (_, added) in zip(read, upserted, strict=True):
-            hit = _any_matched(table, rows, [delete_files[i] for i in added], keys)
+            hit = _any_matched(rows, [delete_files[i] for i in added], keys)
             parts.append(rows.filter(pa.array(hit)))
     parts.append(read_tasks(table, inserted, delete_files, keys))
     rows = pa.concat_tables(parts, promote_options="permissive")

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import Any, Literal
 
 import pyarrow as pa
+from isbre.catalog.equality_deletes import DeletedKeys
 from isbre.catalog.identifiers import check_consumer_name
 from isbre.catalog.pyiceberg_internals import rest_extension
 from isbre.events.change_reads import commit_rows, read_tasks
@@ -215,7 +216,7 @@ class TableFeed:
         for task, raw in zip(page.file_scan_tasks, answer["file-scan-tasks"], strict=True):
             change = raw["isbre-change"]
             commits.setdefault(int(change["commit-seq"]), []).append((task, change))
-        deleted_keys: dict[str, pa.Table] = {}  # equality delete files' rows, read once per plan
+        deleted_keys = DeletedKeys(table.io, schema)  # equality delete files' rows, read once per plan
         found = [
             commit_changes(*commit_rows(table, tasks, page.delete_files, deleted_keys), commit_seq, key)
             for commit_seq, tasks in commits.items()

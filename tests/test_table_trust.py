@@ -26,6 +26,7 @@ from isbre.catalog.store import CommitStateUnknownError, StoreUnavailableError
 from isbre.catalog.warehouse_config import Warehouse, default_store
 from isbre.catalog.warehouses import open_warehouses
 from pyiceberg.catalog.rest import RestCatalog
+from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
@@ -38,6 +39,7 @@ from tests.crafted import crafted_snapshot
 from tests.disks import fill
 from tests.http_client import http
 from tests.postgres import PostgresServer
+from tests.row_deltas import commit_deletes, position_deletes
 from tests.server import InProcessServer, IsbreServer
 from tests.waiting import eventually
 
@@ -216,6 +218,43 @@ def test_a_manifest_naming_another_namespace_s_file_is_never_read_by_compaction(
         return not any("a.thief" in why for why in health.get("failing", []))
 
     eventually(forgotten, "/health still names the dropped table")
+
+
+def test_a_delete_file_that_is_another_namespace_s_file_is_never_read_by_compaction(
+    trusted: IsbreServer, catalog: RestCatalog
+) -> None:
+    """Compaction reads a file with the deletes that apply to it: a delete file a commit named in
+    another table's place stops the job before any file is read, as a data file there does."""
+    other = secrets(catalog)
+    stolen = next(task.file.file_path for task in other.scan().plan_files())
+    mine = new_table(catalog, "a.deleter", COMPACTING)
+    target = next(task.file for task in mine.scan().plan_files())
+    made = position_deletes(mine, target, [0])
+    # A position delete file that is another table's data file; its bounds name this table's file.
+    deletes = DataFile.from_args(
+        content=DataFileContent.POSITION_DELETES,
+        file_path=stolen,
+        file_format=FileFormat.PARQUET,
+        partition=made.partition,
+        record_count=1,
+        file_size_in_bytes=made.file_size_in_bytes,
+        lower_bounds=made.lower_bounds,
+        upper_bounds=made.upper_bounds,
+    )
+    deletes.spec_id = made.spec_id
+    commit_deletes(mine, [deletes])
+    root = local_path(mine.location())
+    assert root is not None
+    before = {p for p in (root / "data").iterdir()}
+    answer = http.post(
+        f"{url(trusted, 'deleter')}/maintenance", json={"jobs": ["compact-data-files"]}, timeout=60
+    )
+    assert answer.status_code == 200, answer.text
+    (job,) = answer.json()["jobs"]
+    assert not job["committed"] and stolen in job["foreign-paths"], job
+    assert {p for p in (root / "data").iterdir()} == before  # nothing written
+    assert catalog.load_table("b.secrets").scan().to_arrow().num_rows == 6
+    assert http.delete(url(trusted, "deleter")).status_code == 204
 
 
 def test_a_manifest_list_outside_the_table_is_refused_at_commit(
