@@ -110,6 +110,19 @@ def test_uvicorn_supervisor_has_what_the_patient_one_uses() -> None:
     assert "self.process = " in inspect.getsource(Process.__init__)
 
 
+def test_multiprocessing_forkserver_has_what_the_forked_one_uses() -> None:
+    """rest/uvicorn_supervisor.py starts multiprocessing's forkserver loop in a fork of its own and
+    tells multiprocessing where it listens, as `ForkServer.ensure_running` would."""
+    import multiprocessing.forkserver
+
+    main = multiprocessing.forkserver.main  # type: ignore[attr-defined]
+    assert list(inspect.signature(main).parameters)[:3] == ["listener_fd", "alive_r", "preload"]
+    ensure = inspect.getsource(multiprocessing.forkserver.ForkServer.ensure_running)
+    for attribute in ("_forkserver_pid", "_forkserver_address", "_forkserver_alive_fd", "_preload_modules"):
+        assert f"self.{attribute}" in ensure, attribute
+    assert "os.waitpid(self._forkserver_pid, os.WNOHANG)" in ensure
+
+
 def test_uvicorn_protocol_has_what_the_guarded_protocol_uses() -> None:
     for method in (
         "connection_made",

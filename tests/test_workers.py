@@ -19,6 +19,7 @@ import psutil
 import pyarrow as pa
 import pytest
 from isbre.rest.auth import sha256_hex
+from isbre.rest.serve import SERVER_LOCK
 from isbre.rest.shared_counters import FOLDER, running_workers
 from pyiceberg.catalog.rest import RestCatalog
 
@@ -482,6 +483,10 @@ def test_every_process_of_a_server_ends_when_its_supervisor_is_killed(tmp_path: 
         supervisor = psutil.Process(server.process.pid)
         helpers = supervisor.children(recursive=True)  # workers, the events fan-out, the lineage worker
         assert len(helpers) >= 4, [p.cmdline() for p in helpers]
+        # Only the supervisor holds the state directory's lock: it is free the moment it ends.
+        lock = os.path.realpath(server.warehouse / SERVER_LOCK)
+        assert [p.pid for p in helpers if lock in {f.path for f in p.open_files()}] == []
+        assert lock in {f.path for f in supervisor.open_files()}
         supervisor.kill()  # kill -9 of the supervisor alone
         server.process.wait(timeout=10)
         _, alive = psutil.wait_procs(helpers, timeout=20)
@@ -497,11 +502,12 @@ def test_workers_slower_to_start_than_uvicorn_s_liveness_check_are_waited_for(tm
     slow = tmp_path / "slow"
     slow.mkdir()
     # Each worker starts 8 s late, as on a machine at full load: one that multiprocessing spawns,
-    # or forks from its forkserver (`python -c`).
+    # or forks from its forkserver (a fork of the server, `python -m`, or a new `python -c`).
     (slow / "sitecustomize.py").write_text(
         "import os, sys, time\n"
         "if '--multiprocessing-fork' in sys.argv:\n    time.sleep(8)\n"
-        "elif sys.argv == ['-c']:\n    os.register_at_fork(after_in_child=lambda: time.sleep(8))\n"
+        "elif sys.argv[:1] in (['-c'], ['-m']):\n"
+        "    os.register_at_fork(after_in_child=lambda: time.sleep(8))\n"
     )
     server = IsbreServer(tmp_path / "warehouse", workers=2, env={"PYTHONPATH": str(slow)}).start()
     try:
