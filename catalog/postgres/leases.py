@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import psycopg
@@ -25,4 +26,8 @@ class SessionLease(Lease):
             return False
 
     def release(self) -> None:
+        """Unlocked before the connection closes: a backend lets go of its locks only as it ends,
+        after the client has closed, and a holder taking the lease at once was refused."""
+        with contextlib.suppress(psycopg.Error):  # a connection already lost holds nothing
+            self._connection.execute("SELECT pg_advisory_unlock_all()")
         self._connection.close()
