@@ -49,9 +49,11 @@ lint: $(TESTS)
 		$(foreach package,$(PACKAGES),-p isbre.$(package))
 
 # Test modules run in parallel processes, one module's tests in one process (they share its servers):
-# half as many again as there are cores, as tests wait on servers, clients and timers a good part
-# of the time; `make test TEST_PROCESSES=0` runs them one at a time.
-TEST_PROCESSES ?= $(shell python3 -c "import os; print(max(2, (os.cpu_count() or 1) * 3 // 2))")
+# one per core. Half as many again finished a tenth sooner on 2 cores (tests wait on servers,
+# clients and timers a good part of the time) for a tenth more CPU: each test process collects
+# the suite, starts its own PostgreSQL, zygote and forkservers, and processes that outnumber the
+# cores spend more waiting on each other. `make test TEST_PROCESSES=0` runs them one at a time.
+TEST_PROCESSES ?= $(shell python3 -c "import os; print(max(2, os.cpu_count() or 1))")
 test: lint
 	$(COMPILE)
 	$(PY) -m pytest -n $(TEST_PROCESSES) --dist loadfile

@@ -1,48 +1,59 @@
-"""The process of one maintenance job (`python -m isbre.catalog.job_main`): bound to its server's
-life, it opens the server's store and warehouses from its environment, runs the job, and prints
-its report (or why it failed) as one line of JSON. catalog/job_process.py starts it."""
+"""The process of one maintenance job, forked from the jobs' forkserver (catalog/job_process.py):
+bound to its server's life first, then it opens the server's store and warehouses, runs the job,
+and sends its report (or why it failed) back as one JSON object."""
 
 from __future__ import annotations
 
 import json
 import logging
+import multiprocessing
 import os
+import sys
+from multiprocessing.connection import Connection
+from typing import Any
 
-# Nothing heavier than the standard library before the process is bound to its server's life.
-from isbre.catalog.job_process import DISK_FULL, JOB_ENV, PARENT_ENV
-from isbre.catalog.processes import die_with_parent
+from isbre.catalog.forkserver import leave_the_forkserver
+from isbre.catalog.identifiers import Identifier
+from isbre.catalog.job_process import DISK_FULL, JOB_PROCESS_NAME
+from isbre.catalog.limits import Limits
+from isbre.catalog.processes import die_with_parent, name_this_process
+from isbre.catalog.store import InsufficientStorageError, is_disk_full
+from isbre.catalog.warehouse_config import Warehouse
+from isbre.catalog.warehouses import open_warehouses
 
-log = logging.getLogger("isbre.catalog.job_main")  # by name: the module runs as __main__
+log = logging.getLogger(__name__)
 
 
-def _one_line(exc: BaseException) -> str:
-    return " ".join(f"{type(exc).__name__}: {exc}".split())[:500]
-
-
-def main() -> int:
-    parent = os.environ.pop(PARENT_ENV, None)
-    die_with_parent(expected_parent=int(parent) if parent else None)
+def run_job(
+    store: str, found: dict[str, Any], environment: dict[str, str], directory: str | None, report: Connection
+) -> None:
+    """The job's process: its parent is the forkserver, which ends with the server that started
+    it; the server's own pid is checked too, for a server killed while the job was forked. Then
+    only `environment` is left of the server's environment, only absolute directories on the
+    import path (the state directory it runs in never reaches it), and the job runs."""
+    leave_the_forkserver()
+    name_this_process(JOB_PROCESS_NAME)
+    server = multiprocessing.parent_process()
+    die_with_parent(server=server.pid if server is not None else None)
+    os.environ.clear()
+    os.environ.update(environment)
+    sys.path[:] = [entry for entry in sys.path if os.path.isabs(entry)]
+    if directory is not None:
+        os.chdir(directory)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     os.nice(10)
-    # Imported once the process is bound to its server.
-    from isbre.catalog.identifiers import Identifier
-    from isbre.catalog.limits import Limits
-    from isbre.catalog.store import InsufficientStorageError, is_disk_full
-    from isbre.catalog.stores import helper_store
-    from isbre.catalog.warehouse_config import Warehouse
-    from isbre.catalog.warehouses import open_warehouses
+    report.send_bytes(json.dumps(_outcome(store, found)).encode())
 
-    found = json.loads(os.environ.pop(JOB_ENV))
+
+def _outcome(store: str, found: dict[str, Any]) -> dict[str, Any]:
     try:
         services = open_warehouses(
-            helper_store(),
-            [Warehouse.in_helper(w) for w in found["warehouses"]],
-            limits=Limits(**found["limits"]),
+            store, [Warehouse.in_helper(w) for w in found["warehouses"]], limits=Limits(**found["limits"])
         )
         try:
             (service,) = (s for s in services if s.name == found["warehouse"])
             ident = Identifier.of(tuple(found["namespace"]), found["name"])
-            (report,) = service.maintenance.run(ident, [found["job"]], found["now_ms"], here=True)
+            (done,) = service.maintenance.run(ident, [found["job"]], found["now_ms"], here=True)
         finally:
             services[0].close()
     except Exception as exc:
@@ -50,11 +61,9 @@ def main() -> int:
         disk_full = isinstance(exc, InsufficientStorageError) or is_disk_full(exc)
         failed = DISK_FULL if disk_full else type(exc).__name__
         message = "no room left on the warehouse's disk" if disk_full else _one_line(exc)
-        print(json.dumps({"failed": failed, "message": message}), flush=True)
-        return 1
-    print(json.dumps(report.to_json()), flush=True)
-    return 0
+        return {"failed": failed, "message": message}
+    return done.to_json()
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+def _one_line(exc: BaseException) -> str:
+    return " ".join(f"{type(exc).__name__}: {exc}".split())[:500]

@@ -6,6 +6,7 @@ import argparse
 import ctypes
 import logging
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -20,8 +21,9 @@ from isbre.catalog.store import Lease, Store, StoreUnavailableError
 
 log = logging.getLogger(__name__)
 
-# prctl(2)'s option: the signal this process gets when its parent ends.
+# prctl(2)'s options: the signal this process gets when its parent ends; its name.
 _PR_SET_PDEATHSIG = 1
+_PR_SET_NAME = 15
 
 
 # How long a helper whose server has ended may take to end by itself before it is ended.
@@ -30,23 +32,52 @@ ORPHAN_GRACE_S = 30.0
 ORPHANED_EXIT = 70
 
 
-def die_with_parent(grace_s: float = ORPHAN_GRACE_S, expected_parent: int | None = None) -> None:
+def die_with_parent(grace_s: float = ORPHAN_GRACE_S, server: int | None = None) -> None:
     """Have the kernel send this process SIGTERM when the process that started it ends (Linux),
     and end now if that has already happened: a helper or worker never outlives its server, even
-    one killed with SIGKILL. `expected_parent`: the pid of the process that started this one, when
-    it said so; without it, a parent that died before this call is noticed only when the process
-    was handed to init (not to a subreaper). A SIGTERM handler runs only when the main thread gets
-    to it, which one stuck in a call that signals do not interrupt never does: so a thread also
-    watches the parent, and ends the process `grace_s` seconds after the parent has gone."""
+    one killed with SIGKILL. `server`: the pid of the server this process works for, where its
+    parent is not the server itself but a process that ends after it (a forkserver, which ends
+    only once it has noticed): this process ends the moment the server does, or now if it has.
+    A SIGTERM handler runs only when the main thread gets to it, which one stuck in a call that
+    signals do not interrupt never does: so a thread also watches the parent, and ends the
+    process `grace_s` seconds after the parent has gone."""
     if not sys.platform.startswith("linux"):
         return
     parent = os.getppid()
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-    if parent == 1 or os.getppid() != parent or expected_parent not in (None, parent):
+    if parent == 1 or os.getppid() != parent:
         os.kill(os.getpid(), signal.SIGTERM)
+    if server is not None:
+        _end_with(server)
     threading.Thread(
         target=_end_when_orphaned, args=(parent, grace_s), name="isbre-orphan-watch", daemon=True
     ).start()
+
+
+def _end_with(server: int) -> None:
+    """SIGTERM to this process (which has no handler for it) the moment `server` ends: a thread
+    waits on the server's pidfd, which becomes readable when it exits."""
+    try:
+        handle = os.pidfd_open(server)
+    except ProcessLookupError:
+        os.kill(os.getpid(), signal.SIGTERM)
+        return
+    except OSError as exc:  # a kernel before 5.3: the parent's end still ends this process
+        log.warning("cannot watch the server (process %s): %s", server, exc)
+        return
+    threading.Thread(target=_end_when_ended, args=(handle,), name="isbre-server-watch", daemon=True).start()
+
+
+def _end_when_ended(handle: int) -> None:
+    select.select([handle], [], [])
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def name_this_process(name: str) -> None:
+    """The name `ps -o comm`, `top` and psutil's `name()` show for this process (Linux; 15 bytes
+    at most), where its command line is another process's (one forked from a forkserver)."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_NAME, name.encode()[:15])
 
 
 def _end_when_orphaned(parent: int, grace_s: float) -> None:

@@ -23,7 +23,7 @@ from isbre.rest.refusals import RefusedError
 from isbre.rest.settings import Settings, warehouses
 from isbre.rest.shared_counters import forget_workers, running_workers
 from isbre.rest.startup import fanout_options, start_lineage, start_relays
-from isbre.rest.uvicorn_supervisor import PatientSupervisor, fork_the_forkserver
+from isbre.rest.uvicorn_supervisor import PatientSupervisor, fork_the_workers_forkserver
 from isbre.rest.workers import hand_down
 from uvicorn.config import LOGGING_CONFIG
 
@@ -88,7 +88,7 @@ def serve(settings: Settings) -> None:
         return
     settings = hand_down(settings)
     forget_workers(settings.state_path())
-    if not fork_the_forkserver():
+    if not fork_the_workers_forkserver():
         log.debug("threads run already: the workers' forkserver starts as a new interpreter")
     # The supervisor runs what there is one of per server: the lineage worker, the relays, the fan-out.
     services = open_warehouses(settings.store_location(), warehouses(settings))

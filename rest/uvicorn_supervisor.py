@@ -1,6 +1,7 @@
 """The one place isbre reaches into uvicorn's supervisor of several workers: `Multiprocess`, its
 `keep_subprocess_alive`, its workers' `ping`, and the multiprocessing context it starts them in
-(`uvicorn._subprocess.spawn`); tests/test_upstream_seams.py fails when they change.
+(`uvicorn._subprocess.spawn`); tests/test_upstream_seams.py fails when they change. The forkserver
+itself is catalog/forkserver.py's.
 
 Workers are forked from a server process that has imported the application once (multiprocessing's
 `forkserver`, clean of the supervisor's threads and open store), instead of each starting a new
@@ -22,17 +23,11 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
-import multiprocessing.connection
-import multiprocessing.forkserver
-import multiprocessing.util
-import os
-import signal
 import socket
-import threading
 import time
-from typing import Any
 
 import uvicorn._subprocess
+from isbre.catalog.forkserver import fork_the_forkserver
 from uvicorn.config import Config
 from uvicorn.supervisors.multiprocess import Multiprocess, Process
 
@@ -46,61 +41,9 @@ STARTING_NOTICE_SECONDS = 30.0
 PRELOADED = ["isbre.rest.workers", "isbre.rest.app"]
 
 
-def leave_the_forkserver() -> None:
-    """In a worker: close this process's end of the pipe by which the forkserver knows that the
-    supervisor lives. multiprocessing hands it to every process forked so, and while a worker holds
-    it a forkserver outlives a supervisor killed with SIGKILL, and its workers with it; closed, the
-    forkserver ends with the supervisor, and the workers end with the forkserver, their parent."""
-    server: Any = multiprocessing.forkserver._forkserver
-    if server._forkserver_alive_fd is not None:
-        os.close(server._forkserver_alive_fd)
-        server._forkserver_alive_fd = None
-
-
-def fork_the_forkserver() -> bool:
-    """Start multiprocessing's forkserver for the workers as a fork of this process, where this
-    process runs no other thread yet (a fork keeps only the thread that forks, and a lock another
-    thread held would stay held in the child); False, leaving multiprocessing to start it as a new
-    interpreter when a worker is first started, where it does. The child keeps only its standard
-    streams and the forkserver's two descriptors (not the state directory's lock), and runs
-    multiprocessing's own forkserver loop, which ends with this process as before."""
-    if threading.active_count() > 1:
-        return False
-    server: Any = multiprocessing.forkserver._forkserver
-    address = multiprocessing.connection.arbitrary_address("AF_UNIX")  # type: ignore[attr-defined]
-    with socket.socket(socket.AF_UNIX) as listener:
-        listener.bind(address)
-        if not multiprocessing.util.is_abstract_socket_namespace(address):
-            os.chmod(address, 0o600)
-        listener.listen()
-        alive_r, alive_w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            _run_the_forkserver(listener.fileno(), alive_r)
-        os.close(alive_r)
-    server._preload_modules = PRELOADED
-    server._forkserver_address = address
-    server._forkserver_alive_fd = alive_w
-    server._forkserver_pid = pid
-    return True
-
-
-def _run_the_forkserver(listener: int, alive_r: int) -> None:
-    """In the forked child: multiprocessing's forkserver loop, then the end of the process (never
-    the supervisor's code after the fork, nor its exit handlers)."""
-    code = 1
-    try:
-        keep = sorted({0, 1, 2, listener, alive_r})
-        for low, high in zip(keep, [*keep[1:], os.sysconf("SC_OPEN_MAX")], strict=True):
-            os.closerange(low + 1, high)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        multiprocessing.forkserver.main(listener, alive_r, PRELOADED)  # type: ignore[attr-defined]
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 0
-    except BaseException:
-        log.exception("the workers' forkserver failed")
-    finally:
-        os._exit(code)
+def fork_the_workers_forkserver() -> bool:
+    """The workers' forkserver as a fork of this process, which has not started a thread yet."""
+    return fork_the_forkserver(PRELOADED)
 
 
 class PatientSupervisor(Multiprocess):

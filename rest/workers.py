@@ -15,10 +15,10 @@ import os
 import secrets
 
 from fastapi import FastAPI
+from isbre.catalog.forkserver import leave_the_forkserver
 from isbre.catalog.processes import die_with_parent
 from isbre.rest.connections import GuardedHttpProtocol
 from isbre.rest.settings import Settings
-from isbre.rest.uvicorn_supervisor import leave_the_forkserver
 
 SETTINGS_ENV = "ISBRE_WORKER_SETTINGS"
 

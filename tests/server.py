@@ -18,6 +18,7 @@ from typing import ClassVar, TypeVar
 
 import httpx
 import psutil
+from isbre.catalog.job_process import JOB_PROCESS_NAME
 from isbre.rest.serve import single_process_server
 from isbre.rest.settings import Settings, load_settings
 
@@ -262,6 +263,15 @@ class InProcessServer(IsbreServer):
         for name in _LOGGERS:
             logging.getLogger(name).removeHandler(self._log)
         self._log.close()
+
+
+def job_process(of: psutil.Process) -> psutil.Process | None:
+    """A maintenance job's process running under `of` (forked from its jobs' forkserver), if any."""
+    for process in of.children(recursive=True):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            if process.name() == JOB_PROCESS_NAME:
+                return process
+    return None
 
 
 def secured_server(

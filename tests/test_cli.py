@@ -310,6 +310,24 @@ def test_the_benchmarks_help_names_every_benchmark() -> None:
     assert all(name in said for name in BENCHMARKS), said
 
 
+def test_the_suite_cpu_counter_counts_what_a_command_spends() -> None:
+    """The README's CPU figure for `make test` comes from tests/bench/suite_cpu.py: a command that
+    spins half a second of CPU in a child of its own is counted, and its exit status passed on."""
+    spin = (
+        "import time\nend = time.process_time() + 0.5\n"
+        "while time.process_time() < end: pass\nraise SystemExit(3)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.bench.suite_cpu", sys.executable, "-c", spin],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 3, done.stderr
+    counted = float(done.stderr.split(": ")[-1].split(" core-seconds")[0])
+    assert counted >= 0.45, done.stderr
+
+
 def test_a_reader_that_goes_away_ends_events_tail_quietly(secured: IsbreServer) -> None:
     namespaces = f"{secured.url}/v1/isbre/namespaces"
     http.post(namespaces, json={"namespace": ["reader_here"]}, headers=ROOT).raise_for_status()

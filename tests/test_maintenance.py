@@ -33,7 +33,7 @@ from pyiceberg.table import Table
 from pyiceberg.table.update import SetPropertiesUpdate
 
 from tests.http_client import http
-from tests.server import InProcessServer, IsbreServer
+from tests.server import InProcessServer, IsbreServer, job_process
 from tests.sink_helpers import compacted, offsets_in, rows, span, write_once
 from tests.waiting import eventually
 
@@ -883,12 +883,11 @@ def test_kill_9_of_a_job_s_process_at_each_step_leaves_the_table_whole(
     processes = JobProcesses(str(default_store(warehouse)), [warehouse])
     before, reached, ran = _files(root), STEPS[job][step], threading.Event()
 
-    def job_process() -> psutil.Process | bool:
-        found = (c for c in psutil.Process().children() if "isbre.catalog.job_main" in c.cmdline())
-        return next(found, None) or ran.is_set()
+    def job_running() -> psutil.Process | bool:
+        return job_process(psutil.Process()) or ran.is_set()
 
     def kill_at_the_step() -> None:
-        child = eventually(job_process, f"{job}'s process", 60, 0.001)
+        child = eventually(job_running, f"{job}'s process", 60, 0.001)
         eventually(lambda: ran.is_set() or reached(before, _files(root)), f"{job} at {step}", 60, 0.0005)
         if isinstance(child, psutil.Process):
             with contextlib.suppress(psutil.NoSuchProcess):

@@ -40,7 +40,7 @@ from tests.disks import fill
 from tests.http_client import http
 from tests.postgres import PostgresServer
 from tests.row_deltas import commit_deletes, position_deletes
-from tests.server import InProcessServer, IsbreServer
+from tests.server import InProcessServer, IsbreServer, job_process
 from tests.waiting import eventually
 
 COMPACTING = {
@@ -391,15 +391,16 @@ def test_compaction_on_a_full_disk_answers_507_in_one_line_and_leaves_no_partial
 
 
 def test_a_job_process_whose_server_is_already_gone_ends_before_doing_anything(tmp_path: Path) -> None:
-    """The job's process is told which process started it: if that one is gone by the time the
-    process can ask the kernel for the parent-death signal (a server killed during the job's start),
-    it ends there, before its next statement."""
+    """The job's process is told which server it works for (its parent is the jobs' forkserver,
+    which ends with the server): if the server is gone by the time the process has asked the
+    kernel for the parent-death signal (a server killed during the job's start), it ends there,
+    before its next statement."""
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
     marker = tmp_path / "went-on"
     script = (
         "from isbre.catalog.processes import die_with_parent\n"
-        f"die_with_parent(expected_parent={gone.pid})\n"
+        f"die_with_parent(server={gone.pid})\n"
         f"open({str(marker)!r}, 'w').write('went on')\n"
     )
     done = subprocess.run([sys.executable, "-I", "-c", script], timeout=60)
@@ -407,16 +408,15 @@ def test_a_job_process_whose_server_is_already_gone_ends_before_doing_anything(t
 
 
 def test_kill_9_of_the_server_ends_its_job_process_and_commits_nothing(tmp_path: Path) -> None:
+    """The job's process, held still as it starts, its server killed meanwhile: once it may run
+    again it ends before committing anything (it starts in milliseconds, forked: without being
+    held it could finish a small compaction before the kill reached the server)."""
     server = IsbreServer(tmp_path / "warehouse").start()
     catalog = RestCatalog("isbre", uri=server.url)
     catalog.create_namespace("a")
     table = new_table(catalog, "a.killed", COMPACTING)
     snapshots = len(table.metadata.snapshots)
     server_process = psutil.Process(server.pid)
-
-    def job_process() -> psutil.Process | None:
-        found = (c for c in server_process.children() if "isbre.catalog.job_main" in c.cmdline())
-        return next(found, None)
 
     def ask() -> None:
         with contextlib.suppress(httpx.HTTPError):
@@ -426,9 +426,11 @@ def test_kill_9_of_the_server_ends_its_job_process_and_commits_nothing(tmp_path:
 
     asking = threading.Thread(target=ask)
     asking.start()
-    job = eventually(job_process, "the job's process", 60, 0.001)
+    job = eventually(lambda: job_process(server_process), "the job's process", 60, 0.001)
+    job.suspend()
     server.kill()
     asking.join()
+    job.resume()
     _, alive = psutil.wait_procs([job], timeout=30)
     assert not alive
     restarted = IsbreServer(tmp_path / "warehouse").start()

@@ -1,6 +1,7 @@
-"""isbre reaches into three libraries' private parts, each through one module: PyIceberg's
-(catalog/pyiceberg_internals.py), sse-starlette's (rest/sse_starlette_internals.py), and uvicorn's
-protocol (rest/connections.py) and supervisor (rest/uvicorn_supervisor.py). Nothing else does,
+"""isbre reaches into four libraries' private parts, each through one module: PyIceberg's
+(catalog/pyiceberg_internals.py), sse-starlette's (rest/sse_starlette_internals.py), uvicorn's
+protocol (rest/connections.py) and supervisor (rest/uvicorn_supervisor.py), and multiprocessing's
+forkserver (catalog/forkserver.py). Nothing else does,
 and each use is checked here against the installed library, so that an upgrade that changes one
 fails here, by name."""
 
@@ -33,6 +34,7 @@ SEAMS = {
     "rest/sse_starlette_internals.py",
     "rest/connections.py",
     "rest/uvicorn_supervisor.py",
+    "catalog/forkserver.py",
 }
 SCHEMA = Schema(NestedField(1, "x", LongType(), required=False))
 
@@ -111,8 +113,9 @@ def test_uvicorn_supervisor_has_what_the_patient_one_uses() -> None:
 
 
 def test_multiprocessing_forkserver_has_what_the_forked_one_uses() -> None:
-    """rest/uvicorn_supervisor.py starts multiprocessing's forkserver loop in a fork of its own and
-    tells multiprocessing where it listens, as `ForkServer.ensure_running` would."""
+    """catalog/forkserver.py starts multiprocessing's forkserver loop in a fork of its own and tells
+    multiprocessing where it listens, as `ForkServer.ensure_running` would; a process forked from
+    it closes the forkserver's end of the pipe it was handed."""
     import multiprocessing.forkserver
 
     main = multiprocessing.forkserver.main  # type: ignore[attr-defined]
@@ -121,6 +124,8 @@ def test_multiprocessing_forkserver_has_what_the_forked_one_uses() -> None:
     for attribute in ("_forkserver_pid", "_forkserver_address", "_forkserver_alive_fd", "_preload_modules"):
         assert f"self.{attribute}" in ensure, attribute
     assert "os.waitpid(self._forkserver_pid, os.WNOHANG)" in ensure
+    serve_one = inspect.getsource(multiprocessing.forkserver._serve_one)  # type: ignore[attr-defined]
+    assert "_forkserver._forkserver_alive_fd" in serve_one
 
 
 def test_uvicorn_protocol_has_what_the_guarded_protocol_uses() -> None:
