@@ -54,9 +54,10 @@ lint: $(TESTS)
 # the suite, starts its own PostgreSQL, zygote and forkservers, and processes that outnumber the
 # cores spend more waiting on each other. `make test TEST_PROCESSES=0` runs them one at a time.
 TEST_PROCESSES ?= $(shell python3 -c "import os; print(max(2, os.cpu_count() or 1))")
+# `make lint` has just run the import-layers test: not again.
 test: lint
 	$(COMPILE)
-	$(PY) -m pytest -n $(TEST_PROCESSES) --dist loadfile
+	$(PY) -m pytest -n $(TEST_PROCESSES) --dist loadfile --ignore tests/test_layers.py
 
 bench: $(TESTS)
 	$(PY) -m tests.bench

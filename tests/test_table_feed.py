@@ -320,16 +320,24 @@ def test_every_row_of_200_appends_once_while_maintenance_runs_and_both_sides_res
     other = TableFeed(first.url, "busy.t", consumer="other", from_start=True)
     servers = [first]
     # Appends in flight hold a permit: the server restarts between appends, so that none is left
-    # not knowing whether it landed (and appended again, twice).
+    # not knowing whether it landed (and appended again, twice). Writers wait at the gate while it
+    # restarts: a semaphore is not fair, and the restart asking for every permit one by one got
+    # them only once the writers, taking them back at once, had all finished.
     appending = threading.Semaphore(4)
+    gate = threading.Event()
+    gate.set()
+    appended: list[int] = []  # after each append, the appends so far
+    restarted_after: list[int] = []
 
     def write(writer: int) -> None:
         for n in range(50):
             while True:
+                gate.wait()
                 with appending:
                     try:
                         table = RestCatalog("isbre", uri=servers[-1].url).load_table("busy.t")
                         table.append(batch(writer * 1000 + n, 1))
+                        appended.append(len(appended) + 1)
                         break
                     # Lost the race; or PyIceberg's own retry found its base snapshot expired.
                     except (CommitFailedException, ValidationException):
@@ -351,12 +359,15 @@ def test_every_row_of_200_appends_once_while_maintenance_runs_and_both_sides_res
             if len(seen) >= 60 and feed is not None and len(servers) == 1 and feed.consumer == "main":
                 feed.close()  # the consumer restarts from its stored cursor
                 feed = TableFeed(first.url, "busy.t", consumer="main")
+                gate.clear()
                 for _ in range(4):
                     appending.acquire()
                 first.stop()  # and then the server
+                restarted_after.append(len(appended))
                 servers.append(InProcessServer(tmp_path / "warehouse", port=first.port).start())
                 for _ in range(4):
                     appending.release()
+                gate.set()
         for thread in writers:
             thread.join()
         while len(others) < 200:
@@ -364,6 +375,7 @@ def test_every_row_of_200_appends_once_while_maintenance_runs_and_both_sides_res
             other.commit()
         expected = sorted(w * 1000 + n for w in range(4) for n in range(50))
         assert sorted(seen) == expected and sorted(others) == expected
+        assert restarted_after and restarted_after[0] < 150, f"the server restarted after {restarted_after}"
         # The commit log says what the catalog did: its replace snapshots themselves are expired
         # two appends later (the table keeps 2, a millisecond old at most).
         high = http.get(f"{servers[-1].url}/health").json()["components"]["store"]["commit_seq"]
