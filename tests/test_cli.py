@@ -324,8 +324,10 @@ def test_the_suite_cpu_counter_counts_what_a_command_spends() -> None:
         timeout=120,
     )
     assert done.returncode == 3, done.stderr
-    counted = float(done.stderr.split(": ")[-1].split(" core-seconds")[0])
-    assert counted >= 0.45, done.stderr
+    said = done.stderr.strip().splitlines()[-1]
+    run = float(said.split("the run's processes ")[1].split(" core-seconds")[0])
+    machine = float(said.split("the whole machine ")[1].split(";")[0])
+    assert 0.45 <= run < 5 and machine >= 0.45, said
 
 
 def test_a_reader_that_goes_away_ends_events_tail_quietly(secured: IsbreServer) -> None:
