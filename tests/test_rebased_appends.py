@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from isbre.catalog import append_rebase
 from isbre.catalog.embedded import LmdbCatalog
+from isbre.catalog.job_process import JOB_MAIN
 from isbre.catalog.manifest_lists import first_row_id, read_manifests
 from isbre.catalog.rebase import REBASED_FROM_PARENT
 from pyiceberg.catalog import Catalog
@@ -42,8 +43,12 @@ SERVER_PROCESS = True
 
 @pytest.fixture(scope="module")
 def writers() -> Iterator[tuple[Pool, SyncManager]]:
-    """Processes that write, started once for the module: each test's writers take one each."""
-    context = multiprocessing.get_context("spawn")
+    """Processes that write, started once for the module: each test's writers take one each.
+    Forked from a forkserver that has imported them (this process's, which maintenance jobs of
+    an in-process server may have started already, then importing the jobs' code only), not
+    spawned as eight interpreters importing PyIceberg each."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([JOB_MAIN, "tests.appenders"])
     with context.Manager() as manager, context.Pool(WRITERS) as pool:
         yield pool, manager
 

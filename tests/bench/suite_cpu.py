@@ -1,30 +1,31 @@
 """The CPU a command costs: `python -m tests.bench.suite_cpu make test` (Linux).
 
-Two counts. The run's processes: every process the command starts, however short-lived, as the
-kernel adds each one's CPU to the process that waits for it (this one's children's usage), plus
-what the processes that outlived their parent and were handed to init (a daemon, a server killed
-with its helpers still running) spent, sampled from /proc every SAMPLE_S seconds. The whole
-machine: its busy time from /proc/stat over the run, less this process's own, which also counts
-the kernel's own threads and whatever else runs meanwhile (on a virtual machine its agent; on
-these test machines tens of core-seconds that differ from run to run). Not part of `make bench`,
-which the suite does not run: the README quotes its figures for `make test`.
+Two counts. The run's processes: every process the command starts, however short-lived, each
+counted when the process that waits for it does, as the kernel adds a process's CPU to its
+parent's children's usage. This process is a child subreaper (prctl(2)): a process whose parent
+ends first (a forkserver whose test process has exited, a daemon) is handed to it instead of to
+init, and it waits for every one of them, so none is left out. The whole machine: its busy time
+from /proc/stat over the run, less this process's own, which also counts the kernel's own
+threads and whatever else runs meanwhile (on a virtual machine its agent; on these test
+machines up to 100 core-seconds more over a `make test`, different every run). Not part of
+`make bench`, which the suite does not run: the README quotes its figures for `make test`.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import resource
 import subprocess
 import sys
-import threading
 import time
-from pathlib import Path
 
-SAMPLE_S = 0.2
+_PR_SET_CHILD_SUBREAPER = 36
+# How long processes left over after the command has ended may take to end.
+LEFTOVER_WAIT_S = 60.0
 # /proc/stat's first line: user nice system idle iowait irq softirq steal ...; busy is all but
 # idle, iowait and steal.
 _BUSY_FIELDS = (0, 1, 2, 5, 6)
-_KERNEL_THREAD = 0x00200000  # PF_KTHREAD, in /proc/<pid>/stat's flags
 
 
 def machine_busy_seconds() -> float:
@@ -33,66 +34,42 @@ def machine_busy_seconds() -> float:
     return sum(fields[i] for i in _BUSY_FIELDS) / os.sysconf("SC_CLK_TCK")
 
 
-def _processes() -> dict[int, tuple[int, float]]:
-    """pid -> (parent pid, CPU seconds of it and of its children it has waited for), of every
-    process that is not one of the kernel's threads."""
-    found = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+def _wait_for_all(command: subprocess.Popen[bytes]) -> int:
+    """Wait for the command and for every process handed to this one; the command's exit status."""
+    code: int | None = None
+    deadline = None
+    while True:
         try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue  # ended meanwhile
-        fields = stat[stat.rindex(")") + 2 :].split()
-        if int(fields[6]) & _KERNEL_THREAD:
-            continue
-        ticks = sum(int(value) for value in fields[11:15])
-        found[int(entry.name)] = (int(fields[1]), ticks / os.sysconf("SC_CLK_TCK"))
-    return found
-
-
-class Orphans:
-    """What processes started during the run spent once handed to init (parent pid 1)."""
-
-    def __init__(self) -> None:
-        self._before = set(_processes())
-        self._last: dict[int, tuple[int, float]] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-
-    def __enter__(self) -> Orphans:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _sample(self) -> None:
-        while not self._stop.wait(SAMPLE_S):
-            for pid, seen in _processes().items():
-                if pid not in self._before and pid != os.getpid():
-                    self._last[pid] = seen
-
-    def seconds(self) -> float:
-        return sum(cpu for pid, (parent, cpu) in self._last.items() if parent == 1 and pid != 1)
+            pid, status = os.waitpid(-1, os.WNOHANG if deadline is not None else 0)
+        except ChildProcessError:
+            break  # none left
+        if pid == command.pid:
+            code = os.waitstatus_to_exitcode(status)
+            command.returncode = code
+            deadline = time.monotonic() + LEFTOVER_WAIT_S
+        elif pid == 0:
+            if deadline is not None and time.monotonic() > deadline:
+                print("processes of the run still running: not counted", file=sys.stderr)
+                break
+            time.sleep(0.05)
+    assert code is not None
+    return code
 
 
 def main(argv: list[str]) -> int:
     if not argv:
         print(__doc__.splitlines()[0], file=sys.stderr)
         return 2
+    if ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1) != 0:
+        print("cannot become a child subreaper: orphaned processes are not counted", file=sys.stderr)
     started, busy = time.monotonic(), machine_busy_seconds()
-    with Orphans() as orphans:
-        code = subprocess.call(argv)
+    code = _wait_for_all(subprocess.Popen(argv))
     machine = machine_busy_seconds() - busy - sum(os.times()[:2])
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    run = children.ru_utime + children.ru_stime + orphans.seconds()
     wall = time.monotonic() - started
     print(
-        f"{' '.join(argv)}: the run's processes {run:.1f} core-seconds, the whole machine "
-        f"{machine:.1f}; {wall:.1f} s; exit status {code}",
+        f"{' '.join(argv)}: the run's processes {children.ru_utime + children.ru_stime:.1f} "
+        f"core-seconds, the whole machine {machine:.1f}; {wall:.1f} s; exit status {code}",
         file=sys.stderr,
     )
     return code
