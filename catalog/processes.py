@@ -89,13 +89,27 @@ def _end_when_orphaned(parent: int, grace_s: float) -> None:
     os._exit(ORPHANED_EXIT)
 
 
+def server_pid_argument() -> str:
+    """The argument that tells a helper which server it works for: its parent may be gone before it
+    asks for the parent-death signal, and then it would be the child of a subreaper (a service
+    manager, a container's init) that it cannot tell from a server."""
+    return f"--server-pid={os.getpid()}"
+
+
+def add_server_pid(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--server-pid", type=int, help="the server's process: end when it ends")
+
+
 def start_helper(prog: str, argv: list[str] | None = None) -> Path:
-    """The start of a helper's `main`: its one argument (the server's state directory), an end
-    with its server, a log, and the lowest scheduling priority, so that commits come first."""
+    """The start of a helper's `main`: its arguments (the server's state directory, the server's
+    process), an end with its server, a log, and the lowest scheduling priority, so that commits
+    come first."""
     parser = argparse.ArgumentParser(prog=prog)
     parser.add_argument("--state", type=Path, required=True, help="the server's state directory")
-    state: Path = parser.parse_args(argv).state
-    die_with_parent()
+    add_server_pid(parser)
+    args = parser.parse_args(argv)
+    state: Path = args.state
+    die_with_parent(server=args.server_pid)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     os.nice(19)
     return state
@@ -183,7 +197,8 @@ class SupervisedProcess:
     def _spawn(self) -> None:
         with self._lock:
             if not self._stopping.is_set():
-                self._process = subprocess.Popen(self._command, env=self._env, process_group=0)
+                command = [*self._command, server_pid_argument()]
+                self._process = subprocess.Popen(command, env=self._env, process_group=0)
                 self._started_at = time.monotonic()
 
     def _watch(self) -> None:

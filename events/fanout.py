@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Protocol
 
 from isbre.catalog.commit_log import CommitLog
-from isbre.catalog.processes import SupervisedProcess, restart_delays, terminate
+from isbre.catalog.processes import SupervisedProcess, restart_delays, server_pid_argument, terminate
 from isbre.catalog.records import CommitRecord
 from isbre.catalog.stores import helper_environment
 from isbre.events.filters import EventFilter
@@ -178,7 +178,7 @@ class FanoutProcess(_Handover):
         os.set_blocking(wake_write, False)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         command = [sys.executable, "-m", "isbre.events.fanout_process", f"--wake-fd={wake_read}"]
-        command += [f"--channel-fd={theirs.fileno()}", *self._options.arguments()]
+        command += [f"--channel-fd={theirs.fileno()}", *self._options.arguments(), server_pid_argument()]
         try:
             self._process = subprocess.Popen(
                 command,

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from isbre.catalog.commit_log import CommitLog
 from isbre.catalog.feed import CommitFeed
-from isbre.catalog.processes import die_with_parent
+from isbre.catalog.processes import add_server_pid, die_with_parent
 from isbre.catalog.store import StoreUnavailableError
 from isbre.catalog.stores import helper_store
 from isbre.events.broadcast import Broadcaster
@@ -261,8 +261,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keepalive-seconds", type=float, required=True)
     parser.add_argument("--ring-size", type=int, required=True)
     parser.add_argument("--ring-bytes", type=int, required=True)
+    add_server_pid(parser)
     args = parser.parse_args(argv)
-    die_with_parent()
+    die_with_parent(server=args.server_pid)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # Ctrl-C reaches the whole process group: the server decides when streams end, not this process.
     signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -251,3 +251,38 @@ def test_a_helper_stuck_past_its_parents_death_ends_all_the_same() -> None:
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize(
+    "helper",
+    [
+        ["isbre.lineage.worker", "--state", "."],
+        ["isbre.events.relay_worker", "--state", "."],
+        [
+            "isbre.events.fanout_process",
+            "--listen=x.sock",
+            "--retry-ms=1",
+            "--keepalive-seconds=1",
+            "--ring-size=1",
+            "--ring-bytes=1",
+        ],
+    ],
+    ids=["lineage", "relays", "fan-out"],
+)
+def test_a_helper_whose_server_is_already_gone_ends_before_doing_anything(
+    helper: list[str], tmp_path: Path
+) -> None:
+    """A helper is told which server it works for: one whose server ended before it asked for the
+    parent-death signal ends there, though its new parent is a subreaper (a service manager, a
+    container's init) and not init, which it could not tell from its server."""
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    done = subprocess.run(
+        [sys.executable, "-m", *helper, f"--server-pid={gone.pid}"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == -signal.SIGTERM, done.stderr
+    assert list(tmp_path.iterdir()) == []  # it wrote nothing, not even a log or a status file
