@@ -55,8 +55,8 @@ def die_with_parent(grace_s: float = ORPHAN_GRACE_S, server: int | None = None) 
 
 
 def _end_with(server: int) -> None:
-    """SIGTERM to this process (which has no handler for it) the moment `server` ends: a thread
-    waits on the server's pidfd, which becomes readable when it exits."""
+    """SIGTERM to this process the moment `server` ends, as the parent-death signal would be sent:
+    a thread waits on the server's pidfd, which becomes readable when it exits."""
     try:
         handle = os.pidfd_open(server)
     except ProcessLookupError:
