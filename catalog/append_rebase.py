@@ -32,6 +32,7 @@ from isbre.catalog.coverage import Coverage, snapshot_spans
 from isbre.catalog.identifiers import Identifier
 from isbre.catalog.rebase import NotRebasedError, Remembered, appended_again
 from isbre.catalog.requirements import check_requirement
+from isbre.catalog.table_properties import REBASE_APPENDS
 from isbre.catalog.table_staging import TableChange
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.table.metadata import TableMetadata
@@ -41,7 +42,6 @@ from pyiceberg.table.update import AddSnapshotUpdate, AssertRefSnapshotId, SetSn
 
 log = logging.getLogger(__name__)
 
-REBASE_APPENDS = "isbre.commit.rebase-appends"
 # Summary properties of committers that fence their zombies with the stale-branch refusal: Flink's
 # Iceberg sink (the last checkpoint it committed) and Iceberg's Kafka Connect sink (its commit id,
 # and its consumer offsets under `kafka.connect.offsets.<control topic>.<group>`).

@@ -1,29 +1,25 @@
 """How long to wait before trying again: delays that double from a first one up to a cap.
 
 Two users: a helper process that keeps dying is restarted ever more slowly (and one that ran for
-longer than the cap counts as healthy again), and a commit that lost the race for its table's
-pointer to another process waits a random part of its delay before staging again (full jitter, as
-the Java reference's commit retries do), so that racing processes spread out instead of meeting
-again at once.
+longer than the cap counts as healthy again), and a relay whose broker refuses waits longer before
+each try until one succeeds. Both reset on health, which tenacity's per-call retries (the commit
+loop's, catalog/table_commit.py) have no notion of.
 """
 
 from __future__ import annotations
 
-import random
-
 
 class Backoff:
-    def __init__(self, first_s: float, most_s: float, jitter: bool = False) -> None:
+    def __init__(self, first_s: float, most_s: float) -> None:
         if not 0 < first_s <= most_s:
             raise ValueError(f"a backoff needs 0 < first_s <= most_s, not {first_s} and {most_s}")
         self.first_s = first_s
         self.most_s = most_s
-        self.jitter = jitter
         self._bound = first_s
 
     def next(self) -> float:
-        """The next delay: the bound itself, or with jitter a random part of it; the bound doubles."""
-        delay = random.uniform(0, self._bound) if self.jitter else self._bound
+        """The next delay; the one after it is twice as long, up to the cap."""
+        delay = self._bound
         self._bound = min(2 * self._bound, self.most_s)
         return delay
 

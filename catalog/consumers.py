@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from isbre.catalog.commit_log import TABLE_CONSUMERS
 from isbre.catalog.identifiers import Identifier, check_consumer_name
-from isbre.catalog.maintenance import consumer_bounds
+from isbre.catalog.maintenance_policy import consumer_bounds
 from isbre.catalog.plans import ExpiredCommitsError, PlanRequest, Plans
 from isbre.catalog.request_context import ANONYMOUS, RequestContext
 from isbre.catalog.service_core import TABLE, ServiceCore, require_object

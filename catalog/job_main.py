@@ -15,9 +15,8 @@ from typing import Any
 from isbre.catalog.forkserver import leave_the_forkserver
 from isbre.catalog.identifiers import Identifier
 from isbre.catalog.job_process import DISK_FULL, JOB_PROCESS_NAME
-from isbre.catalog.limits import Limits
+from isbre.catalog.limits import InsufficientStorageError, Limits, is_disk_full
 from isbre.catalog.processes import die_with_parent, name_this_process
-from isbre.catalog.store import InsufficientStorageError, is_disk_full
 from isbre.catalog.warehouse_config import Warehouse
 from isbre.catalog.warehouses import open_warehouses
 

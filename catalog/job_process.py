@@ -71,9 +71,8 @@ class JobProcesses:
         """Run `job` on the table in a new process and wait for its report. The process runs in
         the state directory, with only the environment it needs and an import path of absolute
         directories only (catalog/job_main.py)."""
-        from isbre.catalog.limits import Limits
+        from isbre.catalog.limits import InsufficientStorageError, Limits
         from isbre.catalog.maintenance import JobReport
-        from isbre.catalog.store import InsufficientStorageError
 
         job_settings = {
             "warehouses": [w.for_helper() for w in self.warehouses],

@@ -3,12 +3,19 @@ free disk space it leaves. Each refusal names the setting that sets it."""
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from isbre.catalog.store import InsufficientStorageError
+
+class InsufficientStorageError(Exception):
+    """The disk is (nearly) full: nothing was written; the same request can succeed once there is room."""
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
 class MetadataTooLargeError(ValueError):

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 import lmdb
 from isbre.catalog.file_changes import FileChanges, watch
+from isbre.catalog.limits import InsufficientStorageError
 from isbre.catalog.lmdb_layout import (
     DATABASES,
     FORMAT_VERSION,
@@ -23,7 +24,6 @@ from isbre.catalog.lmdb_layout import (
 from isbre.catalog.lmdb_view import LmdbView, MapFullError
 from isbre.catalog.store import (
     FIRST_WAREHOUSE,
-    InsufficientStorageError,
     Lease,
     ReadView,
     Store,

@@ -22,7 +22,6 @@ from isbre.catalog.confined_io import ForeignPathError
 from isbre.catalog.identifiers import Identifier
 from isbre.catalog.maintenance import (
     COMPACT_DATA_FILES,
-    DELETE_AFTER_COMMIT,
     EXPIRE_SNAPSHOTS,
     REMOVE_METADATA_FILES,
     REMOVE_ORPHAN_FILES,
@@ -30,10 +29,13 @@ from isbre.catalog.maintenance import (
     JobReport,
     compaction_due,
     data_file_totals,
+    plan_expiry,
+)
+from isbre.catalog.maintenance_policy import (
+    DELETE_AFTER_COMMIT,
     enabled,
     min_count_to_merge,
     orphan_interval_ms,
-    plan_expiry,
 )
 from isbre.catalog.records import TABLE_KINDS
 from isbre.catalog.request_context import ANONYMOUS, RequestContext

@@ -19,10 +19,10 @@ from typing import Any, Generic, TypeVar
 
 from isbre.catalog.file_uris import local_path
 from isbre.catalog.format_v3 import TableMetadataV3, as_v3
+from isbre.catalog.limits import InsufficientStorageError, is_disk_full
 from isbre.catalog.lru import Lru
 from isbre.catalog.metadata_encoding import table_metadata_json
 from isbre.catalog.object_storage import ObjectStorageIO
-from isbre.catalog.store import InsufficientStorageError, is_disk_full
 from pyiceberg.io import FileIO
 from pyiceberg.serializers import Compressor
 from pyiceberg.table.metadata import TableMetadata, TableMetadataWrapper

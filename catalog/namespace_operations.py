@@ -38,18 +38,16 @@ class Namespaces:
     def _check_namespace_properties(self, properties: dict[str, str], places: LocationPolicy | None) -> None:
         self.core.limits.check_properties(properties, "Namespace")
         if "location" in properties:
-            (places or self.core.locations).check(properties["location"], "Namespace location")
-            self.core.check_protected(properties["location"], "Namespace location")
+            self.core.places.check(properties["location"], "Namespace location", places, writes_to=None)
 
     def create(
         self,
         namespace: tuple[str, ...],
         properties: dict[str, str],
-        places: LocationPolicy | None = None,
         context: RequestContext = ANONYMOUS,
     ) -> dict[str, str]:
         namespace = check_namespace(namespace)
-        self._check_namespace_properties(properties, places)
+        self._check_namespace_properties(properties, context.places)
 
         def mutation(batch: Batch) -> dict[str, str]:
             if batch.view.namespace(namespace) is not None:
@@ -95,14 +93,13 @@ class Namespaces:
         namespace: tuple[str, ...],
         removals: list[str],
         updates: dict[str, str],
-        places: LocationPolicy | None = None,
         context: RequestContext = ANONYMOUS,
     ) -> PropertiesChange:
         namespace = check_namespace(namespace)
         overlap = set(removals) & set(updates)
         if overlap:
             raise ConflictingPropertiesError(f"Properties are both updated and removed: {sorted(overlap)}")
-        self._check_namespace_properties(updates, places)
+        self._check_namespace_properties(updates, context.places)
 
         def mutation(batch: Batch) -> PropertiesChange:
             properties = dict(require_namespace(batch.view, namespace))

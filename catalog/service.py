@@ -16,7 +16,8 @@ from isbre.catalog.plans import Plans
 from isbre.catalog.request_context import ANONYMOUS, RequestContext
 from isbre.catalog.service_core import ServiceCore
 from isbre.catalog.store import Store
-from isbre.catalog.table_operations import TableCoverage, Tables, TableState
+from isbre.catalog.table_commit import TableState
+from isbre.catalog.table_operations import TableCoverage, Tables
 from isbre.catalog.view_operations import Views, ViewState
 
 __all__ = [

@@ -6,27 +6,24 @@ from __future__ import annotations
 import functools
 import logging
 import secrets
-import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from isbre.catalog.backoff import Backoff
 from isbre.catalog.commit_log import TABLE_CONSUMERS, CommitLog
 from isbre.catalog.file_uris import local_path
 from isbre.catalog.identifiers import Identifier, check_namespace, path_segment
 from isbre.catalog.limits import Limits
-from isbre.catalog.locations import LocationNotAllowedError, LocationPolicy, inside, normalized
+from isbre.catalog.locations import LocationPolicy, normalized
 from isbre.catalog.lru import Lru
-from isbre.catalog.maintenance import check_policy
+from isbre.catalog.maintenance_policy import check_policy
 from isbre.catalog.metadata_files import Loaded, MetadataCache, parse_table_metadata, parse_view_metadata
+from isbre.catalog.places import Places, unplace
 from isbre.catalog.records import CommitRecord
 from isbre.catalog.request_context import ANONYMOUS, RequestContext
-from isbre.catalog.store import FIRST_WAREHOUSE, Pointer, ReadView, Store, WriteView
-from isbre.catalog.table_properties import METADATA_PATH, PLACE_PROPERTIES, check_no_code
-from isbre.catalog.table_staging import Place
+from isbre.catalog.store import FIRST_WAREHOUSE, Pointer, ReadView, Store
+from isbre.catalog.table_properties import check_no_code
 from isbre.catalog.writer import Batch, Origin, Writer
 from pyiceberg.exceptions import (
     NoSuchNamespaceError,
@@ -44,23 +41,8 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 TABLE, VIEW = "table", "view"
-# How often a commit is re-staged after losing the pointer swap to a commit from another process
-# (commits from this process take their table's lock and do not race each other).
-MAX_COMMIT_ATTEMPTS = 32
-# Between those attempts a commit waits a random part of a delay that doubles from 10 ms to a
-# second (full jitter): processes racing for one table spread out instead of meeting again at once.
-COMMIT_RETRY_FIRST_S, COMMIT_RETRY_MOST_S = 0.01, 1.0
-LOCK_STRIPES = 64
 TABLE_POINTERS = 65_536
 _MISSING: dict[str, type[Exception]] = {TABLE: NoSuchTableError, VIEW: NoSuchViewError}
-
-
-def commit_retries() -> Backoff:
-    return Backoff(COMMIT_RETRY_FIRST_S, COMMIT_RETRY_MOST_S, jitter=True)
-
-
-class Stale(Exception):
-    """A pointer moved between staging and the swap; stage again."""
 
 
 def require_namespace(view: ReadView, namespace: tuple[str, ...]) -> dict[str, str]:
@@ -142,8 +124,8 @@ class ServiceCore:
         self.store = store
         self.name = name
         self.scope = scope
-        self.warehouse = warehouse.rstrip("/")
-        self.locations = LocationPolicy.of(self.warehouse, allowed_locations)
+        self.places = Places(store, scope, warehouse, allowed_locations, protected)
+        self.warehouse = self.places.warehouse
         self.limits = limits or Limits()
         self.table_defaults = {tuple(ns): dict(props) for ns, props in (table_defaults or {}).items()}
         for namespace, properties in self.table_defaults.items():
@@ -154,7 +136,6 @@ class ServiceCore:
                 check_no_code(properties)
             except ValueError as exc:
                 raise ValueError(f"table_defaults of {where!r}: {exc}") from exc
-        self.protected = tuple(normalized(location) for location in protected)
         self.io = io or PyArrowFileIO()
         # close() stops the writer and the store: only the service that made them (not one sharing
         # another's writer).
@@ -165,7 +146,6 @@ class ServiceCore:
         self.view_files: MetadataCache[ViewMetadata] = MetadataCache(self.io, parse_view_metadata)
         # The pointer of each table as this process last committed or loaded it (maybe stale).
         self.table_pointers: Lru[Identifier, Pointer] = Lru(TABLE_POINTERS)
-        self._stripes = [threading.Lock() for _ in range(LOCK_STRIPES)]
         if not scope:
             self._index_locations()
 
@@ -174,20 +154,6 @@ class ServiceCore:
         """The `warehouse` values of this warehouse's records: its name, and for the store's first
         warehouse None too (records written before a store held several warehouses)."""
         return (self.name, None) if self.scope == FIRST_WAREHOUSE else (self.name,)
-
-    @contextmanager
-    def staging(self, kind: str, idents: list[Identifier]) -> Iterator[None]:
-        """Serialize staging per object in this process.
-
-        Two commits to one table can never share a batch (the second depends on
-        the first), so staging them one at a time costs nothing and saves the
-        loser from re-staging, possibly forever, under heavy contention.
-        """
-        stripes = sorted({hash((kind, ident)) % LOCK_STRIPES for ident in idents})
-        with ExitStack() as stack:
-            for stripe in stripes:
-                stack.enter_context(self._stripes[stripe])
-            yield
 
     def close(self) -> None:
         """Stop the writer and close the store (the service that made the writer does it)."""
@@ -214,33 +180,16 @@ class ServiceCore:
         context: RequestContext = ANONYMOUS,
         answer: Callable[[T], Any] = lambda result: None,
     ) -> T:
-        """`_run` for a change a request asked for: where the request carries an Idempotency-Key,
-        `answer(result)` is kept under it in the change's own transaction (an attempt that lost a
-        race and is staged again keeps it only when it commits)."""
+        """`run` for a change a request asked for: with the free disk it needs, and `answer(result)`
+        kept under the request's Idempotency-Key (`RequestContext.answering`)."""
         self.limits.check_room(self.local_warehouse)
-        idempotency = context.idempotency
-        if idempotency is None:
-            return self.run(mutation, reads, context)
-
-        def answered(batch: Batch) -> T:
-            result = mutation(batch)
-            idempotency.keep(batch.view, answer(result))
-            return result
-
-        return self.run(answered, reads, context)
+        return self.run(context.answering(mutation, answer), reads, context)
 
     # -- idempotent responses
 
     def idempotent_response(self, key: str) -> dict[str, Any] | None:
         with self.store.read(self.scope, snapshot=False) as view:
             return view.idempotent_response(key)
-
-    def namespace_location(self, namespace: tuple[str, ...]) -> str:
-        """Where the namespace's tables go by default: its `location` property, or under the warehouse."""
-        with self.store.read(self.scope) as view:
-            properties = view.namespace(namespace) or {}
-        default = "/".join((self.warehouse, *(path_segment(level) for level in namespace)))
-        return properties.get("location", "").rstrip("/") or default
 
     def defaults_for(self, namespace: tuple[str, ...]) -> dict[str, str]:
         """The properties a new table in `namespace` gets under its own: the warehouse's, then
@@ -253,74 +202,8 @@ class ServiceCore:
     def default_location(self, namespace: tuple[str, ...], name: str, object_uuid: uuid.UUID) -> str:
         with self.store.read(self.scope) as view:
             require_namespace(view, namespace)
-        return f"{self.namespace_location(namespace)}/{path_segment(name)}-{object_uuid.hex}"
-
-    def check_protected(self, location: str, what: str) -> None:
-        found = normalized(location)
-        for place in self.protected:
-            if inside(found, place) or inside(place, found):
-                raise LocationNotAllowedError(f"{what} {location!r} is in or around the catalog's own store")
-
-    def check_place(
-        self, location: str, what: str, places: LocationPolicy | None, writes_to: str | None = ""
-    ) -> None:
-        """Where a table or view may live: allowed, and away from the store. `writes_to`: for a place
-        isbre is about to write a metadata file in, the object moving there ("" for a new one): the
-        place must not be in or around another object's before anything is written (the writer
-        checks overlaps again when it claims the place, `_claim`); None for a register, which
-        writes nothing."""
-        (places or self.locations).check(location, what)
-        self.check_protected(location, what)
-        if writes_to is None:
-            return
-        with self.store.read(self.scope) as view:
-            others = [
-                place
-                for place, holder in view.overlapping(normalized(location))
-                if object_of(holder) != writes_to
-            ]
-        if others:
-            raise LocationNotAllowedError(
-                f"{what} {location!r} overlaps the files of another table or view, at {others[0]}"
-            )
-
-    def check_places(
-        self, where: tuple[Place, ...], what: str, places: LocationPolicy | None, writes_to: str | None = ""
-    ) -> None:
-        """`_check_place` for each place of a table or view (`catalog.tables.named_places`)."""
-        for name, place in where:
-            self.check_place(place, f"{what} {name}", places, writes_to)
-
-    @staticmethod
-    def claim(
-        view: WriteView, owner: str, location: str, what: str, moving: bool = True, mine: tuple[str, ...] = ()
-    ) -> None:
-        """Index `location` as `owner`'s, unless another table or view lives in, at or around it.
-
-        `moving`: `owner` is already in the catalog and changes its place (its old place, and its
-        other places, are no conflict); otherwise any object found there is another, even one
-        with the same uuid, but for the places in `mine` (claimed by the same call)."""
-        found = normalized(location)
-        for other, other_owner in view.overlapping(found):
-            if object_of(other_owner) != object_of(owner) or not (moving or other_owner in mine):
-                raise LocationNotAllowedError(
-                    f"{what} {location!r} overlaps the files of another table or view, at {other}"
-                )
-        view.place(owner, found)
-
-    def claim_places(
-        self, view: WriteView, owner: str, where: tuple[Place, ...], what: str, moving: bool = True
-    ) -> None:
-        """Index every place of the object `owner` (its location first), and forget those it no
-        longer has."""
-        claimed: tuple[str, ...] = ()
-        for name, place in where:
-            held = owner + _place_suffix(name)
-            self.claim(view, held, place, f"{what} {name}", moving, claimed)
-            claimed += (held,)
-        for name in PLACE_PROPERTIES:
-            if owner + _place_suffix(name) not in claimed:
-                view.unplace(owner + _place_suffix(name))
+            root = self.places.namespace_location(namespace, view)
+        return f"{root}/{path_segment(name)}-{object_uuid.hex}"
 
     def list_objects(self, kind: str, namespace: tuple[str, ...], after: str | None, limit: int | None):
         namespace = check_namespace(namespace)
@@ -429,25 +312,6 @@ class ServiceCore:
                 batch.view.set_marker("locations")
 
         self.run(mutation)
-
-
-# The location index holds an object's location under its uuid, and each other place under its
-# uuid with a suffix: `#metadata` for `write.metadata.path`, `#<property>` for the data paths.
-_SUFFIXES = {"location": "", METADATA_PATH: "#metadata"}
-
-
-def _place_suffix(name: str) -> str:
-    return _SUFFIXES.get(name, f"#{name}")
-
-
-def object_of(owner: str) -> str:
-    """The uuid of the table or view that holds an indexed place."""
-    return owner.split("#", 1)[0]
-
-
-def unplace(view: WriteView, owner: str) -> None:
-    for name in ("location", *PLACE_PROPERTIES):
-        view.unplace(owner + _place_suffix(name))
 
 
 def _every_pointer(view: ReadView, kind: str, parent: tuple[str, ...] = ()) -> Iterator[Pointer]:

@@ -7,7 +7,6 @@ that several servers share. `open_store` (in stores.py) picks one by location.
 
 from __future__ import annotations
 
-import errno
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
@@ -26,10 +25,6 @@ T = TypeVar("T")
 
 class StoreGrowthError(Exception):
     """The store was full and could not make room; the transaction that needed it was refused."""
-
-
-class InsufficientStorageError(Exception):
-    """The disk is (nearly) full: nothing was written; the same request can succeed once there is room."""
 
 
 class StoreUnavailableError(Exception):
@@ -55,10 +50,6 @@ def check_scope(opened: frozenset[str], warehouse: str) -> None:
     """A store reads and writes only the warehouses it was opened with."""
     if warehouse not in opened:
         raise KeyError(f"the store was not opened with warehouse {warehouse!r}")
-
-
-def is_disk_full(exc: BaseException) -> bool:
-    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
 class ReadView(ABC):

@@ -99,3 +99,7 @@ def location_provider(location: str, properties: Mapping[str, str]) -> LocationP
     if property_as_bool(kept, OBJECT_STORAGE_ENABLED, False):
         return ObjectStoreLocationProvider(location, kept)
     return SimpleLocationProvider(location, kept)
+
+
+# Whether the catalog makes a stale fast append again on the branch's head (catalog/append_rebase.py).
+REBASE_APPENDS = "isbre.commit.rebase-appends"

@@ -20,6 +20,7 @@ from isbre.catalog.locations import LocationNotAllowedError, inside, normalized
 from isbre.catalog.metadata_checks import check_change
 from isbre.catalog.metadata_files import Loaded, metadata_json
 from isbre.catalog.metadata_updates import apply_updates, check_unique_ids
+from isbre.catalog.places import Place
 from isbre.catalog.pyiceberg_internals import empty_table_metadata
 from isbre.catalog.records import CommitRecord, summary_counters
 from isbre.catalog.requirements import check_requirement
@@ -89,10 +90,6 @@ class Staged:
     def moved(self) -> bool:
         """Whether the change creates the table or changes where its files go."""
         return self.changed and self.places != self.previous_places
-
-
-# A place of a table or view: what names it ("location", or the property that sets it), and where.
-Place = tuple[str, str]
 
 
 def named_places(location: str, properties: Mapping[str, str]) -> tuple[Place, ...]:

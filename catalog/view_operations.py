@@ -2,42 +2,29 @@
 
 from __future__ import annotations
 
-import time
 import uuid
 from dataclasses import dataclass
 
 from isbre.catalog.identifiers import Identifier
-from isbre.catalog.locations import LocationPolicy
 from isbre.catalog.metadata_files import (
     Loaded,
     metadata_json,
     remove_quietly,
     write_durably,
 )
+from isbre.catalog.places import claim_places
 from isbre.catalog.records import CommitRecord
 from isbre.catalog.request_context import ANONYMOUS, RequestContext
-from isbre.catalog.service_core import (
-    MAX_COMMIT_ATTEMPTS,
-    VIEW,
-    ServiceCore,
-    Stale,
-    commit_retries,
-    read_for_register,
-    require_free,
-    require_namespace,
-)
+from isbre.catalog.service_core import VIEW, ServiceCore, read_for_register, require_free, require_namespace
 from isbre.catalog.store import Pointer
+from isbre.catalog.table_commit import StagingLocks, Stale, retrying
 from isbre.catalog.table_staging import (
     named_places,
     next_metadata_location,
 )
 from isbre.catalog.view_staging import ViewRequirement, ViewUpdate, new_view_metadata, update_view_metadata
 from isbre.catalog.writer import Batch
-from pyiceberg.exceptions import (
-    CommitFailedException,
-    NoSuchViewError,
-    ViewAlreadyExistsError,
-)
+from pyiceberg.exceptions import NoSuchViewError, ViewAlreadyExistsError
 from pyiceberg.schema import Schema
 from pyiceberg.view.metadata import ViewMetadata, ViewVersion
 
@@ -55,6 +42,7 @@ class Views:
 
     def __init__(self, core: ServiceCore) -> None:
         self.core = core
+        self.locks = StagingLocks()
 
     def load(self, ident: Identifier) -> ViewState:
         with self.core.store.read(self.core.scope) as view:
@@ -74,14 +62,13 @@ class Views:
         version: ViewVersion,
         location: str | None = None,
         properties: dict[str, str] | None = None,
-        places: LocationPolicy | None = None,
         context: RequestContext = ANONYMOUS,
     ) -> ViewState:
         view_uuid = uuid.uuid4()
         location = (location or "").rstrip("/") or self.core.default_location(
             ident.namespace, ident.name, view_uuid
         )
-        self.core.check_places(named_places(location, properties or {}), "View", places)
+        self.core.places.check_all(named_places(location, properties or {}), "View", context.places)
         metadata = new_view_metadata(view_uuid, location, schema, version, dict(properties or {}))
         return self._swap_view(ident, None, metadata, True, context)
 
@@ -90,30 +77,24 @@ class Views:
         ident: Identifier,
         requirements: tuple[ViewRequirement, ...],
         updates: tuple[ViewUpdate, ...],
-        places: LocationPolicy | None = None,
         context: RequestContext = ANONYMOUS,
     ) -> ViewState:
-        with self.core.staging(VIEW, [ident]):
-            retries = commit_retries()
-            for _ in range(MAX_COMMIT_ATTEMPTS):
-                current = self.load(ident)
-                for requirement in requirements:
-                    requirement.validate_against(current.metadata)
-                metadata = update_view_metadata(current.metadata, updates)
-                if metadata == current.metadata:
-                    return current
-                where = named_places(metadata.location, metadata.properties)
-                moved = where != named_places(current.metadata.location, current.metadata.properties)
-                if moved:
-                    self.core.check_places(where, "View", places, str(metadata.view_uuid))
-                base = Pointer(current.metadata_location, current.metadata.view_uuid)
-                try:
-                    return self._swap_view(ident, base, metadata, moved, context)
-                except Stale:
-                    time.sleep(retries.next())
-        raise CommitFailedException(
-            f"Gave up after {MAX_COMMIT_ATTEMPTS} attempts lost to concurrent commits"
-        )
+        def attempt() -> ViewState:
+            current = self.load(ident)
+            for requirement in requirements:
+                requirement.validate_against(current.metadata)
+            metadata = update_view_metadata(current.metadata, updates)
+            if metadata == current.metadata:
+                return current
+            where = named_places(metadata.location, metadata.properties)
+            moved = where != named_places(current.metadata.location, current.metadata.properties)
+            if moved:
+                self.core.places.check_all(where, "View", context.places, str(metadata.view_uuid))
+            base = Pointer(current.metadata_location, current.metadata.view_uuid)
+            return self._swap_view(ident, base, metadata, moved, context)
+
+        with self.locks.holding([ident]):
+            return retrying(attempt)
 
     def _swap_view(
         self,
@@ -142,7 +123,7 @@ class Views:
                 require_free(batch.view, ident, VIEW)
             if moved:
                 where = named_places(metadata.location, metadata.properties)
-                self.core.claim_places(batch.view, metadata.view_uuid, where, "View")
+                claim_places(batch.view, metadata.view_uuid, where, "View")
             batch.view.put_pointer(VIEW, ident, pointer)
             batch.log(
                 CommitRecord(
@@ -174,17 +155,17 @@ class Views:
         self,
         ident: Identifier,
         metadata_location: str,
-        places: LocationPolicy | None = None,
         context: RequestContext = ANONYMOUS,
     ) -> ViewState:
-        loaded = read_for_register(self.core.view_files, places or self.core.locations, metadata_location)
+        policy = context.places or self.core.places.policy
+        loaded = read_for_register(self.core.view_files, policy, metadata_location)
         where = named_places(loaded.metadata.location, loaded.metadata.properties)
-        self.core.check_places(where, "View", places, writes_to=None)
+        self.core.places.check_all(where, "View", context.places, writes_to=None)
 
         def mutation(batch: Batch) -> ViewState:
             require_namespace(batch.view, ident.namespace)
             require_free(batch.view, ident, VIEW)
-            self.core.claim_places(batch.view, loaded.metadata.view_uuid, where, "View", moving=False)
+            claim_places(batch.view, loaded.metadata.view_uuid, where, "View", moving=False)
             batch.view.put_pointer(VIEW, ident, Pointer(metadata_location, loaded.metadata.view_uuid))
             batch.log(
                 CommitRecord(

@@ -67,8 +67,9 @@ class Access:
         locations. None when the caller is not scoped (the catalog's own policy applies)."""
         if self.caller is None or not self.caller.namespaces:
             return None
-        roots = [service.core.namespace_location(scope) for scope in self.caller.namespaces]
-        return service.core.locations.narrowed(roots, f"{self.caller.name}'s namespaces", ForbiddenError)
+        places = service.core.places
+        roots = [places.namespace_location(scope) for scope in self.caller.namespaces]
+        return places.policy.narrowed(roots, f"{self.caller.name}'s namespaces", ForbiddenError)
 
 
 def access(request: Request) -> Access:

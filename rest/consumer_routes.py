@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import JSONResponse
 from isbre.rest.access import ReadsNamespace, WritesNamespace
 from isbre.rest.models import ConsumerCursorRequest
-from isbre.rest.wire import context, parse, raw_body, service
+from isbre.rest.wire import Context, parse, raw_body, service
 
 router = APIRouter()
 CONSUMERS = "/namespaces/{namespace:name}/tables/{table:name}/consumers"
@@ -29,16 +29,23 @@ def load_consumer(request: Request, target: ReadsNamespace, table: str, consumer
 
 @router.put(CONSUMERS + "/{consumer}")
 def move_consumer(
-    request: Request, target: ReadsNamespace, table: str, consumer: str, raw: bytes = Depends(raw_body)
+    request: Request,
+    target: ReadsNamespace,
+    table: str,
+    consumer: str,
+    context: Context,
+    raw: bytes = Depends(raw_body),
 ) -> Response:
     body = parse(ConsumerCursorRequest, raw)
     moved = service(request).consumers.advance(
-        target.ident(table), consumer, body.commit_seq, body.expected_commit_seq, context(request)
+        target.ident(table), consumer, body.commit_seq, body.expected_commit_seq, context
     )
     return JSONResponse(moved.to_json())
 
 
 @router.delete(CONSUMERS + "/{consumer}")
-def delete_consumer(request: Request, target: WritesNamespace, table: str, consumer: str) -> Response:
-    service(request).consumers.delete(target.ident(table), consumer, context(request))
+def delete_consumer(
+    request: Request, target: WritesNamespace, table: str, consumer: str, context: Context
+) -> Response:
+    service(request).consumers.delete(target.ident(table), consumer, context)
     return Response(status_code=204)

@@ -10,13 +10,12 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from isbre.catalog.consumers import ConsumerMovedError, NoSuchConsumerError
 from isbre.catalog.job_process import JobProcessError
-from isbre.catalog.limits import MetadataTooLargeError
+from isbre.catalog.limits import InsufficientStorageError, MetadataTooLargeError
 from isbre.catalog.plans import ExpiredCommitsError
 from isbre.catalog.purge import PurgeIncompleteError
 from isbre.catalog.service import ConflictingPropertiesError
 from isbre.catalog.store import (
     CommitStateUnknownError,
-    InsufficientStorageError,
     StoreGrowthError,
     StoreUnavailableError,
 )

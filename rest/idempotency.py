@@ -13,53 +13,20 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import threading
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import Request, Response
-from isbre.catalog.request_context import Idempotency
+from isbre.catalog.request_context import Idempotency, RequestContext
 from isbre.rest.errors import error_response
+from isbre.rest.runtime import runtime
 from isbre.rest.wire import load_result, service
 from pyiceberg.exceptions import NoSuchTableError, NoSuchViewError
 
 HEADER = "idempotency-key"
 # How a route answers again from what its operation kept under the key.
 Render = Callable[[Request, bytes, Any], Response]
-
-
-class KeyLocks:
-    """One lock per key in use, so that requests with one key wait for each other and requests with
-    different keys never do."""
-
-    def __init__(self) -> None:
-        self._guard = threading.Lock()
-        self._held: dict[str, tuple[threading.Lock, int]] = {}
-
-    @contextmanager
-    def holding(self, key: str) -> Iterator[None]:
-        with self._guard:
-            lock, users = self._held.get(key) or (threading.Lock(), 0)
-            self._held[key] = (lock, users + 1)
-        try:
-            with lock:
-                yield
-        finally:
-            with self._guard:
-                lock, users = self._held[key]
-                if users == 1:
-                    del self._held[key]
-                else:
-                    self._held[key] = (lock, users - 1)
-
-    def __len__(self) -> int:
-        """How many keys are held or waited for."""
-        return len(self._held)
-
-
-_LOCKS = KeyLocks()
 
 
 def _rendering(files: str, missing: type[Exception]) -> Render:
@@ -99,24 +66,33 @@ def _replay(
 
 
 def idempotent_mutation(render: Render) -> Callable[[Callable[..., Response]], Callable[..., Response]]:
-    """Make a mutating route honour Idempotency-Key (the route passes `wire.context(request)` to
-    the operation, which keeps its answer under the key)."""
+    """Make a mutating route honour Idempotency-Key: the route's `context` (rest/wire.py `Context`)
+    carries the key to the operation, which keeps its answer under it."""
 
     def decorate(endpoint: Callable[..., Response]) -> Callable[..., Response]:
         @functools.wraps(endpoint)
         def route(**kwargs: Any) -> Response:
-            return idempotent(kwargs["request"], kwargs.get("raw", b""), lambda: endpoint(**kwargs), render)
+            def call(context: RequestContext) -> Response:
+                return endpoint(**{**kwargs, "context": context})
+
+            return idempotent(kwargs["request"], kwargs.get("raw", b""), kwargs["context"], call, render)
 
         return route
 
     return decorate
 
 
-def idempotent(request: Request, raw: bytes, call: Callable[[], Response], render: Render) -> Response:
-    """Answer `call()`, once per Idempotency-Key."""
+def idempotent(
+    request: Request,
+    raw: bytes,
+    context: RequestContext,
+    call: Callable[[RequestContext], Response],
+    render: Render,
+) -> Response:
+    """Answer `call(context)`, once per Idempotency-Key (`context` then carries the key)."""
     key = request.headers.get(HEADER)
     if key is None:
-        return call()
+        return call(context)
     try:
         key = str(uuid.UUID(key))
     except ValueError:
@@ -124,12 +100,11 @@ def idempotent(request: Request, raw: bytes, call: Callable[[], Response], rende
         return error_response(400, "BadRequestException", message)
     fingerprint = _fingerprint(request, raw)
     catalog = service(request)
-    with _LOCKS.holding(key):
+    with runtime(request).key_locks.holding(key):
         if (stored := catalog.core.idempotent_response(key)) is not None:
             return _replay(request, raw, stored, fingerprint, render)
-        request.scope.setdefault("state", {})["idempotency"] = Idempotency(key, fingerprint)
         try:
-            return call()
+            return call(context.keyed(Idempotency(key, fingerprint)))
         except Exception:
             # Answered meanwhile (KeyAnsweredError), or a twin in another process (a worker, a
             # replica) committed first, so that this attempt failed on what the twin did (the

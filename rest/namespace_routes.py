@@ -11,7 +11,7 @@ from isbre.rest.access import Admin, ManagesNamespace, Reader, ReadsNamespace
 from isbre.rest.idempotency import NO_CONTENT, idempotent_mutation
 from isbre.rest.models import CreateNamespaceRequest, UpdateNamespacePropertiesRequest
 from isbre.rest.wire import (
-    context,
+    Context,
     json_response,
     namespace_from_path,
     page,
@@ -66,14 +66,14 @@ def _properties_change(request: Request, raw: bytes, change: dict[str, list[str]
 
 @router.post("/namespaces")
 @idempotent_mutation(_created_namespace)
-def create_namespace(request: Request, access: Admin, raw: bytes = Depends(raw_body)) -> Response:
+def create_namespace(
+    request: Request, access: Admin, context: Context, raw: bytes = Depends(raw_body)
+) -> Response:
     body = parse(CreateNamespaceRequest, raw)
     catalog = service(request)
     namespace = access.namespace(tuple(body.namespace))
     places = access.places(catalog)
-    properties = catalog.namespaces.create(
-        namespace, body.properties, places=places, context=context(request)
-    )
+    properties = catalog.namespaces.create(namespace, body.properties, context.within(places))
     return json_response({"namespace": body.namespace, "properties": properties})
 
 
@@ -91,18 +91,20 @@ def namespace_exists(request: Request, target: ReadsNamespace) -> Response:
 
 @router.delete("/namespaces/{namespace:name}")
 @idempotent_mutation(NO_CONTENT)
-def drop_namespace(request: Request, target: ManagesNamespace) -> Response:
-    service(request).namespaces.drop(target.namespace, context=context(request))
+def drop_namespace(request: Request, target: ManagesNamespace, context: Context) -> Response:
+    service(request).namespaces.drop(target.namespace, context=context)
     return Response(status_code=204)
 
 
 @router.post("/namespaces/{namespace:name}/properties")
 @idempotent_mutation(_properties_change)
-def update_properties(request: Request, target: ManagesNamespace, raw: bytes = Depends(raw_body)) -> Response:
+def update_properties(
+    request: Request, target: ManagesNamespace, context: Context, raw: bytes = Depends(raw_body)
+) -> Response:
     body = parse(UpdateNamespacePropertiesRequest, raw)
     catalog = service(request)
     places = target.access.places(catalog)
     change = catalog.namespaces.update_properties(
-        target.namespace, body.removals, body.updates, places=places, context=context(request)
+        target.namespace, body.removals, body.updates, context.within(places)
     )
     return json_response(dataclasses.asdict(change))

@@ -5,7 +5,10 @@ makes it; the routes read it through `runtime(request)`.
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -24,6 +27,35 @@ if TYPE_CHECKING:
     from isbre.rest.plan_work import PlanWork
     from isbre.rest.settings import Settings
     from isbre.rest.shared_counters import SharedCounters
+
+
+class KeyLocks:
+    """One lock per Idempotency-Key in use (rest/idempotency.py), so that requests with one key wait
+    for each other in this process and requests with different keys never do."""
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._held: dict[str, tuple[threading.Lock, int]] = {}
+
+    @contextmanager
+    def holding(self, key: str) -> Iterator[None]:
+        with self._guard:
+            lock, users = self._held.get(key) or (threading.Lock(), 0)
+            self._held[key] = (lock, users + 1)
+        try:
+            with lock:
+                yield
+        finally:
+            with self._guard:
+                lock, users = self._held[key]
+                if users == 1:
+                    del self._held[key]
+                else:
+                    self._held[key] = (lock, users - 1)
+
+    def __len__(self) -> int:
+        """How many keys are held or waited for."""
+        return len(self._held)
 
 
 @dataclass
@@ -50,6 +82,7 @@ class Runtime:
     shared_counters: SharedCounters | None
     maintainer: Maintainer | None
     planning: PlanWork
+    key_locks: KeyLocks = field(default_factory=KeyLocks)
 
     @property
     def service(self) -> CatalogService:

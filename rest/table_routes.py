@@ -31,7 +31,7 @@ from isbre.rest.models import (
 )
 from isbre.rest.runtime import runtime
 from isbre.rest.wire import (
-    context,
+    Context,
     identifiers_page,
     json_response,
     load_result,
@@ -123,7 +123,9 @@ def list_tables(
 
 @router.post("/namespaces/{namespace:name}/tables")
 @idempotent_mutation(TABLE)
-def create_table(request: Request, target: WritesNamespace, raw: bytes = Depends(raw_body)) -> Response:
+def create_table(
+    request: Request, target: WritesNamespace, context: Context, raw: bytes = Depends(raw_body)
+) -> Response:
     body = parse(CreateTableRequest, raw)
     catalog = service(request)
     state = catalog.tables.create(
@@ -134,8 +136,7 @@ def create_table(request: Request, target: WritesNamespace, raw: bytes = Depends
         location=body.location,
         properties=body.properties,
         stage_only=body.stage_create,
-        places=target.access.places(catalog),
-        context=context(request),
+        context=context.within(target.access.places(catalog)),
     )
     return _table_result(request, target, body.name, state, state.json)
 
@@ -244,6 +245,7 @@ def commit_table(
     request: Request,
     target: WritesNamespace,
     table: str,
+    context: Context,
     raw: bytes = Depends(raw_body),
 ) -> Response:
     body = parse(CommitTableRequest, raw)
@@ -254,7 +256,7 @@ def commit_table(
         )
     catalog = service(request)
     change = TableChange(ident, body.requirements, body.updates)
-    state = catalog.tables.commit(change, places=target.access.places(catalog), context=context(request))
+    state = catalog.tables.commit(change, context.within(target.access.places(catalog)))
     return load_result(state.metadata_location, state.json)
 
 
@@ -264,23 +266,25 @@ def drop_table(
     request: Request,
     target: ManagesNamespace,
     table: str,
+    context: Context,
     purge: bool = Query(False, alias="purgeRequested"),
 ) -> Response:
-    service(request).tables.drop(target.ident(table), purge=purge, context=context(request))
+    service(request).tables.drop(target.ident(table), purge=purge, context=context)
     return Response(status_code=204)
 
 
 @router.post("/namespaces/{namespace:name}/register")
 @idempotent_mutation(TABLE)
-def register_table(request: Request, target: WritesNamespace, raw: bytes = Depends(raw_body)) -> Response:
+def register_table(
+    request: Request, target: WritesNamespace, context: Context, raw: bytes = Depends(raw_body)
+) -> Response:
     body = parse(RegisterTableRequest, raw)
     catalog = service(request)
     state = catalog.tables.register(
         target.ident(body.name),
         body.metadata_location,
         overwrite=body.overwrite,
-        places=target.access.places(catalog),
-        context=context(request),
+        context=context.within(target.access.places(catalog)),
     )
     return _table_result(request, target, body.name, state, state.json)
 
@@ -298,26 +302,28 @@ def maintenance_status(request: Request, target: ReadsNamespace, table: str) -> 
 
 @router.post("/namespaces/{namespace:name}/tables/{table:name}/maintenance")
 def run_maintenance(
-    request: Request, target: ManagesNamespace, table: str, raw: bytes = Depends(raw_body)
+    request: Request, target: ManagesNamespace, table: str, context: Context, raw: bytes = Depends(raw_body)
 ) -> Response:
     """isbre extension: run maintenance jobs on the table now (docs/maintenance.md); what each did."""
     body = parse(MaintenanceRequest, raw)
     catalog, ident = service(request), target.ident(table)
     maintainer = runtime(request).maintainer
     if maintainer is None:  # maintenance after commits is off; asked for, it runs all the same
-        reports = catalog.maintenance.run(ident, body.jobs, context=context(request))
+        reports = catalog.maintenance.run(ident, body.jobs, context=context)
     else:  # counted in /metrics and /health with the ones after commits
-        reports = maintainer.run(catalog, ident, body.jobs, context(request))
+        reports = maintainer.run(catalog, ident, body.jobs, context)
     return json_response({"jobs": [report.to_json() for report in reports]})
 
 
 @router.post("/tables/rename")
 @idempotent_mutation(NO_CONTENT)
-def rename_table(request: Request, access: Writer, raw: bytes = Depends(raw_body)) -> Response:
+def rename_table(
+    request: Request, access: Writer, context: Context, raw: bytes = Depends(raw_body)
+) -> Response:
     body = parse(RenameTableRequest, raw)
     source, destination = body.source.to_identifier(), body.destination.to_identifier()
     access.identifiers([source, destination])
-    service(request).tables.rename(source, destination, context=context(request))
+    service(request).tables.rename(source, destination, context=context)
     return Response(status_code=204)
 
 
@@ -340,7 +346,9 @@ def report_metrics(
 
 @router.post("/transactions/commit")
 @idempotent_mutation(NO_CONTENT)
-def commit_transaction(request: Request, access: Writer, raw: bytes = Depends(raw_body)) -> Response:
+def commit_transaction(
+    request: Request, access: Writer, context: Context, raw: bytes = Depends(raw_body)
+) -> Response:
     body = parse(CommitTransactionRequest, raw)
     if not body.table_changes:
         raise ValueError("A transaction needs at least one table change")
@@ -351,6 +359,5 @@ def commit_transaction(request: Request, access: Writer, raw: bytes = Depends(ra
         changes.append(TableChange(change.identifier.to_identifier(), change.requirements, change.updates))
     access.identifiers(change.ident for change in changes)
     catalog = service(request)
-    places = access.places(catalog)
-    catalog.tables.commit_all(changes, txn=str(uuid.uuid4()), places=places, context=context(request))
+    catalog.tables.commit_all(changes, str(uuid.uuid4()), context.within(access.places(catalog)))
     return Response(status_code=204)

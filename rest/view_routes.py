@@ -7,7 +7,7 @@ from isbre.catalog import ViewState
 from isbre.rest.access import ManagesNamespace, ReadsNamespace, Writer, WritesNamespace
 from isbre.rest.idempotency import NO_CONTENT, VIEW, idempotent_mutation
 from isbre.rest.models import CommitViewRequest, CreateViewRequest, RegisterViewRequest, RenameTableRequest
-from isbre.rest.wire import context, identifiers_page, load_result, parse, raw_body, referenced_by, service
+from isbre.rest.wire import Context, identifiers_page, load_result, parse, raw_body, referenced_by, service
 
 router = APIRouter()
 
@@ -31,7 +31,9 @@ def list_views(
 
 @router.post("/namespaces/{namespace:name}/views")
 @idempotent_mutation(VIEW)
-def create_view(request: Request, target: WritesNamespace, raw: bytes = Depends(raw_body)) -> Response:
+def create_view(
+    request: Request, target: WritesNamespace, context: Context, raw: bytes = Depends(raw_body)
+) -> Response:
     body = parse(CreateViewRequest, raw)
     catalog = service(request)
     state = catalog.views.create(
@@ -40,8 +42,7 @@ def create_view(request: Request, target: WritesNamespace, raw: bytes = Depends(
         body.view_version,
         location=body.location,
         properties=body.properties,
-        places=target.access.places(catalog),
-        context=context(request),
+        context=context.within(target.access.places(catalog)),
     )
     return _result(state)
 
@@ -69,6 +70,7 @@ def replace_view(
     request: Request,
     target: WritesNamespace,
     view: str,
+    context: Context,
     raw: bytes = Depends(raw_body),
 ) -> Response:
     body = parse(CommitViewRequest, raw)
@@ -79,36 +81,38 @@ def replace_view(
         )
     catalog = service(request)
     places = target.access.places(catalog)
-    replaced = catalog.views.replace(
-        ident, body.requirements, body.updates, places=places, context=context(request)
-    )
+    replaced = catalog.views.replace(ident, body.requirements, body.updates, context.within(places))
     return _result(replaced)
 
 
 @router.delete("/namespaces/{namespace:name}/views/{view:name}")
 @idempotent_mutation(NO_CONTENT)
-def drop_view(request: Request, target: ManagesNamespace, view: str) -> Response:
-    service(request).views.drop(target.ident(view), context=context(request))
+def drop_view(request: Request, target: ManagesNamespace, view: str, context: Context) -> Response:
+    service(request).views.drop(target.ident(view), context=context)
     return Response(status_code=204)
 
 
 @router.post("/views/rename")
 @idempotent_mutation(NO_CONTENT)
-def rename_view(request: Request, access: Writer, raw: bytes = Depends(raw_body)) -> Response:
+def rename_view(
+    request: Request, access: Writer, context: Context, raw: bytes = Depends(raw_body)
+) -> Response:
     body = parse(RenameTableRequest, raw)
     source, destination = body.source.to_identifier(), body.destination.to_identifier()
     access.identifiers([source, destination])
-    service(request).views.rename(source, destination, context=context(request))
+    service(request).views.rename(source, destination, context=context)
     return Response(status_code=204)
 
 
 @router.post("/namespaces/{namespace:name}/register-view")
 @idempotent_mutation(VIEW)
-def register_view(request: Request, target: WritesNamespace, raw: bytes = Depends(raw_body)) -> Response:
+def register_view(
+    request: Request, target: WritesNamespace, context: Context, raw: bytes = Depends(raw_body)
+) -> Response:
     body = parse(RegisterViewRequest, raw)
     catalog = service(request)
     places = target.access.places(catalog)
     registered = catalog.views.register(
-        target.ident(body.name), body.metadata_location, places=places, context=context(request)
+        target.ident(body.name), body.metadata_location, context.within(places)
     )
     return _result(registered)

@@ -5,15 +5,16 @@ from __future__ import annotations
 import base64
 import json
 import re
+import uuid
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 from urllib.parse import quote, unquote
 
 import pydantic
-from fastapi import Request, Response
+from fastapi import Depends, Request, Response
 from isbre.catalog import CatalogService, Identifier
 from isbre.catalog.identifiers import check_name, check_namespace
-from isbre.catalog.request_context import Idempotency, RequestContext
+from isbre.catalog.request_context import RequestContext
 from isbre.rest.runtime import runtime
 from isbre.rest.settings import Settings
 from starlette.convertors import Convertor, register_url_convertor
@@ -84,13 +85,18 @@ def caller_of(request: Request) -> Caller | None:
     return caller
 
 
-def context(request: Request) -> RequestContext:
-    """What the request brings to the catalog's operations: its caller (rest/auth.py), and the
-    Idempotency-Key whose answer the change keeps (rest/idempotency.py checks it first)."""
-    state = _request_state(request)
+async def request_context(request: Request) -> RequestContext:
+    """What the request brings to the catalog's operations, passed to them as one object: its caller
+    (rest/auth.py) and its id (`X-Request-ID`, or a new one). The route adds the caller's places where
+    it creates or moves something (`RequestContext.within`), and rest/idempotency.py the request's
+    Idempotency-Key."""
     caller = caller_of(request)
-    idempotency: Idempotency | None = state.get("idempotency")
-    return RequestContext(None if caller is None else caller.name, idempotency)
+    request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
+    return RequestContext(None if caller is None else caller.name, request_id=request_id)
+
+
+# A route's `context` parameter.
+Context = Annotated[RequestContext, Depends(request_context)]
 
 
 def warehouse_tags(request: Request) -> tuple[str | None, ...]:

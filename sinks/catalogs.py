@@ -9,10 +9,9 @@ only knows what unexpired snapshots declared.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from isbre.catalog.coverage import Coverage
-from isbre.catalog.embedded import LmdbCatalog
 from isbre.catalog.pyiceberg_internals import rest_extension
 from isbre.sinks.contract import SinkError
 from pyiceberg.catalog import Catalog
@@ -44,9 +43,20 @@ class CoverageSource:
         return None
 
 
+@runtime_checkable
+class IndexedCatalog(Protocol):
+    """A catalog in this process that answers from isbre's coverage index: the embedded one
+    (catalog/embedded.py `LmdbCatalog`), recognised by what it offers, so that a sink loads none of
+    the server's side unless it is given one."""
+
+    def coverage(self, identifier: str) -> Coverage: ...
+
+    def commit_seq_of(self, identifier: str, snapshot_id: int) -> int | None: ...
+
+
 class _EmbeddedCoverage(CoverageSource):
     indexed = True
-    catalog: LmdbCatalog
+    catalog: IndexedCatalog  # type: ignore[assignment]  # a Catalog too (coverage_source checks both)
 
     def coverage(self, table: Table) -> Coverage:
         return self.catalog.coverage(self.identifier)
@@ -89,7 +99,7 @@ class _RestCoverage(CoverageSource):
 
 
 def coverage_source(catalog: Catalog, identifier: str) -> CoverageSource:
-    if isinstance(catalog, LmdbCatalog):
+    if isinstance(catalog, IndexedCatalog):
         return _EmbeddedCoverage(catalog, identifier)
     if isinstance(catalog, RestCatalog):
         rest = _RestCoverage(catalog, identifier)

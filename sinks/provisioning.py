@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass, field
 
 import pyarrow as pa
-from isbre.catalog.maintenance import SINK_MANAGED
+from isbre.catalog.maintenance_policy import SINK_MANAGED
 from isbre.catalog.pyiceberg_internals import arrow_schema_without_ids
 from isbre.sinks.contract import SchemaDriftError
 from isbre.sinks.policies import DEFAULT_POLICY, EARLIER_POLICY

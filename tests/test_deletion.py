@@ -152,7 +152,7 @@ def test_no_spelling_of_any_path_lets_a_purge_leave_the_table(
     other = local_path(service.tables.load(Identifier(("ns",), "other")).metadata.location)
     assert other is not None
     hostile = hostile_paths(
-        str(service.core.namespace_location(("ns",)).removeprefix("file://")) + f"/{ident.name}",
+        str(service.core.places.namespace_location(("ns",)).removeprefix("file://")) + f"/{ident.name}",
         str(base),
         str(other),
     )

@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from isbre.catalog.append_rebase import MAX_REBASES, OUTCOMES, REBASE_APPENDS
+from isbre.catalog.append_rebase import MAX_REBASES, OUTCOMES
 from isbre.catalog.identifiers import MAX_KEY_BYTES, MAX_NAME_BYTES, MAX_NAMESPACE_DEPTH
+from isbre.catalog.table_properties import REBASE_APPENDS
 from isbre.rest.cli import build_parser
 from isbre.rest.event_pages import SCAN_LIMIT
 from isbre.rest.event_stream import RECENT_LIMIT, RECENT_SCAN_LIMIT

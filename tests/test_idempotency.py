@@ -15,11 +15,11 @@ from isbre.catalog.commit_log import TRIM_CHUNK
 from isbre.catalog.lmdb_store import LmdbStore
 from isbre.catalog.records import now_us
 from isbre.catalog.request_context import Idempotency, KeyAnsweredError, RequestContext
-from isbre.catalog.service_core import Stale
 from isbre.catalog.stores import open_store
+from isbre.catalog.table_commit import Stale
 from isbre.catalog.warehouses import open_catalog
 from isbre.catalog.writer import Batch
-from isbre.rest.idempotency import KeyLocks
+from isbre.rest.runtime import KeyLocks
 
 from tests.http_client import http
 from tests.server import COMMIT_TIMEOUT, IsbreServer
@@ -212,7 +212,7 @@ def test_the_key_is_kept_by_the_attempt_that_commits(service: CatalogService) ->
     answer when the attempt that commits does (else a second worker could commit it twice); a
     change for the same key after that is refused, and one without the key keeps nothing."""
     attempts: list[int] = []
-    keyed = RequestContext("alice", Idempotency("k", "f"))
+    keyed = RequestContext("alice", idempotency=Idempotency("k", "f"))
 
     def mutation(batch: Batch) -> int:
         attempts.append(len(attempts))

@@ -23,7 +23,8 @@ from isbre.catalog import CatalogService, Identifier, TableChange
 from isbre.catalog.embedded import LmdbCatalog
 from isbre.catalog.file_uris import local_path
 from isbre.catalog.job_process import JobProcessError, JobProcesses
-from isbre.catalog.maintenance import STREAMING_DEFAULTS, JobReport, plan_expiry
+from isbre.catalog.maintenance import JobReport, plan_expiry
+from isbre.catalog.maintenance_policy import STREAMING_DEFAULTS
 from isbre.catalog.warehouse_config import Warehouse, default_store
 from isbre.catalog.warehouses import open_warehouses
 from isbre.rest.settings import Settings, warehouses

@@ -1,0 +1,311 @@
+"""How a table commit goes, once its route has parsed it: one retry loop over one operations
+object per table, as the Java reference's `CatalogHandlers.commit` loops over `TableOperations`.
+
+Every table commit takes this way: the REST routes', the embedded catalog's and the catalog's
+own (maintenance). An attempt stages each change on the table's pointer (`TableOperations.stage`:
+requirements, updates, the next metadata file's bytes; catalog/table_staging.py), writes the new
+metadata files durably, then has the writer swap the pointers in one store transaction if none
+moved meanwhile (`TableCommits.swap`). A pointer that moved (another process committed first) makes
+the attempt `Stale`, and the loop stages again on the store's head after a random part of a delay
+that doubles (full jitter, as Java's commit retries wait). A transaction whose end the store did
+not confirm is asked about before anything is removed (Java's `checkCommitStatus`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from typing import TypeVar
+
+from isbre.catalog.append_rebase import COMMITTED, AppendRebase
+from isbre.catalog.identifiers import Identifier
+from isbre.catalog.maintenance_policy import check_policy
+from isbre.catalog.metadata_files import Loaded, remove_quietly, write_durably
+from isbre.catalog.places import claim_places
+from isbre.catalog.request_context import RequestContext
+from isbre.catalog.service_core import TABLE, ServiceCore, require_free, require_namespace, require_new_uuid
+from isbre.catalog.sink_rows import SinkRows
+from isbre.catalog.store import CommitStateUnknownError, Pointer, ReadView, StoreUnavailableError
+from isbre.catalog.table_staging import Staged, TableChange, commit_record, stage
+from isbre.catalog.writer import Batch
+from pyiceberg.exceptions import CommitFailedException, TableAlreadyExistsError
+from pyiceberg.table.metadata import TableMetadata
+from tenacity import (
+    RetryError,
+    Retrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    wait_random_exponential,
+)
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+# How often a commit is staged again after losing the pointer swap to a commit from another process
+# (commits from this process take their table's lock and do not race each other), and the delay
+# whose random part it waits before each: doubling from 10 ms to a second.
+MAX_COMMIT_ATTEMPTS = 32
+COMMIT_RETRY_FIRST_S, COMMIT_RETRY_MOST_S = 0.01, 1.0
+# How often a commit whose end was not confirmed asks the store whether it landed, and how long it
+# waits between two asks (more each time): two and a half seconds in all.
+OUTCOME_ATTEMPTS = 4
+OUTCOME_BACKOFF_S = 0.25
+LOCK_STRIPES = 64
+
+
+class Stale(Exception):
+    """A pointer moved between staging and the swap; stage again."""
+
+
+def retrying(attempt: Callable[[], T]) -> T:
+    """`attempt()`, again while it raises `Stale` (tables' and views' commits alike); after
+    MAX_COMMIT_ATTEMPTS lost races, CommitFailedException (409)."""
+    retries = Retrying(
+        retry=retry_if_exception_type(Stale),
+        stop=stop_after_attempt(MAX_COMMIT_ATTEMPTS),
+        wait=wait_random_exponential(multiplier=COMMIT_RETRY_FIRST_S, max=COMMIT_RETRY_MOST_S),
+    )
+    try:
+        return retries(attempt)
+    except RetryError:
+        raise CommitFailedException(
+            f"Gave up after {MAX_COMMIT_ATTEMPTS} attempts lost to concurrent commits"
+        ) from None
+
+
+class StagingLocks:
+    """Staging serialized per object in this process: two commits to one table can never share a
+    batch (the second depends on the first), so staging them one at a time costs nothing and saves
+    the loser from staging again, possibly forever, under heavy contention."""
+
+    def __init__(self) -> None:
+        self._stripes = [threading.Lock() for _ in range(LOCK_STRIPES)]
+
+    @contextmanager
+    def holding(self, idents: list[Identifier]) -> Iterator[None]:
+        with ExitStack() as stack:
+            for stripe in sorted({hash(ident) % LOCK_STRIPES for ident in idents}):
+                stack.enter_context(self._stripes[stripe])
+            yield
+
+
+@dataclass(frozen=True)
+class TableState:
+    ident: Identifier
+    metadata_location: str | None
+    metadata: TableMetadata
+    json: bytes
+
+
+def _state(entry: Staged) -> TableState:
+    return TableState(entry.ident, entry.metadata_location, entry.metadata, entry.json)
+
+
+class TableOperations:
+    """One table as a commit sees it: the pointer this process last saw (`current`, maybe stale),
+    the store's (`refresh`), and a change staged on one of them (`stage`)."""
+
+    def __init__(self, core: ServiceCore, rebase: AppendRebase, ident: Identifier) -> None:
+        self.core = core
+        self.rebase = rebase
+        self.ident = ident
+
+    def current(self) -> Pointer | None:
+        return self.core.table_pointers.peek(self.ident)
+
+    def refresh(self, view: ReadView) -> Pointer | None:
+        return view.pointer(TABLE, self.ident)
+
+    def stage(
+        self, change: TableChange, base: Pointer | None, context: RequestContext, rebases: int | None
+    ) -> Staged:
+        """`change` staged on `base`; when its branch moved since its writer loaded the table and it
+        is a fast append, made again on the head if `rebases` (those made so far) says it may be."""
+        current = self.core.table_files.get(base.metadata_location) if base else None
+        rebased = None
+        try:
+            try:
+                entry = stage(change, base, current)
+            except CommitFailedException as refused:
+                if rebases is None or current is None:
+                    raise
+                rebased = self.rebase.again(change, current.metadata, refused, rebases)
+                entry = stage(rebased.change, base, current)
+                entry.rebased_list = rebased.manifest_list
+            # A set-location, a place property, a create by updates; and every commit to a table
+            # with places of its own beyond its location, which may have been stored before they
+            # were checked as they are now.
+            if entry.moved or (entry.changed and len(entry.places) > 1):
+                owner = str(entry.metadata.table_uuid) if entry.base else ""
+                self.core.places.check_all(entry.places, "Table", context.places, owner)
+        except BaseException:
+            if rebased is not None:
+                remove_quietly(self.core.io, rebased.manifest_list)
+            raise
+        return entry
+
+
+class TableCommits:
+    """The commits of a warehouse's tables: `commit` is the retry loop, `swap` the write-then-swap."""
+
+    def __init__(self, core: ServiceCore, rebase: AppendRebase) -> None:
+        self.core = core
+        self.rebase = rebase
+        self.locks = StagingLocks()
+
+    def commit(
+        self, changes: list[TableChange], txn: str | None, context: RequestContext
+    ) -> list[TableState]:
+        """Commit every change or none of them; `txn` tags the records of a multi-table transaction."""
+        operations = [TableOperations(self.core, self.rebase, change.ident) for change in changes]
+        idents = [change.ident for change in changes]
+        if len(set(idents)) != len(idents):
+            raise ValueError("A transaction may change each table only once")
+        # The first attempt stages on the pointers this process last saw, when it saw them all: the
+        # writer swaps only if each is still current, so a stale one costs an attempt, never a
+        # wrong commit. Whatever an attempt from memory fails on, it is tried again from the store
+        # before it is answered (another server may have moved the table).
+        remembered = [ops.current() for ops in operations]
+        from_memory = None not in remembered
+        rebases = 0
+
+        def staged_on(bases: list[Pointer | None], rebase: int | None) -> list[Staged]:
+            pairs = zip(operations, changes, strict=True)
+            return [
+                ops.stage(change, base, context, rebase)
+                for (ops, change), base in zip(pairs, bases, strict=True)
+            ]
+
+        def attempt() -> list[TableState]:
+            nonlocal from_memory, rebases
+            staged = None
+            if from_memory:
+                from_memory = False
+                try:
+                    staged = staged_on(remembered, None)
+                except Exception:
+                    staged = None
+            if staged is None:
+                with self.core.store.read(self.core.scope, snapshot=False) as view:
+                    bases = [ops.refresh(view) for ops in operations]
+                # A stale append is made again on the head, when the head is the store's and it is
+                # the only change (DuckDB sends even one table's commit as a transaction).
+                staged = staged_on(bases, rebases if len(changes) == 1 else None)
+                rebases += sum(entry.rebased_list is not None for entry in staged)
+            return self.swap(staged, txn, context)
+
+        with self.locks.holding(idents):
+            return retrying(attempt)
+
+    def swap(self, staged: list[Staged], txn: str | None, context: RequestContext) -> list[TableState]:
+        """Write the staged metadata files durably, then swap every pointer in one store transaction
+        if none moved since it was staged (`Stale` otherwise); what was written for a commit that did
+        not land is removed."""
+        written = [entry.rebased_list for entry in staged if entry.rebased_list is not None]
+        for entry in staged:
+            if entry.changed:
+                self.core.limits.check_properties(entry.metadata.properties, "Table")
+                check_policy(entry.metadata.properties)
+                self.core.limits.check_metadata(entry.json, "Table")
+        self.core.limits.check_room(self.core.local_warehouse)
+        try:
+            for entry in staged:
+                if entry.changed:
+                    write_durably(self.core.io, entry.metadata_location, entry.json)
+                    written.append(entry.metadata_location)
+            txn_size = sum(entry.changed for entry in staged) if txn else None
+
+            def mutation(batch: Batch) -> list[TableState]:
+                for entry in staged:
+                    now = batch.view.pointer(TABLE, entry.ident)
+                    if now != entry.base:
+                        if entry.base is None:  # a concurrent create of the same table won
+                            raise TableAlreadyExistsError(f"Table already exists: {entry.ident}")
+                        raise Stale
+                    if entry.base is None:
+                        require_namespace(batch.view, entry.ident.namespace)
+                        require_free(batch.view, entry.ident, TABLE)
+                        require_new_uuid(batch.view, entry.pointer.uuid)
+                for entry in staged:
+                    if entry.moved:
+                        claim_places(batch.view, entry.pointer.uuid, entry.places, "Table")
+                    if entry.changed:
+                        self._swapped(batch, entry, txn, txn_size)
+                return [_state(entry) for entry in staged]
+
+            reads = [(TABLE, entry.ident) for entry in staged]
+            states = self.core.mutate(
+                mutation, reads, context, answer=lambda states: states[0].metadata_location
+            )
+        except StoreUnavailableError as exc:
+            states = self._after_lost_answer(staged, written, exc, context)
+        except BaseException:
+            for location in written:
+                remove_quietly(self.core.io, location)
+            raise
+        for entry in staged:
+            self.core.table_files.put(entry.metadata_location, Loaded(entry.metadata, entry.json))
+            self.core.table_pointers.put(entry.ident, entry.pointer)
+            if entry.rebased_list is not None:
+                self.rebase.count(COMMITTED)
+        return states
+
+    def _swapped(self, batch: Batch, entry: Staged, txn: str | None, txn_size: int | None) -> None:
+        """The pointer swap of one staged change, its commit record, and what the catalog keeps by it."""
+        batch.view.put_pointer(TABLE, entry.ident, entry.pointer)
+        record = batch.log(commit_record(entry, txn, txn_size))
+        # Which commit added each snapshot: plans from a commit cursor go by it.
+        for snapshot_id in entry.added_snapshots:
+            batch.view.add_coverage(entry.pointer.uuid, [], snapshot_id, record.commit_seq)
+        if entry.spans:
+            batch.view.add_coverage(entry.pointer.uuid, list(entry.spans), None, record.commit_seq)
+        if entry.rows:
+            batch.view.add_sink_rows(
+                SinkRows(entry.pointer.uuid, self.core.name, str(entry.ident), entry.rows)
+            )
+
+    def _after_lost_answer(
+        self, staged: list[Staged], written: list[str], exc: StoreUnavailableError, context: RequestContext
+    ) -> list[TableState]:
+        """Lost as its transaction ended, a commit may have landed: the new files then are what the
+        tables point at, and must stay. Ask the store, as the Java reference's checkCommitStatus
+        does, before removing anything. Lost before that, it did not (503)."""
+        landed = self._landed(staged) if exc.maybe_committed else False
+        if landed is None:
+            raise CommitStateUnknownError(
+                f"The commit's outcome is unknown: the catalog's store was lost as it ended ({exc}) "
+                "and could not be asked since. Load the table to see whether it landed."
+            ) from exc
+        if not landed:
+            for location in written:
+                remove_quietly(self.core.io, location)
+            raise exc
+        log.warning(
+            "a commit whose answer from the store was lost had landed (request %s): %s",
+            context.request_id,
+            exc,
+        )
+        return [_state(entry) for entry in staged]
+
+    def _landed(self, staged: list[Staged]) -> bool | None:
+        """Whether a transaction whose end the store did not confirm committed: every pointer it
+        changed names its new file (True), every one is still where it was (False), or the store
+        cannot say (None)."""
+        changed = [entry for entry in staged if entry.changed]
+        for attempt in range(OUTCOME_ATTEMPTS):
+            try:
+                with self.core.store.read(self.core.scope, snapshot=False) as view:
+                    now = [view.pointer(TABLE, entry.ident) for entry in changed]
+            except StoreUnavailableError:
+                time.sleep(OUTCOME_BACKOFF_S * (attempt + 1))
+                continue
+            if all(pointer == entry.pointer for pointer, entry in zip(now, changed, strict=True)):
+                return True
+            if all(pointer == entry.base for pointer, entry in zip(now, changed, strict=True)):
+                return False
+            return None  # moved on since: the new file may be in a later commit's history
+        return None
