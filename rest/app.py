@@ -26,7 +26,6 @@ from isbre.rest.auth import Authenticator, AuthMiddleware, FailureLimit, token_r
 from isbre.rest.guard import LOOPBACK_NAMES, RequestGuard
 from isbre.rest.lean_routes import HOT_ROUTES, lean_routes
 from isbre.rest.metrics import RequestMetrics, RouteCapture, RouteTemplates
-from isbre.rest.prefix import PrefixAliases
 from isbre.rest.runtime import RequestCounters, runtime
 from isbre.rest.settings import Settings
 from isbre.rest.startup import running
@@ -123,7 +122,7 @@ def create_app(settings: Settings, worker: bool = False) -> FastAPI:
         app.include_router(router, prefix=prefix)
     app.router.routes[:0] = lean_routes(app.state.mounted, HOT_ROUTES)  # tried first
     # Starlette runs the middleware added last first:
-    # RequestMetrics, PrefixAliases, RequestGuard, auth, RouteCapture.
+    # RequestMetrics, RequestGuard, auth, RouteCapture.
     app.add_middleware(RouteCapture)
     if settings.auth.enabled:
         authenticator = Authenticator(settings.auth)
@@ -148,8 +147,12 @@ def create_app(settings: Settings, worker: bool = False) -> FastAPI:
         app.add_middleware(AuthMiddleware, authenticator=authenticator, public_prefixes=public)
     # Without authentication, only names of this server: a rebinding page's name is refused.
     hosts = None if settings.auth.enabled or "*" in settings.allowed_hosts else _served_names(settings)
-    app.add_middleware(RequestGuard, max_body=int(settings.max_body_mb * (1 << 20)), allowed_hosts=hosts)
-    app.add_middleware(PrefixAliases, prefixes=[name for name, _ in settings.served()])
+    app.add_middleware(
+        RequestGuard,
+        max_body=int(settings.max_body_mb * (1 << 20)),
+        allowed_hosts=hosts,
+        prefixes=[name for name, _ in settings.served()],
+    )
     templates = RouteTemplates(((method, path) for method, path, _ in served_routes(app)), settings.prefix)
     app.add_middleware(
         RequestMetrics,
