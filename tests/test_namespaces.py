@@ -1,15 +1,10 @@
-"""Nested namespaces through PyIceberg and the raw protocol."""
+"""Namespaces through the raw protocol: pagination, 422 and 400 answers. What PyIceberg's API
+shows of them: tests/test_catalog_behaviours.py."""
 
 from __future__ import annotations
 
 import pytest
 from pyiceberg.catalog.rest import RestCatalog
-from pyiceberg.exceptions import (
-    NamespaceAlreadyExistsError,
-    NamespaceNotEmptyError,
-    NoSuchNamespaceError,
-    RESTError,
-)
 from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField
 
@@ -20,50 +15,7 @@ from tests.server import IsbreServer
 SERVER_WORKERS = (1, 2)
 SERVER_STORES = ("lmdb", "postgresql")
 
-SEP = "\x1f"
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=True))
-
-
-def test_nested_namespaces_with_pyiceberg(rest_catalog: RestCatalog, namespace: str) -> None:
-    rest_catalog.create_namespace((namespace, "sales"), {"owner": "ana"})
-    rest_catalog.create_namespace((namespace, "sales", "eu"))
-    rest_catalog.create_namespace((namespace, "ops"))
-
-    assert rest_catalog.list_namespaces(namespace) == [(namespace, "ops"), (namespace, "sales")]
-    assert rest_catalog.list_namespaces((namespace, "sales")) == [(namespace, "sales", "eu")]
-    assert rest_catalog.load_namespace_properties((namespace, "sales")) == {"owner": "ana"}
-    assert rest_catalog.namespace_exists((namespace, "sales", "eu"))
-    assert not rest_catalog.namespace_exists((namespace, "nope"))
-    with pytest.raises(NamespaceAlreadyExistsError):
-        rest_catalog.create_namespace((namespace, "ops"))
-    # The spec lists no 404 for createNamespace, so PyIceberg shows a generic error; the type says why.
-    with pytest.raises(RESTError, match="NoSuchNamespaceException"):
-        rest_catalog.create_namespace((namespace, "missing", "child"))
-
-
-def test_drop_refuses_non_empty(rest_catalog: RestCatalog, namespace: str) -> None:
-    rest_catalog.create_namespace((namespace, "child"))
-    with pytest.raises(NamespaceNotEmptyError):
-        rest_catalog.drop_namespace(namespace)
-    rest_catalog.drop_namespace((namespace, "child"))
-
-    rest_catalog.create_table(f"{namespace}.t", schema=SCHEMA)
-    with pytest.raises(NamespaceNotEmptyError):
-        rest_catalog.drop_namespace(namespace)
-    rest_catalog.drop_table(f"{namespace}.t")
-    rest_catalog.drop_namespace(namespace)
-    assert not rest_catalog.namespace_exists(namespace)
-    with pytest.raises(NoSuchNamespaceError):
-        rest_catalog.drop_namespace(namespace)
-
-
-def test_update_properties_reports_missing(rest_catalog: RestCatalog, namespace: str) -> None:
-    rest_catalog.update_namespace_properties(namespace, updates={"a": "1", "b": "2"})
-    summary = rest_catalog.update_namespace_properties(namespace, removals={"a", "zz"}, updates={"c": "3"})
-    assert summary.removed == ["a"]
-    assert summary.missing == ["zz"]
-    assert summary.updated == ["c"]
-    assert rest_catalog.load_namespace_properties(namespace) == {"b": "2", "c": "3"}
 
 
 def test_overlapping_update_is_422(server: IsbreServer, namespace: str) -> None:

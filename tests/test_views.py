@@ -1,10 +1,9 @@
-"""Views: PyIceberg for what it covers, the raw protocol for replace and rename."""
+"""Views over the raw protocol: replace, rename, register. Their lifecycle through PyIceberg:
+tests/test_catalog_behaviours.py."""
 
 from __future__ import annotations
 
-import pytest
 from pyiceberg.catalog.rest import RestCatalog
-from pyiceberg.exceptions import NoSuchViewError
 from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField, StringType
 from pyiceberg.view.metadata import SQLViewRepresentation, ViewRepresentation, ViewVersion
@@ -28,23 +27,6 @@ def version(sql: str, namespace: str) -> ViewVersion:
         representations=[ViewRepresentation(SQLViewRepresentation(type="sql", sql=sql, dialect="spark"))],
         default_namespace=[namespace],
     )
-
-
-def test_view_lifecycle_with_pyiceberg(rest_catalog: RestCatalog, namespace: str) -> None:
-    view = rest_catalog.create_view(
-        f"{namespace}.active", SCHEMA, version("SELECT * FROM users", namespace), properties={"comment": "hi"}
-    )
-    assert view.metadata.current_version_id == 1
-    assert rest_catalog.view_exists(f"{namespace}.active")
-    assert rest_catalog.list_views(namespace) == [(namespace, "active")]
-    loaded = rest_catalog.load_view(f"{namespace}.active")
-    assert loaded.metadata.properties["comment"] == "hi"
-    assert loaded.metadata.versions[0].representations[0].root.sql == "SELECT * FROM users"
-
-    rest_catalog.drop_view(f"{namespace}.active")
-    assert not rest_catalog.view_exists(f"{namespace}.active")
-    with pytest.raises(NoSuchViewError):
-        rest_catalog.load_view(f"{namespace}.active")
 
 
 def test_replace_and_rename_view(rest_catalog: RestCatalog, server: IsbreServer, namespace: str) -> None:
@@ -85,13 +67,6 @@ def test_replace_and_rename_view(rest_catalog: RestCatalog, server: IsbreServer,
     assert http.post(f"{server.url}/v1/isbre/views/rename", json=rename).status_code == 204
     assert rest_catalog.load_view(f"{namespace}_bi.v2").metadata.current_version_id == 2
     assert not rest_catalog.view_exists(f"{namespace}.v")
-
-
-def test_view_and_table_names_collide(rest_catalog: RestCatalog, namespace: str) -> None:
-    rest_catalog.create_table(f"{namespace}.thing", schema=SCHEMA)
-    with pytest.raises(Exception, match="already exists"):
-        rest_catalog.create_view(f"{namespace}.thing", SCHEMA, version("SELECT 1", namespace))
-    assert rest_catalog.list_views(namespace) == []
 
 
 def test_register_view(rest_catalog: RestCatalog, namespace: str) -> None:
