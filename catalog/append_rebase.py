@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from isbre.catalog.confined_io import ConfinedIO
 from isbre.catalog.coverage import Coverage, snapshot_spans
 from isbre.catalog.identifiers import Identifier
+from isbre.catalog.manifest_cache import ManifestCache
 from isbre.catalog.rebase import NotRebasedError, Remembered, appended_again
 from isbre.catalog.requirements import check_requirement
 from isbre.catalog.table_properties import REBASE_APPENDS
@@ -108,13 +109,15 @@ class AppendRebase:
         confined_io: Callable[[TableMetadata], ConfinedIO],
         coverage: Callable[[Identifier], Coverage],
         defaults: Callable[[tuple[str, ...]], Mapping[str, str]],
+        manifests: ManifestCache,
     ) -> None:
+        """`manifests`: the process's decoded manifest lists, which the lists made again join."""
         self._confined_io = confined_io
         self._coverage = coverage
         self._defaults = defaults
         self._lock = threading.Lock()
         self.outcomes: Counter[str] = Counter()
-        self._remembered = Remembered()
+        self._remembered = Remembered(manifests)
 
     def count(self, outcome: str) -> None:
         with self._lock:

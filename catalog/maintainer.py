@@ -37,6 +37,7 @@ from isbre.catalog.maintenance_policy import (
     min_count_to_merge,
     orphan_interval_ms,
 )
+from isbre.catalog.manifest_lists import read_manifests
 from isbre.catalog.records import TABLE_KINDS
 from isbre.catalog.request_context import ANONYMOUS, RequestContext
 from isbre.catalog.store import Lease
@@ -203,9 +204,9 @@ class Maintainer:
             # One read of the manifest list, if it is the table's: a table appended to a manifest a
             # commit needs merging (one whose list is elsewhere is left to the job, which says so).
             try:
-                manifests = (
-                    len(current.manifests(service.tables.confined_io(metadata))) if current is not None else 0
-                )
+                io = service.tables.confined_io(metadata)
+                listed = read_manifests(io, current.manifest_list, metadata.format_version) if current else []
+                manifests = len(listed)
             except ForeignPathError:
                 manifests = min_count_to_merge(metadata.properties)
             if manifests >= min_count_to_merge(metadata.properties):

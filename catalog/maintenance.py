@@ -33,6 +33,8 @@ from isbre.catalog.maintenance_policy import (
     enabled,
     int_property,
 )
+from isbre.catalog.manifest_entries import read_entries
+from isbre.catalog.manifest_lists import read_manifests
 from pyiceberg.io import FileIO
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.refs import MAIN_BRANCH, SnapshotRefType
@@ -120,10 +122,18 @@ def unreachable_files(io: FileIO, before: TableMetadata, after: TableMetadata) -
     gone = [snapshot for snapshot in before.snapshots if snapshot.snapshot_id not in kept]
     if not gone:
         return []
+    version = after.format_version
     live_lists = {snapshot.manifest_list for snapshot in after.snapshots}
-    live = {m.manifest_path: m for snapshot in after.snapshots for m in snapshot.manifests(io)}
+    live = {
+        m.manifest_path: m
+        for snapshot in after.snapshots
+        for m in read_manifests(io, snapshot.manifest_list, version)
+    }
     expired = {
-        m.manifest_path: m for snapshot in gone for m in snapshot.manifests(io) if m.manifest_path not in live
+        m.manifest_path: m
+        for snapshot in gone
+        for m in read_manifests(io, snapshot.manifest_list, version)
+        if m.manifest_path not in live
     }
     files: list[tuple[str, str]] = []
     if expired:
@@ -132,12 +142,12 @@ def unreachable_files(io: FileIO, before: TableMetadata, after: TableMetadata) -
         live_data = {
             entry.data_file.file_path
             for manifest in live.values()
-            for entry in manifest.fetch_manifest_entry(io, discard_deleted=True)
+            for entry in read_entries(io, manifest, version, discard_deleted=True)
         }
         dead_data = {
             entry.data_file.file_path
             for manifest in expired.values()
-            for entry in manifest.fetch_manifest_entry(io, discard_deleted=False)
+            for entry in read_entries(io, manifest, version, discard_deleted=False)
         }
         files += [(path, "data file") for path in sorted(dead_data - live_data)]
         files += [(path, "manifest") for path in sorted(expired)]
@@ -154,11 +164,12 @@ def referenced_files(io: FileIO, metadata: TableMetadata, location: str) -> set[
     named |= {f.statistics_path for f in metadata.partition_statistics}
     for snapshot in metadata.snapshots:
         named.add(snapshot.manifest_list)
-        for manifest in snapshot.manifests(io):
+        for manifest in read_manifests(io, snapshot.manifest_list, metadata.format_version):
             if manifest.manifest_path in named:
                 continue
             named.add(manifest.manifest_path)
-            named |= {e.data_file.file_path for e in manifest.fetch_manifest_entry(io, discard_deleted=False)}
+            entries = read_entries(io, manifest, metadata.format_version, discard_deleted=False)
+            named |= {e.data_file.file_path for e in entries}
     return named
 
 

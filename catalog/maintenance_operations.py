@@ -44,6 +44,7 @@ from isbre.catalog.maintenance import (
     unreachable_files,
 )
 from isbre.catalog.maintenance_policy import DELETE_AFTER_COMMIT, orphan_min_age_ms
+from isbre.catalog.manifest_lists import read_manifests
 from isbre.catalog.own_commits import commit_rewrite, expiring, merging, replacing
 from isbre.catalog.request_context import ANONYMOUS, RequestContext
 from isbre.catalog.service_core import ServiceCore
@@ -322,7 +323,8 @@ class Maintenance:
         report = JobReport(REWRITE_MANIFESTS)
         state = self.tables.load(ident)
         current = state.metadata.current_snapshot()
-        before = current.manifests(io) if current is not None else []
+        version = state.metadata.format_version
+        before = read_manifests(io, current.manifest_list, version) if current is not None else []
         if len(before) < 2:
             report.nothing_to_do = f"the current snapshot has {len(before)} manifest(s): nothing to merge"
             return report
@@ -337,8 +339,9 @@ class Maintenance:
             return report
         made = after.metadata.current_snapshot()
         assert made is not None
-        written = {m.manifest_path for m in made.manifests(io) if m.added_snapshot_id == made.snapshot_id}
-        kept = {m.manifest_path for m in made.manifests(io)} - written
+        listed = read_manifests(io, made.manifest_list, version)
+        written = {m.manifest_path for m in listed if m.added_snapshot_id == made.snapshot_id}
+        kept = {m.manifest_path for m in listed} - written
         report.committed = True
         report.rewritten_files = sum(m.manifest_path not in kept for m in before)
         report.added_files = len(written)

@@ -1,4 +1,5 @@
-"""Decoded manifest lists and manifests, kept by location for server-side scan planning.
+"""Decoded manifest lists and manifests, kept by location for server-side scan planning and for the
+appends the catalog makes again.
 
 Iceberg never rewrites a manifest or a manifest list in place (a new one gets a new name), so a
 file's location names its content: a plan reads each manifest once, not once per plan. The bound
@@ -34,7 +35,14 @@ class _Held:
     weight: int
 
 
+def _listed(manifests: tuple[ManifestFile, ...]) -> _Held:
+    return _Held(manifests, len(manifests) * LISTED_MANIFEST_BYTES)
+
+
 class ManifestCache:
+    """Every decoded manifest list and manifest a process reads: scan plans' and the appends the
+    catalog makes again (catalog/rebase.py), which also keeps the lists it writes."""
+
     def __init__(self, capacity_bytes: int) -> None:
         self._files: Lru[tuple[str, int], _Held] = Lru(capacity_bytes, weigh=lambda held: held.weight)
         self._checked: Lru[tuple[str, int, str], bool] = Lru(CHECKED)
@@ -52,10 +60,13 @@ class ManifestCache:
         manifest's first data file inherits)."""
 
         def read() -> _Held:
-            listed = tuple(read_manifests(io, manifest_list, format_version))
-            return _Held(listed, len(listed) * LISTED_MANIFEST_BYTES)
+            return _listed(tuple(read_manifests(io, manifest_list, format_version)))
 
         return self._held((manifest_list, -format_version), read)
+
+    def keep(self, manifest_list: str, format_version: int, manifests: tuple[ManifestFile, ...]) -> None:
+        """A manifest list this process has just written, kept so that it is not read back."""
+        self._files.put((manifest_list, -format_version), _listed(manifests))
 
     def entries(
         self,

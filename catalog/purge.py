@@ -15,6 +15,8 @@ from typing import Any
 
 from isbre.catalog.confined_io import ConfinedIO, ForeignPathError
 from isbre.catalog.deletion import TableFiles, delete_each
+from isbre.catalog.manifest_entries import read_entries
+from isbre.catalog.manifest_lists import read_manifests
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import ManifestFile
 from pyiceberg.table.metadata import TableMetadata
@@ -60,7 +62,7 @@ def _manifest_paths(io: ConfinedIO, metadata: TableMetadata, report: PurgeReport
     for snapshot in metadata.snapshots:
         found[snapshot.manifest_list] = "manifest list"
         try:
-            for manifest in snapshot.manifests(io):
+            for manifest in read_manifests(io, snapshot.manifest_list, metadata.format_version):
                 manifests[manifest.manifest_path] = manifest
         except ForeignPathError:
             continue  # skipped when its deletion is refused too
@@ -69,7 +71,7 @@ def _manifest_paths(io: ConfinedIO, metadata: TableMetadata, report: PurgeReport
     for path, manifest in manifests.items():
         found[path] = "manifest"
         try:
-            for entry in manifest.fetch_manifest_entry(io, discard_deleted=False):
+            for entry in read_entries(io, manifest, metadata.format_version, discard_deleted=False):
                 found[entry.data_file.file_path] = "data file"
         except ForeignPathError:
             continue

@@ -26,7 +26,7 @@ from isbre.catalog.confined_io import ConfinedIO
 from isbre.catalog.conflicts import ConflictError, check_added_entries
 from isbre.catalog.deletion import OutsideTableError
 from isbre.catalog.lru import Lru
-from isbre.catalog.manifest_cache import LISTED_MANIFEST_BYTES
+from isbre.catalog.manifest_cache import ManifestCache
 from isbre.catalog.manifest_lists import Encodings, read_manifests, without_first_row_id, write_manifests
 from isbre.catalog.table_properties import location_provider
 from pyiceberg.avro.codecs import CODEC_MAPPING_ICEBERG_TO_AVRO, KNOWN_CODECS
@@ -117,29 +117,20 @@ def on_main(
     return (AssertRefSnapshotId(ref=MAIN_BRANCH, snapshot_id=main.snapshot_id),), updates
 
 
-# What the manifest lists made again may take in memory, decoded (catalog/manifest_cache.py's
-# measure), and how many entries' encodings are kept.
+# What the manifest lists of appends made again may take in memory, decoded, where no process-wide
+# cache is given (catalog/manifest_cache.py's measure), and how many entries' encodings are kept.
 REMEMBERED_LISTS_BYTES = 32 << 20
 REMEMBERED_ENCODINGS = 1 << 16
 
 
 class Remembered:
-    """The manifest lists made again, decoded, and their entries' encodings: on a hot table the head
-    an append is made again on is most often the last list made, so it is neither read back nor
-    its entries encoded again."""
+    """The manifest lists made again, decoded (in the process's one manifest cache), and their
+    entries' encodings: on a hot table the head an append is made again on is most often the last
+    list made, so it is neither read back nor its entries encoded again."""
 
-    def __init__(self) -> None:
-        self._lists: Lru[str, tuple[ManifestFile, ...]] = Lru(
-            REMEMBERED_LISTS_BYTES, weigh=lambda manifests: len(manifests) * LISTED_MANIFEST_BYTES
-        )
+    def __init__(self, lists: ManifestCache | None = None) -> None:
+        self.lists = lists or ManifestCache(REMEMBERED_LISTS_BYTES)
         self.encodings: Encodings = Lru(REMEMBERED_ENCODINGS)
-
-    def manifests(self, io: FileIO, location: str, format_version: int) -> list[ManifestFile]:
-        known = self._lists.peek(location)
-        return list(known) if known is not None else read_manifests(io, location, format_version)
-
-    def keep(self, location: str, manifests: tuple[ManifestFile, ...]) -> None:
-        self._lists.put(location, manifests)
 
 
 @dataclass(frozen=True)
@@ -190,7 +181,7 @@ def appended_again(
         raise NotRebasedError(str(exc)) from exc
     except Exception as exc:  # the writer's file: whatever it holds, the commit keeps its refusal
         raise NotRebasedError(f"its manifests cannot be read: {type(exc).__name__}: {exc}") from exc
-    kept = remembered.manifests(io, tip.manifest_list, head.format_version)
+    kept = remembered.lists.manifests(io, tip.manifest_list, head.format_version)
     parent = "null" if staged.parent_snapshot_id is None else str(staged.parent_snapshot_id)
     manifests = [_unassigned(m, staged) for m in own] + list(kept)
     made = made_again(
@@ -204,7 +195,7 @@ def appended_again(
         {REBASED_FROM_PARENT: parent},
         remembered.encodings,
     )
-    remembered.keep(made.snapshot.manifest_list, made.manifests)
+    remembered.lists.keep(made.snapshot.manifest_list, head.format_version, made.manifests)
     return made
 
 

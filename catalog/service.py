@@ -45,13 +45,15 @@ class CatalogService:
     def __init__(
         self, store: Store, warehouse: str, manifests: ManifestCache | None = None, **options: Any
     ) -> None:
-        """`manifests`: the decoded manifests scan plans read (services of one process share one);
+        """`manifests`: the decoded manifest lists and manifests that scan plans and the appends made
+        again read (services of one process share one);
         `options`: those of `ServiceCore`."""
         self.core = ServiceCore(store, warehouse, **options)
+        manifests = manifests or ManifestCache(MANIFEST_CACHE_BYTES)
         self.namespaces = Namespaces(self.core)
-        self.tables = Tables(self.core)
+        self.tables = Tables(self.core, manifests)
         self.views = Views(self.core)
-        self.plans = Plans(self.core, self.tables, manifests or ManifestCache(MANIFEST_CACHE_BYTES))
+        self.plans = Plans(self.core, self.tables, manifests)
         self.consumers = Consumers(self.core, self.plans)
         self.maintenance = Maintenance(self.core, self.tables, self.consumers)
 

@@ -15,6 +15,7 @@ from isbre.catalog.file_uris import local_path
 from isbre.catalog.identifiers import Identifier
 from isbre.catalog.locations import LocationNotAllowedError
 from isbre.catalog.maintenance_policy import check_policy, with_streaming_defaults
+from isbre.catalog.manifest_cache import ManifestCache
 from isbre.catalog.metadata_checks import check_registered
 from isbre.catalog.metadata_files import make_dirs_durably, metadata_json, read_table_metadata
 from isbre.catalog.metadata_updates import check_unique_ids
@@ -66,10 +67,11 @@ class Tables:
     """A warehouse's tables: loaded, created, committed (one or several at once), registered,
     renamed and dropped through its core."""
 
-    def __init__(self, core: ServiceCore) -> None:
+    def __init__(self, core: ServiceCore, manifests: ManifestCache) -> None:
+        """`manifests`: the process's decoded manifest lists and manifests."""
         self.core = core
         self.rebase = AppendRebase(
-            self.confined_io, lambda ident: self.coverage(ident).coverage, core.defaults_for
+            self.confined_io, lambda ident: self.coverage(ident).coverage, core.defaults_for, manifests
         )
         self.commits = TableCommits(core, self.rebase)
 

@@ -257,7 +257,10 @@ class Settings(BaseSettings):
         4, ge=1, description="Scan plans one server process works on at once; more wait, then get 503."
     )
     manifest_cache_mb: int = Field(
-        256, ge=0, description="Decoded manifests kept for scan plans, per server process (estimated)."
+        256,
+        ge=0,
+        description="Decoded manifest lists and manifests kept for scan plans and for stale appends made "
+        "again, per server process (estimated).",
     )
     maintenance: bool = Field(
         True,

@@ -1,5 +1,6 @@
-"""The manifest cache of scan plans: decoded once, bounded in bytes, least recently used out, and
-every path checked for each table that names the manifest."""
+"""The process's one manifest cache, for scan plans and the appends the catalog makes again:
+decoded once, bounded in bytes, least recently used out, and every path checked for each table
+that names the manifest."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from isbre.catalog.embedded import LmdbCatalog
 from isbre.catalog.lru import Lru
 from isbre.catalog.manifest_cache import DECODED_PER_BYTE, ManifestCache
 from pyiceberg.catalog.sql import SqlCatalog
@@ -79,3 +81,25 @@ def test_the_bounded_map_forgets_the_least_recently_used_by_weight() -> None:
     assert (held.peek("b"), held.peek("a"), held.peek("c"), held.weight) == (None, b"aaaa", b"cccc", 8)
     held.put("a", b"x" * 11)  # heavier than all it may hold: not kept, nor its old value
     assert (held.peek("a"), held.peek("c"), held.weight) == (None, b"cccc", 4)
+
+
+def test_an_append_made_again_is_planned_without_reading_its_list_back(tmp_path: Path) -> None:
+    """One cache of decoded manifest lists per process: the list the catalog wrote for a stale
+    append it made again is the one a plan of the new head then reads."""
+    catalog = LmdbCatalog("one-cache", warehouse=str(tmp_path / "warehouse"))
+    try:
+        catalog.create_namespace("n")
+        catalog.create_table("n.t", pa.schema([pa.field("id", pa.int64())]))
+        first, stale = catalog.load_table("n.t"), catalog.load_table("n.t")
+        first.append(pa.table({"id": pa.array([1], pa.int64())}))
+        stale.append(pa.table({"id": pa.array([2], pa.int64())}))  # made again on `first`'s snapshot
+        table = catalog.load_table("n.t")
+        head, parent = table.current_snapshot(), first.current_snapshot()
+        assert head is not None and parent is not None and head.parent_snapshot_id == parent.snapshot_id
+        cache = catalog.service.plans.cache
+        hits, misses = cache.hits, cache.misses
+        listed = cache.manifests(table.io, head.manifest_list, table.format_version)
+        assert (cache.hits, cache.misses) == (hits + 1, misses)
+        assert {m.added_snapshot_id for m in listed} == {head.snapshot_id, parent.snapshot_id}
+    finally:
+        catalog.close()
