@@ -24,18 +24,18 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from isbre.catalog.confined_io import ConfinedIO
 from isbre.catalog.coverage import Coverage, snapshot_spans
 from isbre.catalog.identifiers import Identifier
 from isbre.catalog.manifest_cache import ManifestCache
 from isbre.catalog.rebase import NotRebasedError, Remembered, appended_again
 from isbre.catalog.requirements import check_requirement
+from isbre.catalog.service_core import TABLE, ServiceCore
 from isbre.catalog.table_properties import REBASE_APPENDS
 from isbre.catalog.table_staging import TableChange
-from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.refs import SnapshotRefType
 from pyiceberg.table.snapshots import Operation, Snapshot
@@ -104,20 +104,20 @@ def _fast_append(change: TableChange) -> tuple[Snapshot, str]:
 class AppendRebase:
     """Makes a stale fast append again on its branch's head; counts what became of each."""
 
-    def __init__(
-        self,
-        confined_io: Callable[[TableMetadata], ConfinedIO],
-        coverage: Callable[[Identifier], Coverage],
-        defaults: Callable[[tuple[str, ...]], Mapping[str, str]],
-        manifests: ManifestCache,
-    ) -> None:
+    def __init__(self, core: ServiceCore, manifests: ManifestCache) -> None:
         """`manifests`: the process's decoded manifest lists, which the lists made again join."""
-        self._confined_io = confined_io
-        self._coverage = coverage
-        self._defaults = defaults
+        self._core = core
         self._lock = threading.Lock()
         self.outcomes: Counter[str] = Counter()
         self._remembered = Remembered(manifests)
+
+    def _coverage(self, ident: Identifier) -> Coverage:
+        """The source offsets the table's commits hold (a span's append is not made twice)."""
+        with self._core.store.read(self._core.scope) as view:
+            pointer = view.pointer(TABLE, ident)
+            if pointer is None:
+                raise NoSuchTableError(f"Table does not exist: {ident}")
+            return view.coverage(pointer.uuid)
 
     def count(self, outcome: str) -> None:
         with self._lock:
@@ -131,7 +131,7 @@ class AppendRebase:
         made again `MAX_REBASES` times."""
         try:
             snapshot, branch = _fast_append(change)
-            if not rebase_enabled(head.properties, self._defaults(change.ident.namespace)):
+            if not rebase_enabled(head.properties, self._core.defaults_for(change.ident.namespace)):
                 raise _Declined(TURNED_OFF, f"{REBASE_APPENDS} is false")
             for requirement in change.requirements:
                 if not isinstance(requirement, AssertRefSnapshotId):
@@ -148,7 +148,8 @@ class AppendRebase:
                     "and each time another commit landed first; it gave up: commit again)"
                 ) from refused
             try:
-                made = appended_again(head, self._confined_io(head), snapshot, branch, self._remembered)
+                io = self._core.places.confined_io(head)
+                made = appended_again(head, io, snapshot, branch, self._remembered)
             except NotRebasedError as exc:
                 raise _Declined(NOT_A_FAST_APPEND, str(exc)) from exc
         except _Declined as declined:

@@ -204,7 +204,7 @@ class Maintainer:
             # One read of the manifest list, if it is the table's: a table appended to a manifest a
             # commit needs merging (one whose list is elsewhere is left to the job, which says so).
             try:
-                io = service.tables.confined_io(metadata)
+                io = service.core.places.confined_io(metadata)
                 listed = read_manifests(io, current.manifest_list, metadata.format_version) if current else []
                 manifests = len(listed)
             except ForeignPathError:

@@ -46,11 +46,12 @@ from isbre.catalog.maintenance import (
 from isbre.catalog.maintenance_policy import DELETE_AFTER_COMMIT, orphan_min_age_ms
 from isbre.catalog.manifest_lists import read_manifests
 from isbre.catalog.own_commits import commit_rewrite, expiring, merging, replacing
+from isbre.catalog.places import places_of
 from isbre.catalog.request_context import ANONYMOUS, RequestContext
 from isbre.catalog.service_core import ServiceCore
 from isbre.catalog.table_commit import MAX_COMMIT_ATTEMPTS, TableState
 from isbre.catalog.table_operations import Tables
-from isbre.catalog.table_staging import TableChange, places_of
+from isbre.catalog.table_staging import TableChange
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import DataFile
@@ -128,7 +129,7 @@ class Maintenance:
         """Run `job` reaching the table's files only through its confined FileIO. A path of the
         table's metadata that is not the table's stops the job before it is opened: the report
         names it, and the maintainer counts it and marks the table degraded."""
-        io = self.tables.confined_io(self.tables.load(ident).metadata)
+        io = self.core.places.confined_io(self.tables.load(ident).metadata)
         try:
             report = run(io)
         except ForeignPathError:
@@ -190,7 +191,7 @@ class Maintenance:
         self._delete(report, after.metadata, found)
 
     def _delete(self, report: JobReport, metadata: TableMetadata, named: list[tuple[str, str]]) -> None:
-        done = delete_each(self.tables.files_of(metadata, owner=str(metadata.table_uuid)), named)
+        done = delete_each(self.core.places.files_of(metadata, owner=str(metadata.table_uuid)), named)
         report.deleted_files += done.deleted
         report.skipped_files += done.skipped
         report.problems += done.problems

@@ -1,18 +1,29 @@
 """Where a warehouse's tables and views may live, and which files are whose.
 
 Every table and view has places (its location, and the properties that send files elsewhere:
-`catalog/table_staging.named_places`); the store indexes each place under the object's uuid, so
+`named_places`); the store indexes each place under the object's uuid, so
 that no two objects share one and no object lives in or around the store's own files. A create,
 a register or a move is checked here before anything is written, and claimed again in the
-commit's own transaction (another process may have claimed the place meanwhile).
+commit's own transaction (another process may have claimed the place meanwhile). The catalog's
+own jobs (purge, maintenance, plans, appends made again) reach a table's files only through its
+places (`files_of`, `confined_io`).
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Mapping
+
+from isbre.catalog.confined_io import ConfinedIO
+from isbre.catalog.deletion import TableFiles
 from isbre.catalog.identifiers import path_segment
 from isbre.catalog.locations import LocationNotAllowedError, LocationPolicy, inside, normalized
 from isbre.catalog.store import ReadView, Store, WriteView
 from isbre.catalog.table_properties import METADATA_PATH, PLACE_PROPERTIES
+from pyiceberg.io import FileIO
+from pyiceberg.table.metadata import TableMetadata
+
+log = logging.getLogger(__name__)
 
 # A place of a table or view: what names it ("location", or the property that sets it), and where.
 Place = tuple[str, str]
@@ -20,6 +31,18 @@ Place = tuple[str, str]
 # The location index holds an object's location under its uuid, and each other place under its
 # uuid with a suffix: `#metadata` for `write.metadata.path`, `#<property>` for the data paths.
 _SUFFIXES = {"location": "", METADATA_PATH: "#metadata"}
+
+
+def named_places(location: str, properties: Mapping[str, str]) -> tuple[Place, ...]:
+    """Where a table's or view's files go: its location, then each of the properties that send
+    files elsewhere (`write.metadata.path`, the data paths) that is set."""
+    found = [("location", location.rstrip("/"))]
+    found += [(key, path) for key in PLACE_PROPERTIES if (path := properties.get(key, "").rstrip("/"))]
+    return tuple(found)
+
+
+def places_of(location: str, properties: Mapping[str, str]) -> tuple[str, ...]:
+    return tuple(place for _, place in named_places(location, properties))
 
 
 def _place_suffix(name: str) -> str:
@@ -77,10 +100,13 @@ class Places:
         store: Store,
         scope: str,
         warehouse: str,
+        io: FileIO,
         allowed_locations: tuple[str, ...] = (),
         protected: tuple[str, ...] = (),
     ) -> None:
+        """`io`: the warehouse's FileIO, which `files_of` and `confined_io` confine."""
         self.store = store
+        self.io = io
         self.scope = scope
         self.warehouse = warehouse.rstrip("/")
         self.policy = LocationPolicy.of(self.warehouse, allowed_locations)
@@ -146,3 +172,24 @@ class Places:
             return not self.claimed_by_other(normalized(place), owner)
         except LocationNotAllowedError:
             return False
+
+    def files_of(self, metadata: TableMetadata, owner: str | None = None) -> TableFiles | None:
+        """The deleter of a table's files (None when its location may not be deleted from); `owner`:
+        the table's uuid while it is in the catalog (a dropped one is no longer indexed: anyone
+        found at a place is another)."""
+
+        def claimed_by_other(location: str) -> bool:
+            return self.claimed_by_other(location, owner)
+
+        try:
+            # A place property stored before it was checked as it is now counts only if it passes.
+            location, *more = places_of(metadata.location, metadata.properties)
+            where = [location, *(place for place in more if self.deletable(place, owner))]
+            return TableFiles(self.io, where, self.policy.roots, self.protected, claimed_by_other)
+        except LocationNotAllowedError as exc:
+            log.warning("purge deletes nothing at %s: %s", metadata.location, exc)
+            return None
+
+    def confined_io(self, metadata: TableMetadata) -> ConfinedIO:
+        """The FileIO the server's own jobs reach the table's files through: its files alone."""
+        return ConfinedIO(self.io, self.files_of(metadata, owner=str(metadata.table_uuid)))

@@ -20,7 +20,7 @@ from isbre.catalog.lru import Lru
 from isbre.catalog.manifest_cache import ManifestCache
 from isbre.catalog.scan_planning import History, Planner, RowFilter, Scan, ScanNotPlannableError
 from isbre.catalog.service_core import ServiceCore
-from isbre.catalog.table_operations import Tables
+from isbre.catalog.table_commit import load_table
 from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.manifest import DataFile
 from pyiceberg.table.snapshots import Operation, Snapshot
@@ -66,9 +66,8 @@ HISTORIES = 256
 
 
 class Plans:
-    def __init__(self, core: ServiceCore, tables: Tables, cache: ManifestCache) -> None:
+    def __init__(self, core: ServiceCore, cache: ManifestCache) -> None:
         self.core = core
-        self.tables = tables
         self.cache = cache
         self._histories: Lru[str, History] = Lru(HISTORIES)
 
@@ -112,7 +111,7 @@ class Plans:
         return self._planner(history, scan)
 
     def _history(self, ident: Identifier) -> History:
-        state = self.tables.load(ident)
+        state = load_table(self.core, ident)
         key = state.metadata_location or ""
         found = self._histories.peek(key) if key else None
         if found is None or found.metadata is not state.metadata:
@@ -122,7 +121,7 @@ class Plans:
         return found
 
     def _planner(self, history: History, scan: Scan) -> Planner:
-        return Planner(history, scan, self.tables.confined_io(history.metadata), self.cache)
+        return Planner(history, scan, self.core.places.confined_io(history.metadata), self.cache)
 
     def _from_cursor(
         self,

@@ -53,7 +53,7 @@ class CatalogService:
         self.namespaces = Namespaces(self.core)
         self.tables = Tables(self.core, manifests)
         self.views = Views(self.core)
-        self.plans = Plans(self.core, self.tables, manifests)
+        self.plans = Plans(self.core, manifests)
         self.consumers = Consumers(self.core, self.plans)
         self.maintenance = Maintenance(self.core, self.tables, self.consumers)
 

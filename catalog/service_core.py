@@ -124,7 +124,8 @@ class ServiceCore:
         self.store = store
         self.name = name
         self.scope = scope
-        self.places = Places(store, scope, warehouse, allowed_locations, protected)
+        self.io = io or PyArrowFileIO()
+        self.places = Places(store, scope, warehouse, self.io, allowed_locations, protected)
         self.warehouse = self.places.warehouse
         self.limits = limits or Limits()
         self.table_defaults = {tuple(ns): dict(props) for ns, props in (table_defaults or {}).items()}
@@ -136,7 +137,6 @@ class ServiceCore:
                 check_no_code(properties)
             except ValueError as exc:
                 raise ValueError(f"table_defaults of {where!r}: {exc}") from exc
-        self.io = io or PyArrowFileIO()
         # close() stops the writer and the store: only the service that made them (not one sharing
         # another's writer).
         self.owns_writer = writer is None

@@ -32,7 +32,7 @@ from isbre.catalog.sink_rows import SinkRows
 from isbre.catalog.store import CommitStateUnknownError, Pointer, ReadView, StoreUnavailableError
 from isbre.catalog.table_staging import Staged, TableChange, commit_record, stage
 from isbre.catalog.writer import Batch
-from pyiceberg.exceptions import CommitFailedException, TableAlreadyExistsError
+from pyiceberg.exceptions import CommitFailedException, NoSuchTableError, TableAlreadyExistsError
 from pyiceberg.table.metadata import TableMetadata
 from tenacity import (
     RetryError,
@@ -99,6 +99,23 @@ class TableState:
     metadata_location: str | None
     metadata: TableMetadata
     json: bytes
+
+
+def table_pointer(core: ServiceCore, ident: Identifier) -> Pointer:
+    """The table's pointer as the store has it now (NoSuchTableError when it has none)."""
+    with core.store.read(core.scope, snapshot=False) as view:
+        pointer = view.pointer(TABLE, ident)
+    if pointer is None:
+        raise NoSuchTableError(f"Table does not exist: {ident}")
+    core.table_pointers.put(ident, pointer)
+    return pointer
+
+
+def load_table(core: ServiceCore, ident: Identifier) -> TableState:
+    """The table as the store has it now (NoSuchTableError when it has none)."""
+    pointer = table_pointer(core, ident)
+    loaded = core.table_files.get(pointer.metadata_location)
+    return TableState(ident, pointer.metadata_location, loaded.metadata, loaded.json)
 
 
 def _state(entry: Staged) -> TableState:

@@ -8,18 +8,15 @@ import uuid
 from dataclasses import dataclass, field
 
 from isbre.catalog.append_rebase import AppendRebase
-from isbre.catalog.confined_io import ConfinedIO
 from isbre.catalog.coverage import Coverage, snapshot_spans
-from isbre.catalog.deletion import TableFiles
 from isbre.catalog.file_uris import local_path
 from isbre.catalog.identifiers import Identifier
-from isbre.catalog.locations import LocationNotAllowedError
 from isbre.catalog.maintenance_policy import check_policy, with_streaming_defaults
 from isbre.catalog.manifest_cache import ManifestCache
 from isbre.catalog.metadata_checks import check_registered
 from isbre.catalog.metadata_files import make_dirs_durably, metadata_json, read_table_metadata
 from isbre.catalog.metadata_updates import check_unique_ids
-from isbre.catalog.places import claim_places, unplace
+from isbre.catalog.places import claim_places, named_places, unplace
 from isbre.catalog.purge import PurgeIncompleteError, PurgeReport, purge_files
 from isbre.catalog.records import PURGE_INCOMPLETE, CommitRecord
 from isbre.catalog.request_context import ANONYMOUS, RequestContext
@@ -34,16 +31,14 @@ from isbre.catalog.service_core import (
 )
 from isbre.catalog.sink_rows import SinkRows, snapshots_rows
 from isbre.catalog.store import Pointer
-from isbre.catalog.table_commit import TableCommits, TableState
+from isbre.catalog.table_commit import TableCommits, TableState, load_table, table_pointer
 from isbre.catalog.table_properties import check_no_code
 from isbre.catalog.table_staging import (
     Staged,
     TableChange,
     check_carried_paths,
-    named_places,
     new_metadata,
     next_metadata_location,
-    places_of,
 )
 from isbre.catalog.writer import Batch
 from pyiceberg.exceptions import NoSuchTableError, TableAlreadyExistsError, ViewAlreadyExistsError
@@ -70,23 +65,14 @@ class Tables:
     def __init__(self, core: ServiceCore, manifests: ManifestCache) -> None:
         """`manifests`: the process's decoded manifest lists and manifests."""
         self.core = core
-        self.rebase = AppendRebase(
-            self.confined_io, lambda ident: self.coverage(ident).coverage, core.defaults_for, manifests
-        )
+        self.rebase = AppendRebase(core, manifests)
         self.commits = TableCommits(core, self.rebase)
 
     def pointer(self, ident: Identifier) -> Pointer:
-        with self.core.store.read(self.core.scope, snapshot=False) as view:
-            pointer = view.pointer(TABLE, ident)
-        if pointer is None:
-            raise NoSuchTableError(f"Table does not exist: {ident}")
-        self.core.table_pointers.put(ident, pointer)
-        return pointer
+        return table_pointer(self.core, ident)
 
     def load(self, ident: Identifier) -> TableState:
-        pointer = self.pointer(ident)
-        loaded = self.core.table_files.get(pointer.metadata_location)
-        return TableState(ident, pointer.metadata_location, loaded.metadata, loaded.json)
+        return load_table(self.core, ident)
 
     def metadata_or_none(self, location: str) -> TableMetadata | None:
         """The metadata at `location`, or None when it cannot be read (e.g. purged since)."""
@@ -185,7 +171,9 @@ class Tables:
                 None, problems=[f"metadata {pointer.metadata_location}: {type(exc).__name__}"]
             )
         else:
-            report = purge_files(self.core.io, metadata, [pointer.metadata_location], self.files_of(metadata))
+            report = purge_files(
+                self.core.io, metadata, [pointer.metadata_location], self.core.places.files_of(metadata)
+            )
         if not report.left_behind:
             return
 
@@ -211,29 +199,6 @@ class Tables:
                 f"problem(s), first: {report.problems[0]}; what was left behind is recorded at commit_seq "
                 f"{record.commit_seq} (kind table.purge-incomplete)"
             )
-
-    def files_of(self, metadata: TableMetadata, owner: str | None = None) -> TableFiles | None:
-        """The deleter of a table's files (None when its location may not be deleted from); `owner`:
-        the table's uuid while it is in the catalog (a dropped one is no longer indexed: anyone
-        found at a place is another)."""
-
-        places = self.core.places
-
-        def claimed_by_other(location: str) -> bool:
-            return places.claimed_by_other(location, owner)
-
-        try:
-            # A place property stored before it was checked as it is now counts only if it passes.
-            location, *more = places_of(metadata.location, metadata.properties)
-            where = [location, *(place for place in more if places.deletable(place, owner))]
-            return TableFiles(self.core.io, where, places.policy.roots, places.protected, claimed_by_other)
-        except LocationNotAllowedError as exc:
-            log.warning("purge deletes nothing at %s: %s", metadata.location, exc)
-            return None
-
-    def confined_io(self, metadata: TableMetadata) -> ConfinedIO:
-        """The FileIO the server's own jobs reach the table's files through: its files alone."""
-        return ConfinedIO(self.core.io, self.files_of(metadata, owner=str(metadata.table_uuid)))
 
     def rename(self, source: Identifier, target: Identifier, context: RequestContext = ANONYMOUS) -> None:
         self.core.rename_object(TABLE, source, target, context)

@@ -20,13 +20,13 @@ from isbre.catalog.locations import LocationNotAllowedError, inside, normalized
 from isbre.catalog.metadata_checks import check_change
 from isbre.catalog.metadata_files import Loaded, metadata_json
 from isbre.catalog.metadata_updates import apply_updates, check_unique_ids
-from isbre.catalog.places import Place
+from isbre.catalog.places import Place, named_places, places_of
 from isbre.catalog.pyiceberg_internals import empty_table_metadata
 from isbre.catalog.records import CommitRecord, summary_counters
 from isbre.catalog.requirements import check_requirement
 from isbre.catalog.sink_rows import snapshots_rows
 from isbre.catalog.store import Pointer
-from isbre.catalog.table_properties import METADATA_PATH, PLACE_PROPERTIES, check_no_code
+from isbre.catalog.table_properties import METADATA_PATH, check_no_code
 from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
@@ -90,18 +90,6 @@ class Staged:
     def moved(self) -> bool:
         """Whether the change creates the table or changes where its files go."""
         return self.changed and self.places != self.previous_places
-
-
-def named_places(location: str, properties: Mapping[str, str]) -> tuple[Place, ...]:
-    """Where a table's or view's files go: its location, then each of the properties that send
-    files elsewhere (`write.metadata.path`, the data paths) that is set."""
-    found = [("location", location.rstrip("/"))]
-    found += [(key, path) for key in PLACE_PROPERTIES if (path := properties.get(key, "").rstrip("/"))]
-    return tuple(found)
-
-
-def places_of(location: str, properties: Mapping[str, str]) -> tuple[str, ...]:
-    return tuple(place for _, place in named_places(location, properties))
 
 
 def next_metadata_location(location: str, properties: Mapping[str, str], previous: str | None) -> str:

@@ -12,16 +12,13 @@ from isbre.catalog.metadata_files import (
     remove_quietly,
     write_durably,
 )
-from isbre.catalog.places import claim_places
+from isbre.catalog.places import claim_places, named_places
 from isbre.catalog.records import CommitRecord
 from isbre.catalog.request_context import ANONYMOUS, RequestContext
 from isbre.catalog.service_core import VIEW, ServiceCore, read_for_register, require_free, require_namespace
 from isbre.catalog.store import Pointer
 from isbre.catalog.table_commit import StagingLocks, Stale, retrying
-from isbre.catalog.table_staging import (
-    named_places,
-    next_metadata_location,
-)
+from isbre.catalog.table_staging import next_metadata_location
 from isbre.catalog.view_staging import ViewRequirement, ViewUpdate, new_view_metadata, update_view_metadata
 from isbre.catalog.writer import Batch
 from pyiceberg.exceptions import NoSuchViewError, ViewAlreadyExistsError
