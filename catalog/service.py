@@ -12,6 +12,7 @@ from isbre.catalog.consumers import Consumers
 from isbre.catalog.maintenance_operations import Maintenance
 from isbre.catalog.manifest_cache import ManifestCache
 from isbre.catalog.namespace_operations import ConflictingPropertiesError, Namespaces, PropertiesChange
+from isbre.catalog.objects import index_locations
 from isbre.catalog.plans import Plans
 from isbre.catalog.request_context import ANONYMOUS, RequestContext
 from isbre.catalog.service_core import ServiceCore
@@ -49,6 +50,8 @@ class CatalogService:
         again read (services of one process share one);
         `options`: those of `ServiceCore`."""
         self.core = ServiceCore(store, warehouse, **options)
+        if not self.core.scope:
+            index_locations(self.core)
         manifests = manifests or ManifestCache(MANIFEST_CACHE_BYTES)
         self.namespaces = Namespaces(self.core)
         self.tables = Tables(self.core, manifests)

@@ -1,5 +1,6 @@
 """What the catalog's operations share: the store, the writer, the metadata caches, the places
-tables and views may live, and how a mutation is run for whoever asked for it."""
+tables and views may live, and how a mutation is run for whoever asked for it. What tables and
+views share beyond that (listing, drops, renames) is catalog/objects.py's."""
 
 from __future__ import annotations
 
@@ -7,20 +8,19 @@ import functools
 import logging
 import secrets
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from isbre.catalog.commit_log import TABLE_CONSUMERS, CommitLog
+from isbre.catalog.commit_log import CommitLog
 from isbre.catalog.file_uris import local_path
-from isbre.catalog.identifiers import Identifier, check_namespace, path_segment
+from isbre.catalog.identifiers import Identifier, path_segment
 from isbre.catalog.limits import Limits
-from isbre.catalog.locations import LocationPolicy, normalized
+from isbre.catalog.locations import LocationPolicy
 from isbre.catalog.lru import Lru
 from isbre.catalog.maintenance_policy import check_policy
 from isbre.catalog.metadata_files import Loaded, MetadataCache, parse_table_metadata, parse_view_metadata
-from isbre.catalog.places import Places, unplace
-from isbre.catalog.records import CommitRecord
+from isbre.catalog.places import Places
 from isbre.catalog.request_context import ANONYMOUS, RequestContext
 from isbre.catalog.store import FIRST_WAREHOUSE, Pointer, ReadView, Store
 from isbre.catalog.table_properties import check_no_code
@@ -146,8 +146,6 @@ class ServiceCore:
         self.view_files: MetadataCache[ViewMetadata] = MetadataCache(self.io, parse_view_metadata)
         # The pointer of each table as this process last committed or loaded it (maybe stale).
         self.table_pointers: Lru[Identifier, Pointer] = Lru(TABLE_POINTERS)
-        if not scope:
-            self._index_locations()
 
     @property
     def record_tags(self) -> tuple[str | None, ...]:
@@ -205,65 +203,6 @@ class ServiceCore:
             root = self.places.namespace_location(namespace, view)
         return f"{root}/{path_segment(name)}-{object_uuid.hex}"
 
-    def list_objects(self, kind: str, namespace: tuple[str, ...], after: str | None, limit: int | None):
-        namespace = check_namespace(namespace)
-        with self.store.read(self.scope) as view:
-            if view.namespace(namespace) is None:
-                raise NoSuchNamespaceError(f"Namespace does not exist: {'.'.join(namespace)}")
-            return view.identifiers(kind, namespace, after, limit)
-
-    def drop_object(
-        self,
-        kind: str,
-        ident: Identifier,
-        context: RequestContext,
-        properties: dict[str, Any] | None = None,
-    ) -> Pointer:
-        def mutation(batch: Batch) -> Pointer:
-            pointer = require_object(batch.view, kind, ident)
-            batch.view.delete_pointer(kind, ident)
-            unplace(batch.view, pointer.uuid)
-            if kind == TABLE:
-                batch.view.drop_coverage(pointer.uuid)
-                for name in batch.view.cursors():  # the table's consumers go with it
-                    if name.startswith(f"{TABLE_CONSUMERS}{pointer.uuid}:"):
-                        batch.view.delete_cursor(name)
-            batch.log(
-                CommitRecord(
-                    f"{kind}.drop",
-                    list(ident.namespace),
-                    ident.name,
-                    table_uuid=pointer.uuid,
-                    previous_metadata_location=pointer.metadata_location,
-                    properties=properties,
-                )
-            )
-            return pointer
-
-        return self.mutate(mutation, context=context)
-
-    def rename_object(
-        self, kind: str, source: Identifier, target: Identifier, context: RequestContext
-    ) -> None:
-        def mutation(batch: Batch) -> None:
-            pointer = require_object(batch.view, kind, source)
-            require_namespace(batch.view, target.namespace)
-            require_free(batch.view, target, kind, renamed=source)
-            batch.view.delete_pointer(kind, source)
-            batch.view.put_pointer(kind, target, pointer)
-            batch.log(
-                CommitRecord(
-                    f"{kind}.rename",
-                    list(target.namespace),
-                    target.name,
-                    table_uuid=pointer.uuid,
-                    metadata_location=pointer.metadata_location,
-                    previous={"namespace": list(source.namespace), "name": source.name},
-                )
-            )
-
-        self.mutate(mutation, context=context)
-
     # -- where tables and views live
 
     @functools.cached_property
@@ -288,36 +227,3 @@ class ServiceCore:
             return kept
 
         return self.run(mutation)
-
-    def _index_locations(self) -> None:
-        """Stores made before locations were indexed: index every table's and view's location, once."""
-        with self.store.read(self.scope) as view:
-            if view.marker("locations"):
-                return
-            pointers = [(kind, p) for kind in (TABLE, VIEW) for p in _every_pointer(view, kind)]
-        placed = []
-        for kind, pointer in pointers:
-            cache = self.table_files if kind == TABLE else self.view_files
-            try:
-                placed.append(
-                    (pointer.uuid, normalized(cache.get(pointer.metadata_location).metadata.location))
-                )
-            except Exception as exc:
-                log.warning("cannot index the location of %s %s: %s", kind, pointer.uuid, exc)
-
-        def mutation(batch: Batch) -> None:
-            if not batch.view.marker("locations"):
-                for owner, location in placed:
-                    batch.view.place(owner, location)
-                batch.view.set_marker("locations")
-
-        self.run(mutation)
-
-
-def _every_pointer(view: ReadView, kind: str, parent: tuple[str, ...] = ()) -> Iterator[Pointer]:
-    for namespace in view.namespaces(parent, None, None):
-        for ident in view.identifiers(kind, namespace, None, None):
-            pointer = view.pointer(kind, ident)
-            if pointer is not None:
-                yield pointer
-        yield from _every_pointer(view, kind, namespace)

@@ -16,6 +16,7 @@ from isbre.catalog.manifest_cache import ManifestCache
 from isbre.catalog.metadata_checks import check_registered
 from isbre.catalog.metadata_files import make_dirs_durably, metadata_json, read_table_metadata
 from isbre.catalog.metadata_updates import check_unique_ids
+from isbre.catalog.objects import drop_object, list_objects, rename_object
 from isbre.catalog.places import claim_places, named_places, unplace
 from isbre.catalog.purge import PurgeIncompleteError, PurgeReport, purge_files
 from isbre.catalog.records import PURGE_INCOMPLETE, CommitRecord
@@ -93,7 +94,7 @@ class Tables:
         return TableState(ident, pointer.metadata_location, loaded.metadata, loaded.json)
 
     def listing(self, namespace: tuple[str, ...], after: str | None = None, limit: int | None = None):
-        return self.core.list_objects(TABLE, namespace, after, limit)
+        return list_objects(self.core, TABLE, namespace, after, limit)
 
     def create(
         self,
@@ -157,7 +158,7 @@ class Tables:
         return self.commits.commit(changes, txn, context)
 
     def drop(self, ident: Identifier, purge: bool = False, context: RequestContext = ANONYMOUS) -> None:
-        pointer = self.core.drop_object(TABLE, ident, context, {"purge": purge})
+        pointer = drop_object(self.core, TABLE, ident, context, {"purge": purge})
         if purge:
             self._purge(ident, pointer, context.unkeyed())
 
@@ -201,7 +202,7 @@ class Tables:
             )
 
     def rename(self, source: Identifier, target: Identifier, context: RequestContext = ANONYMOUS) -> None:
-        self.core.rename_object(TABLE, source, target, context)
+        rename_object(self.core, TABLE, source, target, context)
 
     def register(
         self,

@@ -12,6 +12,7 @@ from isbre.catalog.metadata_files import (
     remove_quietly,
     write_durably,
 )
+from isbre.catalog.objects import drop_object, list_objects, rename_object
 from isbre.catalog.places import claim_places, named_places
 from isbre.catalog.records import CommitRecord
 from isbre.catalog.request_context import ANONYMOUS, RequestContext
@@ -50,7 +51,7 @@ class Views:
         return ViewState(ident, pointer.metadata_location, loaded.metadata, loaded.json)
 
     def listing(self, namespace: tuple[str, ...], after: str | None = None, limit: int | None = None):
-        return self.core.list_objects(VIEW, namespace, after, limit)
+        return list_objects(self.core, VIEW, namespace, after, limit)
 
     def create(
         self,
@@ -143,10 +144,10 @@ class Views:
         return state
 
     def drop(self, ident: Identifier, context: RequestContext = ANONYMOUS) -> None:
-        self.core.drop_object(VIEW, ident, context)
+        drop_object(self.core, VIEW, ident, context)
 
     def rename(self, source: Identifier, target: Identifier, context: RequestContext = ANONYMOUS) -> None:
-        self.core.rename_object(VIEW, source, target, context)
+        rename_object(self.core, VIEW, source, target, context)
 
     def register(
         self,
