@@ -26,13 +26,15 @@ import threading
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 from isbre.catalog.coverage import Coverage, snapshot_spans
 from isbre.catalog.identifiers import Identifier
 from isbre.catalog.manifest_cache import ManifestCache
+from isbre.catalog.places import Places
 from isbre.catalog.rebase import NotRebasedError, Remembered, appended_again
 from isbre.catalog.requirements import check_requirement
-from isbre.catalog.service_core import TABLE, ServiceCore
+from isbre.catalog.store import TABLE, Store
 from isbre.catalog.table_properties import REBASE_APPENDS
 from isbre.catalog.table_staging import TableChange
 from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
@@ -101,10 +103,20 @@ def _fast_append(change: TableChange) -> tuple[Snapshot, str]:
     return snapshot, moved.ref_name
 
 
+class RebaseCore(Protocol):
+    """What making an append again reads of its warehouse (catalog/service_core.py has it)."""
+
+    store: Store
+    scope: str
+    places: Places
+
+    def defaults_for(self, namespace: tuple[str, ...]) -> dict[str, str]: ...
+
+
 class AppendRebase:
     """Makes a stale fast append again on its branch's head; counts what became of each."""
 
-    def __init__(self, core: ServiceCore, manifests: ManifestCache) -> None:
+    def __init__(self, core: RebaseCore, manifests: ManifestCache) -> None:
         """`manifests`: the process's decoded manifest lists, which the lists made again join."""
         self._core = core
         self._lock = threading.Lock()

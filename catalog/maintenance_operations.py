@@ -287,7 +287,7 @@ class Maintenance:
             added = [data_file for _, new in rewritten for data_file in new]
             try:
                 commit_rewrite(
-                    self.tables,
+                    self.tables.commits,
                     ident,
                     state,
                     COMPACT_DATA_FILES,
@@ -332,7 +332,9 @@ class Maintenance:
         for manifest in before:  # all of them before any is read
             io.check(manifest.manifest_path)
 
-        after = commit_rewrite(self.tables, ident, state, REWRITE_MANIFESTS, merging(ident, io), io, context)
+        after = commit_rewrite(
+            self.tables.commits, ident, state, REWRITE_MANIFESTS, merging(ident, io), io, context
+        )
         if after is None:
             report.nothing_to_do = (
                 "the manifests are merged as far as commit.manifest.target-size-bytes allows"

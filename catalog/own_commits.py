@@ -24,8 +24,7 @@ from isbre.catalog.manifest_merge import merged_v3, replaced_v3
 from isbre.catalog.pyiceberg_internals import Staging, merged_manifests, replace_files
 from isbre.catalog.rebase import rebased
 from isbre.catalog.request_context import RequestContext
-from isbre.catalog.table_commit import MAX_COMMIT_ATTEMPTS, TableState
-from isbre.catalog.table_operations import Tables
+from isbre.catalog.table_commit import MAX_COMMIT_ATTEMPTS, TableCommits, TableState, load_table
 from isbre.catalog.table_staging import TableChange
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.io import FileIO
@@ -40,7 +39,7 @@ Rules = Callable[[TableMetadata], None]
 
 
 def commit_rewrite(
-    tables: Tables,
+    commits: TableCommits,
     ident: Identifier,
     state: TableState,
     job: str,
@@ -79,9 +78,9 @@ def commit_rewrite(
             validate=rules,
         )
         try:
-            return tables.commit(change, context=context)
+            return commits.commit([change], None, context)[0]
         except CommitFailedException as exc:
-            lost_to = tables.load(ident)  # a commit landed first: build on it
+            lost_to = load_table(commits.core, ident)  # a commit landed first: build on it
             log.info(
                 "%s on %s: the table moved while it ran (%s), from snapshot %s to %s",
                 job,

@@ -22,7 +22,7 @@ from isbre.catalog.maintenance_policy import check_policy
 from isbre.catalog.metadata_files import Loaded, MetadataCache, parse_table_metadata, parse_view_metadata
 from isbre.catalog.places import Places
 from isbre.catalog.request_context import ANONYMOUS, RequestContext
-from isbre.catalog.store import FIRST_WAREHOUSE, Pointer, ReadView, Store
+from isbre.catalog.store import FIRST_WAREHOUSE, TABLE, VIEW, Pointer, ReadView, Store
 from isbre.catalog.table_properties import check_no_code
 from isbre.catalog.writer import Batch, Origin, Writer
 from pyiceberg.exceptions import (
@@ -40,7 +40,6 @@ from pyiceberg.view.metadata import ViewMetadata
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-TABLE, VIEW = "table", "view"
 TABLE_POINTERS = 65_536
 _MISSING: dict[str, type[Exception]] = {TABLE: NoSuchTableError, VIEW: NoSuchViewError}
 

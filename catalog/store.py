@@ -42,6 +42,8 @@ class CommitStateUnknownError(Exception):
     whether it committed: the commit may or may not have landed (nothing it wrote is removed)."""
 
 
+# The kinds of object a pointer names.
+TABLE, VIEW = "table", "view"
 # The scope of the store's first warehouse (a store made before it held several has only this one).
 FIRST_WAREHOUSE = ""
 
