@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from isbre.catalog.lru import Lru
 from pyiceberg.io import FileIO
 from pyiceberg.schema import Schema
 
@@ -35,22 +36,32 @@ def deleted_keys(io: FileIO, schema: Schema, path: str, equality_ids: Sequence[i
     return pa.Table.from_arrays(columns, names=names)
 
 
-class DeletedKeys:
-    """Equality delete files' rows, each file read once (by path: a file never changes), in the
-    names `schema` gives their fields."""
+# What the delete files' rows kept by one DeletedKeys may take in memory, Arrow's count.
+KEPT_KEYS_BYTES = 64 << 20
 
-    def __init__(self, io: FileIO, schema: Schema) -> None:
-        self._io = io
+
+class DeletedKeys:
+    """Equality delete files' rows, each file read once while it is kept (by path: a file never
+    changes; least recently used out past `capacity` bytes), in the names `schema` gives their
+    fields."""
+
+    def __init__(self, io: FileIO, schema: Schema, capacity: int = KEPT_KEYS_BYTES) -> None:
+        self.io = io  # a feed gives each plan's: credentials vended with a table may expire
         self._schema = schema
-        self._read: dict[str, pa.Table] = {}
+        self._read: Lru[str, pa.Table] = Lru(capacity, weigh=lambda keys: keys.nbytes)
+
+    @property
+    def schema_id(self) -> int:
+        return self._schema.schema_id
 
     def matched(self, rows: pa.Table, files: Sequence[tuple[str, Sequence[int]]]) -> np.ndarray:
         """Which of `rows` one of the equality delete `files` (path, equality ids) deletes."""
         by_columns: dict[tuple[str, ...], list[pa.Table]] = {}
         for path, equality_ids in files:
-            if path not in self._read:
-                self._read[path] = deleted_keys(self._io, self._schema, path, equality_ids)
-            found = self._read[path]
+            found = self._read.peek(path)
+            if found is None:
+                found = deleted_keys(self.io, self._schema, path, equality_ids)
+                self._read.put(path, found)
             by_columns.setdefault(tuple(found.column_names), []).append(found)
         hit = np.zeros(rows.num_rows, dtype=bool)
         for tables in by_columns.values():

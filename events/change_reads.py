@@ -13,11 +13,40 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 from isbre.catalog.equality_deletes import DeletedKeys
+from isbre.catalog.lru import Lru
 from isbre.catalog.pyiceberg_internals import rows_per_task
 from pyiceberg.catalog.rest.scan_planning import RESTDeleteFile, RESTEqualityDeleteFile, RESTFileScanTask
 from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.io.pyarrow import ArrowScan
 from pyiceberg.table import FileScanTask, Table
+
+# What the data files' rows kept by one FileRows may take in memory, Arrow's count.
+KEPT_ROWS_BYTES = 64 << 20
+
+
+class FileRows:
+    """Data files' rows as a task reads them (position deletes applied, equality deletes not), kept
+    by file, position deletes and schema: a file never changes. A change feed on a table an upsert
+    sink writes reads every older data file again at each commit (its equality deletes apply to
+    all of them); with these kept it reads only the commit's new files."""
+
+    def __init__(self, capacity: int = KEPT_ROWS_BYTES) -> None:
+        self._rows: Lru[tuple[int, str, tuple[str, ...]], pa.Table] = Lru(capacity, weigh=lambda t: t.nbytes)
+
+    def read(self, table: Table, scan: ArrowScan, tasks: list[FileScanTask]) -> list[pa.Table]:
+        schema_id = table.schema().schema_id
+        keys = [
+            (schema_id, task.file.file_path, tuple(sorted(d.file_path for d in task.delete_files)))
+            for task in tasks
+        ]
+        found: list[pa.Table | None] = [self._rows.peek(key) for key in keys]
+        missing = [number for number, rows in enumerate(found) if rows is None]
+        for number, rows in zip(
+            missing, rows_per_task(scan, table.io, [tasks[n] for n in missing]), strict=True
+        ):
+            found[number] = rows
+            self._rows.put(keys[number], rows)
+        return [rows for rows in found if rows is not None]
 
 
 def read_tasks(
@@ -25,10 +54,11 @@ def read_tasks(
     tasks: Sequence[RESTFileScanTask],
     delete_files: Sequence[RESTDeleteFile],
     keys: DeletedKeys | None = None,
+    kept: FileRows | None = None,
 ) -> pa.Table:
     """The rows of `tasks`, each data file read with the delete files it references, in the
     table's current schema."""
-    return pa.concat_tables(read_each(table, tasks, delete_files, keys), promote_options="permissive")
+    return pa.concat_tables(read_each(table, tasks, delete_files, keys, kept), promote_options="permissive")
 
 
 def read_each(
@@ -36,11 +66,12 @@ def read_each(
     tasks: Sequence[RESTFileScanTask],
     delete_files: Sequence[RESTDeleteFile],
     keys: DeletedKeys | None = None,
+    kept: FileRows | None = None,
 ) -> list[pa.Table]:
     """The rows of each of `tasks` (at least one table, empty when there are none), read in one
     pass over the files (in parallel, by PyIceberg's reader, position deletes applied), then each
     task's equality deletes applied to its rows; `keys` keeps equality delete files' rows between
-    calls."""
+    calls, `kept` the data files' rows."""
     keys = DeletedKeys(table.io, table.schema()) if keys is None else keys
     scan = ArrowScan(table.metadata, table.io, table.schema(), AlwaysTrue())
     equalities: list[list[RESTDeleteFile]] = []
@@ -53,9 +84,12 @@ def read_each(
             task = task.model_copy(update={"delete_file_references": positional or None})
         equalities.append([delete_files[i] for i in equality])
         scan_tasks.append(FileScanTask.from_rest_response(task, list(delete_files)))
+    read = (
+        kept.read(table, scan, scan_tasks) if kept is not None else rows_per_task(scan, table.io, scan_tasks)
+    )
     found = [
         rows.filter(pa.array(~_any_matched(rows, equality, keys))) if equality else rows
-        for rows, equality in zip(rows_per_task(scan, table.io, scan_tasks), equalities, strict=True)
+        for rows, equality in zip(read, equalities, strict=True)
     ]
     # Even without tasks: an empty table of the columns the scan reads (not quite the schema's
     # own Arrow form: strings are large ones).
@@ -76,6 +110,7 @@ def commit_rows(
     tasks: Sequence[tuple[RESTFileScanTask, dict[str, Any]]],
     delete_files: Sequence[RESTDeleteFile],
     keys: DeletedKeys | None = None,
+    kept: FileRows | None = None,
 ) -> tuple[pa.Table, np.ndarray]:
     """The rows one commit's change tasks (each with its `isbre-change`) read, and which of them
     were inserted (the others deleted). A file whose deletes changed is read with its deletes from
@@ -103,13 +138,13 @@ def commit_rows(
         deleted.append(earlier)
         if change["type"] == "deleted-rows":
             inserted.append(task)
-    parts = [read_tasks(table, deleted, delete_files, keys)]
+    parts = [read_tasks(table, deleted, delete_files, keys, kept)]
     if upserted:
-        read = read_each(table, [task for task, _ in upserted], delete_files, keys)
+        read = read_each(table, [task for task, _ in upserted], delete_files, keys, kept)
         for rows, (_, added) in zip(read, upserted, strict=True):
             hit = _any_matched(rows, [delete_files[i] for i in added], keys)
             parts.append(rows.filter(pa.array(hit)))
-    parts.append(read_tasks(table, inserted, delete_files, keys))
+    parts.append(read_tasks(table, inserted, delete_files, keys, kept))
     rows = pa.concat_tables(parts, promote_options="permissive")
     flags = np.zeros(rows.num_rows, dtype=bool)
     flags[rows.num_rows - parts[-1].num_rows :] = True

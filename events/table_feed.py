@@ -18,7 +18,7 @@ import pyarrow as pa
 from isbre.catalog.equality_deletes import DeletedKeys
 from isbre.catalog.identifiers import check_consumer_name
 from isbre.catalog.pyiceberg_internals import rest_extension
-from isbre.events.change_reads import commit_rows, read_tasks
+from isbre.events.change_reads import FileRows, commit_rows, read_tasks
 from isbre.events.change_rows import INSERT, change_schema, commit_changes, with_change
 from isbre.events.client import subscribe
 from pyiceberg.catalog.rest import RestCatalog
@@ -92,6 +92,9 @@ class TableFeed:
             # A new consumer's cursor is stored at once: from now on, expiry keeps what it has not read.
             self.commit()
         self._arrow_schema: pa.Schema | None = None
+        # Files a change plan reads again at later commits (an upsert table's), kept between plans.
+        self._deleted_keys: DeletedKeys | None = None
+        self._file_rows = FileRows()
         self._wake = threading.Event()
         self._closed = threading.Event()
         self._stream_error: BaseException | None = None  # what ended the event stream, if anything did
@@ -216,9 +219,14 @@ class TableFeed:
         for task, raw in zip(page.file_scan_tasks, answer["file-scan-tasks"], strict=True):
             change = raw["isbre-change"]
             commits.setdefault(int(change["commit-seq"]), []).append((task, change))
-        deleted_keys = DeletedKeys(table.io, schema)  # equality delete files' rows, read once per plan
+        keys = self._deleted_keys
+        if keys is None or keys.schema_id != schema.schema_id:
+            keys = self._deleted_keys = DeletedKeys(table.io, schema)
+        keys.io = table.io
         found = [
-            commit_changes(*commit_rows(table, tasks, page.delete_files, deleted_keys), commit_seq, key)
+            commit_changes(
+                *commit_rows(table, tasks, page.delete_files, keys, self._file_rows), commit_seq, key
+            )
             for commit_seq, tasks in commits.items()
         ]
         self.position = after
