@@ -11,9 +11,10 @@ row by row (events/change_rows.py), as Spark's changelog view does. `replace` sn
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
+from isbre.catalog.manifest_entries import first_row_id, with_first_row_id
 from isbre.catalog.scan_planning import DeleteIndex, Planner
 from pyiceberg.manifest import DataFile, ManifestContent, ManifestEntry, ManifestEntryStatus
 from pyiceberg.table.snapshots import Operation, Snapshot
@@ -118,7 +119,12 @@ def snapshot_changes(planner: Planner, snapshot: Snapshot, commit_seq: int) -> l
         return ChangeTask(kind, commit_seq, own, entry.data_file, tuple(deletes.of(entry)))
 
     tasks = [task("added-rows", entry, added) for entry in found.added_data]
-    tasks += [task("deleted-data-file", entry, before) for entry in found.removed_data]
+    row_ids = _removed_row_ids(planner, snapshot, found.removed_data)
+    for entry in found.removed_data:
+        removed = task("deleted-data-file", entry, before)
+        if (row_id := row_ids.get(entry.data_file.file_path)) is not None:
+            removed = replace(removed, data_file=with_first_row_id(entry.data_file, row_id))
+        tasks.append(removed)
     if found.added_deletes or found.removed_deletes:
         after = _index(planner, found.live_deletes)
         added_data = {entry.data_file.file_path for entry in found.added_data}
@@ -130,6 +136,29 @@ def snapshot_changes(planner: Planner, snapshot: Snapshot, commit_seq: int) -> l
             if {d.file_path for d in existing} != {d.file_path for d in now}:
                 tasks.append(ChangeTask("deleted-rows", commit_seq, own, entry.data_file, now, existing))
     return tasks
+
+
+def _removed_row_ids(planner: Planner, snapshot: Snapshot, removed: list[ManifestEntry]) -> dict[str, int]:
+    """The first row ids, in the snapshot's parent, of the data files it removed whose deleted
+    entries lack them (a writer that reads manifests without the spec's row id inheritance
+    writes them so, PyIceberg's among them): a reader finds the removed rows' ids from them.
+    Empty on a table before format v3, and where the parent was expired."""
+    missing = {e.data_file.file_path for e in removed if first_row_id(e.data_file) is None}
+    parent_id = snapshot.parent_snapshot_id
+    if planner.metadata.format_version < 3 or not missing or parent_id is None:
+        return {}
+    parent = planner.metadata.snapshot_by_id(parent_id)
+    if parent is None:
+        return {}
+    found = {}
+    for manifest in planner.manifests(parent):
+        if manifest.content != ManifestContent.DATA:
+            continue
+        for entry in planner.entries(manifest):
+            path = entry.data_file.file_path
+            if path in missing and (row_id := first_row_id(entry.data_file)) is not None:
+                found[path] = row_id
+    return found
 
 
 def _index(planner: Planner, entries: list[ManifestEntry]) -> DeleteIndex:

@@ -95,6 +95,14 @@ def as_v3(data_file: DataFile, spec_id: int) -> DataFile:
     return made
 
 
+def with_first_row_id(data_file: DataFile, row_id: int) -> DataFile:
+    """A copy of `data_file` (shaped for any version) as a v3 record whose `first_row_id` is
+    `row_id`."""
+    made = as_v3(data_file, data_file.spec_id)
+    made[_FIRST_ROW_ID] = row_id
+    return made
+
+
 def _v3_field(data_file: DataFile, index: int) -> object:
     return data_file[index] if len(data_file) > index else None
 

@@ -110,23 +110,41 @@ def parquet_writer_options(properties: dict[str, str]) -> dict[str, Any]:
     return _get_parquet_writer_kwargs(properties)
 
 
-def rows_per_task(scan: ArrowScan, io: FileIO, tasks: Sequence[FileScanTask]) -> list[pa.Table]:
+def rows_per_task(
+    scan: ArrowScan,
+    io: FileIO,
+    tasks: Sequence[FileScanTask],
+    first_row_ids: Sequence[int | None] | None = None,
+) -> list[pa.Table]:
     """The rows of each of `tasks`, read as `scan.to_table` reads them (position deletes applied,
     the files in parallel on PyIceberg's executor), one table per task: `to_table` concatenates
-    them, and a reader that applies more per file (equality deletes) needs them apart."""
+    them, and a reader that applies more per file (equality deletes) needs them apart.
+
+    With `first_row_ids` (each task's data file's, on a format v3 table; `scan` projecting
+    `_row_id`, catalog/row_lineage.py), each row carries its id: a file is read whole, its rows
+    given their ids by position where it holds none, then its position deletes applied."""
     import pyarrow as pa
-    from pyiceberg.io.pyarrow import _read_all_delete_files
+    from isbre.catalog.row_lineage import ROW_ID, row_ids
+    from pyiceberg.io.pyarrow import _combine_positional_deletes, _read_all_delete_files
     from pyiceberg.utils.concurrent import ExecutorFactory
 
     deletes = _read_all_delete_files(io, tasks)
     empty = scan.to_table([])  # the columns the scan reads, for a task that yields no batch
 
-    def read(task: FileScanTask) -> pa.Table:
-        batches = scan._record_batches_from_scan_tasks_and_deletes([task], deletes)
+    def read(task: FileScanTask, first_row_id: int | None) -> pa.Table:
+        whole = first_row_ids is not None
+        batches = scan._record_batches_from_scan_tasks_and_deletes([task], {} if whole else deletes)
         found = [pa.Table.from_batches([batch]) for batch in batches]
-        return pa.concat_tables([empty, *found], promote_options="permissive")
+        rows = pa.concat_tables([empty, *found], promote_options="permissive")
+        if not whole:
+            return rows
+        at = rows.schema.get_field_index(ROW_ID.name)
+        rows = rows.set_column(at, ROW_ID.name, row_ids(rows.column(at), rows.num_rows, first_row_id))
+        positional = deletes.get(task.file.file_path)
+        return rows.take(_combine_positional_deletes(positional, 0, rows.num_rows)) if positional else rows
 
-    return list(ExecutorFactory.get_or_create().map(read, tasks))
+    ids = first_row_ids if first_row_ids is not None else [None] * len(tasks)
+    return list(ExecutorFactory.get_or_create().map(read, tasks, ids))
 
 
 def rest_extension(

@@ -37,12 +37,18 @@ class Inherited:
 
 def with_lineage_columns(schema: Schema) -> Schema:
     """`schema` with the two lineage columns after its own, what a rewrite writes."""
+    return _appended(schema, ROW_ID, LAST_UPDATED_SEQUENCE_NUMBER)
+
+
+def with_row_id_column(schema: Schema) -> Schema:
+    """`schema` with `_row_id` after its own columns: a scan of it reads the ids a file holds
+    (null where it holds none)."""
+    return _appended(schema, ROW_ID)
+
+
+def _appended(schema: Schema, *fields: NestedField) -> Schema:
     return Schema(
-        *schema.fields,
-        ROW_ID,
-        LAST_UPDATED_SEQUENCE_NUMBER,
-        schema_id=schema.schema_id,
-        identifier_field_ids=schema.identifier_field_ids,
+        *schema.fields, *fields, schema_id=schema.schema_id, identifier_field_ids=schema.identifier_field_ids
     )
 
 
@@ -51,19 +57,27 @@ def with_lineage(rows: pa.Table, io: FileIO, path: str, inherited: Inherited) ->
     columns: what the file holds of them, else what they inherit (null where nothing is)."""
     held = _held(io, path)
     count = rows.num_rows
-    row_ids = (
-        pa.nulls(count, pa.int64())
-        if inherited.first_row_id is None
-        else pc.add(pa.array(range(count), pa.int64()), inherited.first_row_id)
-    )
+    ids = row_ids(held.get(ROW_ID.field_id), count, inherited.first_row_id)
     sequence_numbers = pa.array([inherited.sequence_number] * count, pa.int64())
-    if ROW_ID.field_id in held:
-        row_ids = pc.coalesce(held[ROW_ID.field_id], row_ids)
     if LAST_UPDATED_SEQUENCE_NUMBER.field_id in held:
         sequence_numbers = pc.coalesce(held[LAST_UPDATED_SEQUENCE_NUMBER.field_id], sequence_numbers)
-    return rows.append_column(ROW_ID.name, row_ids).append_column(
+    return rows.append_column(ROW_ID.name, ids).append_column(
         LAST_UPDATED_SEQUENCE_NUMBER.name, sequence_numbers
     )
+
+
+def row_ids(
+    held: pa.ChunkedArray | pa.Array | None, count: int, first_row_id: int | None
+) -> pa.ChunkedArray | pa.Array:
+    """The `_row_id` of each of a data file's `count` rows, in the file's order: what the file
+    holds of it (`held`, null where it holds none), else the file's `first_row_id` plus the row's
+    position; null where neither is known."""
+    inherited = (
+        pa.nulls(count, pa.int64())
+        if first_row_id is None
+        else pc.add(pa.array(range(count), pa.int64()), first_row_id)
+    )
+    return inherited if held is None else pc.coalesce(held, inherited)
 
 
 def _held(io: FileIO, path: str) -> dict[int, pa.ChunkedArray]:

@@ -3,8 +3,9 @@
 A commit's tasks read rows it inserted and rows it deleted; a copy-on-write rewrite reads most
 rows on both sides (the file it removed and the file it wrote hold them alike). The rows equal on
 both sides are netted out, as a multiset: what is left is exactly the difference between the
-table before the commit and after it. On a table with identifier fields a key deleted and
-inserted by one commit is an update: `update_before` then `update_after`.
+table before the commit and after it. A row deleted and inserted by one commit under one identity
+is an update, `update_before` then `update_after`: on format v3 its `_row_id` (row lineage, where
+the writer kept it), then the table's identifier fields.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from isbre.catalog.change_types import (
     CHANGE_TYPE,
     COMMIT_SEQ,
@@ -23,6 +25,7 @@ from isbre.catalog.change_types import (
     UPDATE_AFTER,
     UPDATE_BEFORE,
 )
+from isbre.catalog.row_lineage import ROW_ID
 
 
 def change_schema(schema: pa.Schema) -> pa.Schema:
@@ -42,24 +45,34 @@ def _groupable(column: pa.ChunkedArray) -> pa.ChunkedArray | pa.Array:
 
 def net(rows: pa.Table, inserted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(the positions of `rows` deleted, of those inserted) once equal rows deleted and inserted
-    cancel out; `inserted` says of each row whether it was inserted (else deleted)."""
+    cancel out; `inserted` says of each row whether it was inserted (else deleted). Of equal rows
+    the ones left are the first of the side that had more, each position once."""
     if not rows.num_rows:
         empty = np.zeros(0, np.int64)
         return empty, empty
     keys = {f"k{number}": _groupable(column) for number, column in enumerate(rows.columns)}
-    weights = np.where(inserted, 1, -1).astype(np.int64)
-    keyed = pa.table({**keys, "w": weights, "i": np.arange(rows.num_rows, dtype=np.int64)})
-    grouped = keyed.group_by(list(keys), use_threads=False).aggregate([("w", "sum"), ("i", "min")])
-    weight, first = grouped["w_sum"].to_numpy(), grouped["i_min"].to_numpy()
-    deleted = np.sort(np.repeat(first[weight < 0], -weight[weight < 0]))
-    added = np.sort(np.repeat(first[weight > 0], weight[weight > 0]))
-    return deleted, added
+    keyed = pa.table({**keys, "i": np.arange(rows.num_rows, dtype=np.int64)})
+    members = keyed.group_by(list(keys), use_threads=False).aggregate([("i", "list")])["i_list"]
+    lengths = pc.list_value_length(members).to_numpy()
+    position = pc.list_flatten(members).to_numpy()
+    group = np.repeat(np.arange(len(lengths)), lengths)
+    side = np.where(inserted[position], 1, -1)
+    weight = np.bincount(group, weights=side, minlength=len(lengths)).astype(np.int64)[group]
+    # The rows on the side that had more, by group then position; the first |weight| of each.
+    winning = (weight != 0) & (side == np.sign(weight))
+    order = np.lexsort((position[winning], group[winning]))
+    position, group, weight = position[winning][order], group[winning][order], weight[winning][order]
+    starts = np.flatnonzero(np.r_[True, group[1:] != group[:-1]]) if len(group) else np.zeros(0, np.int64)
+    rank = np.arange(len(group)) - np.repeat(starts, np.diff(np.r_[starts, len(group)]))
+    kept = rank < np.abs(weight)
+    return np.sort(position[kept & (weight < 0)]), np.sort(position[kept & (weight > 0)])
 
 
 def _pairs(
     rows: pa.Table, deleted: np.ndarray, added: np.ndarray, key: Sequence[str]
 ) -> list[tuple[int, int]]:
-    """Deleted and inserted rows of one key, in order (each row in one pair at most)."""
+    """Deleted and inserted rows of one key, in order (each row in one pair at most; a key with
+    a null in it pairs nothing)."""
     if not key or not len(deleted) or not len(added):
         return []
 
@@ -69,7 +82,8 @@ def _pairs(
 
     waiting: dict[tuple[object, ...], list[int]] = defaultdict(list)
     for position, found in zip(deleted.tolist(), keys_of(deleted), strict=True):
-        waiting[found].append(position)
+        if None not in found:
+            waiting[found].append(position)
     pairs = []
     for position, found in zip(added.tolist(), keys_of(added), strict=True):
         if waiting.get(found):
@@ -79,9 +93,21 @@ def _pairs(
 
 def commit_changes(rows: pa.Table, inserted: np.ndarray, commit_seq: int, key: Sequence[str]) -> pa.Table:
     """The changes of one commit whose tasks read `rows` (inserted or deleted as `inserted` says):
-    deletes, then updates (each `update_before` followed by its `update_after`), then inserts."""
+    deletes, then updates (each `update_before` followed by its `update_after`), then inserts.
+    Where `rows` carry their `_row_id` (format v3 row lineage), a row deleted and inserted under
+    one id is an update first; the identifier fields `key` pair the rows left."""
+    lineage = rows.select([ROW_ID.name]) if ROW_ID.name in rows.column_names else None
+    if lineage is not None:
+        rows = rows.drop_columns([ROW_ID.name])
     deleted, added = net(rows, inserted)
-    pairs = _pairs(rows, deleted, added, key)
+    pairs = _pairs(lineage, deleted, added, [ROW_ID.name]) if lineage is not None else []
+    paired = {position for pair in pairs for position in pair}
+    pairs += _pairs(
+        rows,
+        np.array([p for p in deleted.tolist() if p not in paired], np.int64),
+        np.array([p for p in added.tolist() if p not in paired], np.int64),
+        key,
+    )
     paired = {position for pair in pairs for position in pair}
     order: list[int] = []
     kinds: list[str] = []

@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from isbre.catalog.manifest_lists import read_manifests, write_manifests
 from isbre.catalog.pyiceberg_internals import ManifestWriterV3
+from isbre.catalog.row_lineage import LAST_UPDATED_SEQUENCE_NUMBER, with_lineage_columns
 from pyiceberg.catalog import Catalog
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.exceptions import CommitFailedException
@@ -110,6 +111,47 @@ class V3Appender:
         summary = {"operation": "append", "added-data-files": "1", "added-records": str(batch.num_rows)}
         self._commit(snapshot_id, manifest, {**summary, **properties})
 
+    def rewrite(self, data_path: str, batch: pa.Table) -> None:
+        """Replace the data file `data_path` (alone in its manifest) by one holding `batch`, as a
+        copy-on-write update of an engine that keeps row lineage: `batch` has the table's columns
+        and `_row_id`, the id of the row it carries over or updates (null for a new row); the
+        rows' last-updated sequence numbers are not kept (null: the new snapshot's)."""
+        metadata = TableMetadataUtil.parse_obj(self.metadata)
+        parent = metadata.current_snapshot()
+        assert parent is not None
+        base = read_manifests(self.io, parent.manifest_list, 3)
+        listed = [(manifest, manifest.fetch_manifest_entry(self.io)) for manifest in base]
+        holding, removed = next(
+            (manifest, entries)
+            for manifest, entries in listed
+            if any(e.data_file.file_path == data_path for e in entries)
+        )
+        assert len(removed) == 1, "the rewritten file is alone in its manifest"
+        snapshot_id = random.getrandbits(62)
+        lineage = with_lineage_columns(metadata.schema())
+        written = metadata.model_copy(update={"schemas": [lineage], "current_schema_id": lineage.schema_id})
+        data = f"{self.metadata['location']}/data/{uuid.uuid4()}.parquet"
+        nulls = pa.nulls(batch.num_rows, pa.int64())
+        full = batch.append_column(LAST_UPDATED_SEQUENCE_NUMBER.name, nulls)
+        with self.io.new_output(data).create() as stream:
+            pq.write_table(full.cast(schema_to_pyarrow(lineage)), stream)
+        added = parquet_file_to_data_file(self.io, written, data)
+        manifest_path = f"{self.metadata['location']}/metadata/{uuid.uuid4()}-m0.avro"
+        with write_manifest(
+            2, metadata.spec(), metadata.schema(), self.io.new_output(manifest_path), snapshot_id, "deflate"
+        ) as writer:
+            gone = removed[0]
+            writer.delete(gone)
+            writer.add(ManifestEntry.from_args(snapshot_id=snapshot_id, data_file=added))
+        summary = {
+            "operation": "overwrite",
+            "added-data-files": "1",
+            "deleted-data-files": "1",
+            "added-records": str(batch.num_rows),
+            "deleted-records": str(gone.data_file.record_count),
+        }
+        self._commit(snapshot_id, writer.to_manifest_file(), summary, replacing=holding.manifest_path)
+
     def delete_from(self, data_path: str, positions: list[int], partition: Record | None = None) -> str:
         """Commit a deletion vector of the rows at `positions` of the data file `data_path` (of
         the `partition` of the current spec), as a v3 delete manifest holds it; its path."""
@@ -160,9 +202,12 @@ class V3Appender:
         said = {"operation": "delete", "added-delete-files": "1", **(summary or {})}
         self._commit(snapshot_id, writer.to_manifest_file(), said)
 
-    def _commit(self, snapshot_id: int, manifest: ManifestFile, summary: dict[str, str]) -> None:
-        """Commit the snapshot `snapshot_id` adding `manifest` on the table's head, as a v3 writer
-        does: its list gives row ids from the table's next-row-id."""
+    def _commit(
+        self, snapshot_id: int, manifest: ManifestFile, summary: dict[str, str], replacing: str = ""
+    ) -> None:
+        """Commit the snapshot `snapshot_id` adding `manifest` on the table's head (in place of
+        the head's manifest `replacing`, when given), as a v3 writer does: its list gives row
+        ids from the table's next-row-id."""
         metadata = TableMetadataUtil.parse_obj(self.metadata)
         location = self.metadata["location"]
         parent = metadata.current_snapshot()
@@ -179,7 +224,7 @@ class V3Appender:
             sequence_number,
             first_row_id,
             "deflate",
-            [manifest, *base],
+            [manifest, *(m for m in base if m.manifest_path != replacing)],
         )
         snapshot = {
             "snapshot-id": snapshot_id,

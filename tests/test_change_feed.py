@@ -254,6 +254,42 @@ def test_a_format_v3_table_s_appends_are_inserts_and_its_compaction_no_change(
     assert len(model.changes()) == 3
 
 
+def test_a_format_v3_table_pairs_updates_by_row_lineage(server: IsbreServer, tmp_path: Path) -> None:
+    """On format v3 a row's identity is its `_row_id`: a copy-on-write update that keeps it (as
+    an engine that keeps row lineage writes one) is an update pair on a table without identifier
+    fields; a row the rewrite drops is a delete, a row new to the table an insert."""
+    catalog = RestCatalog("isbre", uri=server.url)
+    catalog.create_namespace("lineage_v3")
+    table = catalog.create_table("lineage_v3.t", SCHEMA, properties={"format-version": "3"})
+    appender = V3Appender(server.url, "lineage_v3.t")
+    model = Model(tmp_path)
+    feed = TableFeed(server.url, "lineage_v3.t", consumer=None, changes=True)
+    try:
+        appender.append(pa.table({"writer": [0, 0, 0], "seq": [0, 1, 2]}, schema=SCHEMA), tags(0, 0))
+        model.step(table)
+        read = feed.read(timeout=5).to_pylist()
+        table.refresh()
+        (task,) = table.scan().plan_files()
+        first = table.metadata.snapshots[-1].first_row_id
+        assert first is not None
+        rewritten = {"writer": [0, 0, 5], "seq": [0, 10, 99], "_row_id": [first, first + 1, None]}
+        appender.rewrite(
+            task.file.file_path, pa.table(rewritten, schema=SCHEMA.append(pa.field("_row_id", pa.int64())))
+        )
+        model.step(table)
+        read += feed.read(timeout=5).to_pylist()
+    finally:
+        feed.close()
+    assert by_commit(read) == model.changes()
+    last = read[-1][COMMIT_SEQ]
+    assert [(row[CHANGE_TYPE], row["writer"], row["seq"]) for row in read if row[COMMIT_SEQ] == last] == [
+        ("delete", 0, 2),
+        ("update_before", 0, 1),
+        ("update_after", 0, 10),
+        ("insert", 5, 99),
+    ]
+
+
 def test_changes_go_on_across_a_server_restart_each_once(tmp_path: Path) -> None:
     first = InProcessServer(tmp_path / "warehouse").start()
     table = new_table(first, "restarted", keyed=True, version=2)
