@@ -7,9 +7,11 @@ since (`BaseRewriteFiles.validate`, `MergingSnapshotProducer.validateNoNewDelete
 and expiry plans again on the refreshed table. These are the same rules, in one place, checked
 where the commit is staged, against the very metadata it is staged on:
 
-- a rewrite of data files: every file it replaces is still live, and no delete file (position,
-  equality or deletion vector) committed since its starting snapshot applies to one of them (its
-  rows rewritten into a file with a newer sequence number would escape that delete);
+- a rewrite of data files: every file it replaces is still live, and no position delete file
+  or deletion vector committed since its starting snapshot applies to one of them (it names
+  their rows by file and position, which the rewrite changes). An equality delete committed
+  since does not conflict: the new files take the starting snapshot's sequence number (Java's
+  rewrite with the starting sequence number), and a newer equality delete applies to them;
 - a rewrite of manifests: every manifest it replaces is still in the head;
 - expiry: every snapshot and ref it removes is one the head would expire too (a tag or branch
   made meanwhile on an old snapshot keeps it);
@@ -141,8 +143,9 @@ def _data_manifests(head: TableMetadata, io: FileIO, snapshot: Snapshot) -> list
 def check_rewrite_files(
     head: TableMetadata, io: FileIO, starting_snapshot_id: int | None, replaced: Collection[DataFile]
 ) -> None:
-    """A rewrite of `replaced` (read at `starting_snapshot_id`) may commit on `head`: ConflictError
-    naming every replaced file that went meanwhile or that a delete committed since applies to."""
+    """A rewrite of `replaced` (read at `starting_snapshot_id`, written with its sequence number)
+    may commit on `head`: ConflictError naming every replaced file that went meanwhile or that a
+    position delete or deletion vector committed since applies to."""
     since = committed_since(head, starting_snapshot_id)
     if not since:
         return  # the head is the snapshot the files were read from
@@ -154,7 +157,9 @@ def check_rewrite_files(
             f"first {sorted(gone)[0]}",
             gone,
         )
-    deletes = _added_deletes(head, io, since)
+    deletes = [
+        d for d in _added_deletes(head, io, since) if d.data_file.content == DataFileContent.POSITION_DELETES
+    ]
     deleted = {f.file_path for f in replaced if any(_applies(d, f) for d in deletes)}
     if deleted:
         raise ConflictError(

@@ -282,6 +282,8 @@ class Maintenance:
             # A full disk, a file gone: nothing references what was written, so it goes now.
             self._delete(report, state.metadata, [(path, "partial new data file") for path in io.written])
             raise
+        starting = state.metadata.snapshot_by_id(live.snapshot_id)
+        assert starting is not None, "the snapshot the files were read at"
         while rewritten:
             removed = [data_file for group, _ in rewritten for data_file in group]
             added = [data_file for _, new in rewritten for data_file in new]
@@ -291,7 +293,7 @@ class Maintenance:
                     ident,
                     state,
                     COMPACT_DATA_FILES,
-                    replacing(ident, io, live.snapshot_id, removed, added),
+                    replacing(ident, io, starting, removed, added),
                     io,
                     context,
                 )

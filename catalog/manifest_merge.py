@@ -57,10 +57,12 @@ def replaced_v3(
     removed: list[DataFile],
     added: list[DataFile],
     snapshot_properties: dict[str, str],
+    data_sequence_number: int,
 ) -> Staging:
     """The requirements and updates of a `replace` snapshot on the main branch that removes the
     data files `removed` and adds `added`, the same rows (their lineage written in them:
-    catalog/row_lineage.py). Raises ValueError when a file of `removed` is no longer live."""
+    catalog/row_lineage.py) of the data sequence number `data_sequence_number`. Raises ValueError
+    when a file of `removed` is no longer live."""
     current = metadata.current_snapshot()
     assert current is not None, "a table with files to replace"
     snapshot_id = metadata.new_snapshot_id()
@@ -86,7 +88,11 @@ def replaced_v3(
         for data_file in new:
             writer.add_entry(
                 ManifestEntry.from_args(
-                    3, status=ManifestEntryStatus.ADDED, snapshot_id=snapshot_id, data_file=data_file
+                    3,
+                    status=ManifestEntryStatus.ADDED,
+                    snapshot_id=snapshot_id,
+                    sequence_number=data_sequence_number,
+                    data_file=data_file,
                 )
             )
     collected = SnapshotSummaryCollector()

@@ -104,12 +104,16 @@ def _same_manifests(io: FileIO, made: Snapshot, head: Snapshot, format_version: 
 def replacing(
     ident: Identifier,
     io: ConfinedIO,
-    starting_snapshot_id: int | None,
+    starting: Snapshot,
     removed: list[DataFile],
     added: list[DataFile],
 ) -> Callable[[TableState], tuple[Staging, Rules]]:
     """How compaction stages its replace on a head: checked against what was committed since the
-    files were read (an error naming the files that conflict), then made."""
+    files were read at `starting` (an error naming the files that conflict), then made. The new
+    files take `starting`'s sequence number, as Java's rewrite with the starting sequence number
+    does: an equality delete committed since (of a newer one) still applies to their rows."""
+    starting_snapshot_id = starting.snapshot_id
+    sequence_number = starting.sequence_number or 0
 
     def rules(head: TableMetadata) -> None:
         check_rewrite_files(head, io, starting_snapshot_id, removed)
@@ -119,9 +123,9 @@ def replacing(
         rules(state.metadata)  # before PyIceberg's producer, which would refuse a missing file unnamed
         summary = {JOB_PROPERTY: COMPACT_DATA_FILES}
         if state.metadata.format_version >= 3:  # PyIceberg writes no v3 manifest
-            return replaced_v3(state.metadata, io, removed, added, summary), rules
+            return replaced_v3(state.metadata, io, removed, added, summary, sequence_number), rules
         staging = replace_files(
-            ident.parts, state.metadata, state.metadata_location, io, removed, added, summary
+            ident.parts, state.metadata, state.metadata_location, io, removed, added, summary, sequence_number
         )
         return without_dangling(state.metadata, io, staging), rules
 

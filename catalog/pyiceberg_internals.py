@@ -23,6 +23,7 @@ from pyiceberg.manifest import (
     ManifestEntry,
     ManifestEntryStatus,
     ManifestFile,
+    ManifestWriter,
     ManifestWriterV2,
     _inherit_from_manifest,
 )
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
     from pyiceberg.catalog.rest import RestCatalog
     from pyiceberg.io import FileIO
     from pyiceberg.io.pyarrow import ArrowScan
+    from pyiceberg.partitioning import PartitionSpec
     from pyiceberg.schema import Schema
     from pyiceberg.table import FileScanTask
 
@@ -201,20 +203,42 @@ def replace_files(
     removed: Iterable[DataFile],
     added: Iterable[DataFile],
     snapshot_properties: dict[str, str],
+    data_sequence_number: int,
 ) -> Staging:
     """The requirements and updates of a `replace` snapshot on the main branch that removes the
-    data files `removed` and adds `added` (the same rows in other files), its manifests written.
-    PyIceberg's overwrite producer does all of it but name the operation `replace` (its summary
-    totals refuse that name): it is renamed once the snapshot is made, so that readers of changes
-    know that the data did not change. Raises ValidationException when a file of `removed` is no
-    longer in the table."""
+    data files `removed` and adds `added` (the same rows in other files, of the data sequence
+    number `data_sequence_number`), its manifests written. PyIceberg's overwrite producer does all
+    of it but name the operation `replace` (its summary totals refuse that name) and keep an older
+    sequence number: it is renamed once the snapshot is made, so that readers of changes know
+    that the data did not change. Raises ValidationException when a file of `removed` is no longer
+    in the table."""
     from pyiceberg.table.update.snapshot import _OverwriteFiles
+
+    class Rewrite(_OverwriteFiles):
+        def new_manifest_writer(self, spec: PartitionSpec) -> ManifestWriter:
+            # The producer's writer of its added files takes no sequence number of theirs: its
+            # `add` is the only way files are added, and is given the rewrite's.
+            writer = super().new_manifest_writer(spec)
+            add_entry = writer.add_entry
+
+            def add(entry: ManifestEntry) -> ManifestWriter:
+                return add_entry(
+                    ManifestEntry.from_args(
+                        status=ManifestEntryStatus.ADDED,
+                        snapshot_id=entry.snapshot_id,
+                        sequence_number=data_sequence_number,
+                        data_file=entry.data_file,
+                    )
+                )
+
+            setattr(writer, "add", add)  # noqa: B010
+            return writer
 
     # The producer reads the table only for its location and metadata; it never commits itself.
     honoured = honoured_metadata(metadata)
     table = Table(identifier, honoured, metadata_location, io, catalog=None)  # type: ignore[arg-type]
     transaction = LeanTransaction(table)
-    producer = _OverwriteFiles(
+    producer = Rewrite(
         operation=Operation.OVERWRITE, transaction=transaction, io=io, snapshot_properties=snapshot_properties
     )
     for data_file in removed:

@@ -355,7 +355,11 @@ def test_an_append_that_lands_while_compaction_rewrites_is_kept(
     assert replace.summary is not None and replace.summary["total-records"] == "14"
     entries = [e for m in replace.manifests(table.io) for e in m.fetch_manifest_entry(table.io)]
     written = [e for e in entries if e.snapshot_id == replace.snapshot_id]
-    assert [e.sequence_number for e in written] == [replace.sequence_number]
+    # The data sequence number of the snapshot the files were read at, not the replace's own:
+    # Java's rewrite with the starting sequence number (catalog/conflicts.py).
+    started = table.metadata.snapshot_by_id(append.parent_snapshot_id)  # type: ignore[arg-type]
+    assert started is not None and started.sequence_number == append.sequence_number - 1
+    assert [e.sequence_number for e in written] == [started.sequence_number]
 
 
 def test_an_append_that_lands_while_a_v3_table_compacts_is_kept_and_no_row_changes_id(
