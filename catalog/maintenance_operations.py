@@ -282,7 +282,7 @@ class Maintenance:
             # A full disk, a file gone: nothing references what was written, so it goes now.
             self._delete(report, state.metadata, [(path, "partial new data file") for path in io.written])
             raise
-        starting = state.metadata.snapshot_by_id(live.snapshot_id)
+        starting = state.metadata.snapshot_by_id(live.snapshot_id or 0)
         assert starting is not None, "the snapshot the files were read at"
         while rewritten:
             removed = [data_file for group, _ in rewritten for data_file in group]
