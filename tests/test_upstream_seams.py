@@ -184,7 +184,8 @@ def test_a_lean_transaction_works_out_the_metadata_pyiceberg_does_once(tmp_path:
 
 def test_pyiceberg_s_overwrite_makes_a_replace_snapshot(tmp_path: Path) -> None:
     """Compaction commits what `replace_files` stages: a snapshot that removes and adds files, as
-    PyIceberg's overwrite makes it, its operation `replace`, its totals those of the files kept."""
+    PyIceberg's overwrite makes it, its operation `replace`, its totals those of the files kept,
+    the files it adds of the data sequence number it is given (the starting snapshot's)."""
     from pyiceberg.catalog.sql import SqlCatalog
     from pyiceberg.exceptions import ValidationException
     from pyiceberg.table.update import AddSnapshotUpdate, AssertRefSnapshotId
@@ -198,8 +199,10 @@ def test_pyiceberg_s_overwrite_makes_a_replace_snapshot(tmp_path: Path) -> None:
     small = [task.file for task in table.scan().plan_files()]
     rows = pa.table({"x": pa.array([1, 2], pa.int64())})
     (merged,) = pyiceberg.data_files_of(table.metadata, rows, table.io, uuid.uuid4())
+    started = table.current_snapshot()
+    assert started is not None and started.sequence_number == 2
     requirements, updates = pyiceberg.replace_files(
-        ("n", "t"), table.metadata, table.metadata_location, table.io, small, [merged], {"k": "v"}
+        ("n", "t"), table.metadata, table.metadata_location, table.io, small, [merged], {"k": "v"}, 2
     )
     assert requirements == (AssertRefSnapshotId(ref="main", snapshot_id=table.metadata.current_snapshot_id),)
     (snapshot,) = [u.snapshot for u in updates if isinstance(u, AddSnapshotUpdate)]
@@ -212,8 +215,13 @@ def test_pyiceberg_s_overwrite_makes_a_replace_snapshot(tmp_path: Path) -> None:
         "deleted-data-files": "2",
         "k": "v",
     }
+    assert snapshot.sequence_number == 3
+    entries = [e for m in snapshot.manifests(table.io) for e in m.fetch_manifest_entry(table.io)]
+    assert [(e.data_file.file_path, e.sequence_number) for e in entries if e.status.name == "ADDED"] == [
+        (merged.file_path, 2)
+    ]
     table.overwrite(pa.table({"x": pa.array([9], pa.int64())}))  # the small files are gone
     with pytest.raises(ValidationException):
         pyiceberg.replace_files(
-            ("n", "t"), table.metadata, table.metadata_location, table.io, small, [merged], {}
+            ("n", "t"), table.metadata, table.metadata_location, table.io, small, [merged], {}, 2
         )

@@ -69,6 +69,7 @@ BENCHMARKS: dict[str, tuple[Callable[[Path], Report | list[Report]], str]] = {
     "relays": (relays.run, "commit to message in JetStream; commits with a NATS and a webhook relay on"),
     "sinks": (sinks.run, "sink rows per second and batches"),
     "upserts": (upserts.run, "a keyed sink's upserts beside PyIceberg's table.upsert and plain appends"),
+    "hot_upserts": (upserts.hot_run, "a keyed table under back-to-back upserts, the catalog compacting it"),
     "console": (console.run, "the console's live feed in Chromium at 200 commits/s"),
 }
 

@@ -1,4 +1,5 @@
-"""Keyed sinks: upserts by key against PyIceberg's own `table.upsert` and against plain appends.
+"""Keyed sinks: upserts by key against PyIceberg's own `table.upsert` and against plain appends;
+and a keyed table under back-to-back upserts with the catalog's compaction on (`hot_run`).
 
 Each round writes COMMITS commits of BATCH rows (ten columns, keyed by `id`) into a new table on
 one isbre server, half of each commit's keys new and half earlier ones: the keyed sink (an
@@ -11,6 +12,7 @@ commit's delete file.
 
 from __future__ import annotations
 
+import re
 import statistics
 import time
 import uuid
@@ -173,3 +175,79 @@ def _compacted(server: IsbreServer, catalog: RestCatalog, workdir: Path) -> Repo
             f"{took[0] / took[1]:.1f}",
         )
     return report
+
+
+HOT_COMMITS = 150
+HOT_MIN_INPUT_FILES = "10"
+_SETTLED_S = 3.0
+
+
+def _compaction_counters(server: IsbreServer) -> dict[str, float]:
+    """The compaction job's counters on /metrics, by metric and labels."""
+    found = {}
+    for line in http.get(f"{server.url}/metrics").text.splitlines():
+        if 'job="compact-data-files"' in line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            found[name] = float(value)
+    return found
+
+
+def _settled(server: IsbreServer, limit_s: float = 120.0) -> dict[str, float]:
+    """The counters once no compaction job has ended for _SETTLED_S seconds."""
+    last, since, started = _compaction_counters(server), time.monotonic(), time.monotonic()
+    while time.monotonic() - since < _SETTLED_S and time.monotonic() - started < limit_s:
+        time.sleep(0.5)
+        now = _compaction_counters(server)
+        if now != last:
+            last, since = now, time.monotonic()
+    return last
+
+
+def _total(counters: dict[str, float], metric: str) -> float:
+    return sum(v for k, v in counters.items() if re.match(rf"{metric}\{{", k))
+
+
+def hot_run(workdir: Path) -> Report:
+    """HOT_COMMITS upsert commits of SMALL_BATCH rows back to back into a new keyed table whose
+    compaction the catalog runs itself once HOT_MIN_INPUT_FILES small files pile up: every commit
+    adds an equality delete that applies to every older file, so a compaction that loses to it
+    leaves the table growing."""
+    server = IsbreServer(workdir / "hot-upserts").start()
+    try:
+        catalog = RestCatalog("bench", uri=server.url)
+        catalog.create_namespace("bench")
+        base = ten_columns(SMALL_BATCH * (HOT_COMMITS + 1) // 2 + SMALL_BATCH)
+        batches = [base.slice(i * SMALL_BATCH // 2, SMALL_BATCH) for i in range(HOT_COMMITS)]
+        before = _compaction_counters(server)
+        took, ident = _keyed(
+            catalog, batches, ["id"], **{"isbre.maintenance.compact.min-input-files": HOT_MIN_INPUT_FILES}
+        )
+        after = _settled(server)
+        table = catalog.load_table(ident)
+        summary = table.current_snapshot().summary  # type: ignore[union-attr]
+        replaces = [
+            s
+            for s in table.metadata.snapshots
+            if s.summary is not None and s.summary.operation.value == "replace"
+        ]
+        reads = [_read_seconds(catalog, ident, workdir) for _ in range(READS)]
+        report = Report(
+            f"A keyed table under {HOT_COMMITS} back-to-back upsert commits of {SMALL_BATCH:,} rows, "
+            f"the catalog's compaction on (min-input-files {HOT_MIN_INPUT_FILES}), once its jobs settle",
+            ["what", "figure"],
+        )
+        jobs = _total(after, "isbre_maintenance_jobs_total") - _total(before, "isbre_maintenance_jobs_total")
+        abandoned = _total(after, "isbre_maintenance_commits_abandoned_total") - _total(
+            before, "isbre_maintenance_commits_abandoned_total"
+        )
+        report.add("upsert commits/s", f"{HOT_COMMITS / took:.1f}")
+        report.add("compaction jobs run", f"{jobs:.0f}")
+        report.add("compaction commits (replace snapshots)", len(replaces))
+        report.add("compaction commits abandoned (conflicts)", f"{abandoned:.0f}")
+        report.add("live data files at the end", summary.get("total-data-files"))  # type: ignore[union-attr]
+        report.add("live delete files at the end", summary.get("total-delete-files"))  # type: ignore[union-attr]
+        report.add("rows", f"{reads[0][1]:,}")
+        report.add(f"DuckDB read s (median of {READS})", f"{statistics.median(t for t, _ in reads):.3f}")
+        return report
+    finally:
+        server.stop()
