@@ -4,9 +4,13 @@ writing no manifest but a manifest list.
 Two kinds of snapshot only add manifests to what they were made on, so that on a newer head the
 same manifests still say what they did:
 
-- compaction's replace, when what landed meanwhile is appends of new manifests alone: its own
-  manifests plus the manifests those appends added (the job makes the snapshot again from the
-  manifests when anything else landed: an overwrite, a delete, a merge of manifests);
+- compaction's replace, when what landed meanwhile only added manifests of added files (appends,
+  an upsert sink's rows and equality deletes): its own manifests plus the ones those commits
+  added. Its new files keep the data sequence number they were written with (the starting
+  snapshot's), so an equality delete among them applies to them; a position delete or deletion
+  vector on a file it replaces is refused by the rules it is staged with (catalog/conflicts.py).
+  The job makes the snapshot again from the manifests when anything else landed: a commit that
+  removed files or rewrote or merged manifests;
 - a client's fast append, whatever landed: its new manifests (of added data files only) plus every
   manifest of the head, exactly what the client's own retry would commit (the Java `FastAppend`
   and PyIceberg's retry re-apply an append to the refreshed table without validating anything).
@@ -27,11 +31,12 @@ from isbre.catalog.conflicts import ConflictError, check_added_entries
 from isbre.catalog.deletion import OutsideTableError
 from isbre.catalog.lru import Lru
 from isbre.catalog.manifest_cache import ManifestCache
+from isbre.catalog.manifest_entries import read_entries
 from isbre.catalog.manifest_lists import Encodings, read_manifests, without_first_row_id, write_manifests
 from isbre.catalog.table_properties import location_provider
 from pyiceberg.avro.codecs import CODEC_MAPPING_ICEBERG_TO_AVRO, KNOWN_CODECS
 from pyiceberg.io import FileIO
-from pyiceberg.manifest import UNASSIGNED_SEQ, ManifestContent, ManifestFile
+from pyiceberg.manifest import UNASSIGNED_SEQ, ManifestContent, ManifestEntryStatus, ManifestFile
 from pyiceberg.table import TableProperties
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.refs import MAIN_BRANCH, SnapshotRefType
@@ -66,8 +71,8 @@ def rebased(
     head: TableMetadata, io: FileIO, staged: Snapshot, base_id: int
 ) -> tuple[tuple[TableRequirement, ...], tuple[TableUpdate, ...]] | None:
     """The requirements and updates of `staged` (a replace snapshot planned on the snapshot
-    `base_id`) on `head`'s main branch instead, or None when what landed since the base is not
-    appends of new manifests alone."""
+    `base_id`) on `head`'s main branch instead, or None when what landed since the base did more
+    than add manifests of added files."""
     current, main = head.current_snapshot(), head.refs.get(MAIN_BRANCH)
     if current is None or main is None or staged.summary is None or current.summary is None:
         return None
@@ -75,8 +80,6 @@ def rebased(
         return None
     walked: Snapshot | None = current
     while walked is not None and walked.snapshot_id != base_id:
-        if walked.summary is None or walked.summary.operation != Operation.APPEND:
-            return None
         walked = (
             head.snapshot_by_id(walked.parent_snapshot_id) if walked.parent_snapshot_id is not None else None
         )
@@ -85,10 +88,16 @@ def rebased(
     base_manifests = {m.manifest_path for m in read_manifests(io, walked.manifest_list, head.format_version)}
     head_manifests = read_manifests(io, current.manifest_list, head.format_version)
     if not base_manifests <= {m.manifest_path for m in head_manifests}:
-        return None  # an append merged manifests the replace may have rewritten
+        return None  # a commit removed files or merged manifests the replace may have rewritten
     added = [m for m in head_manifests if m.manifest_path not in base_manifests]
     if any(m.existing_files_count or m.deleted_files_count for m in added):
         return None
+    # The counters are the writer's word; the entries are what a reader reads (a file listed again
+    # as EXISTING would keep a replaced file live beside its rows' new file).
+    for manifest in added:
+        entries = read_entries(io, manifest, head.format_version, discard_deleted=False, inherit=False)
+        if any(entry.status != ManifestEntryStatus.ADDED for entry in entries):
+            return None
     ours = [_unassigned(m, staged) for m in read_manifests(io, staged.manifest_list, head.format_version)]
     made = made_again(head, io, staged, current, added + ours, Operation.REPLACE, Operation.OVERWRITE, {})
     return on_main(head, made.snapshot)

@@ -95,7 +95,7 @@ class V3Appender:
         with write_manifest(
             2, metadata.spec(), metadata.schema(), self.io.new_output(manifest_path), snapshot_id, "deflate"
         ) as writer:
-            writer.add(
+            writer.add_entry(
                 ManifestEntry.from_args(
                     status=ManifestEntryStatus.EXISTING if disguised else ManifestEntryStatus.ADDED,
                     snapshot_id=snapshot_id,

@@ -406,6 +406,39 @@ def test_an_append_that_lands_while_a_v3_table_compacts_is_kept_and_no_row_chang
     assert table.metadata.next_row_id == 25  # type: ignore[attr-defined]
 
 
+def test_compaction_is_made_again_on_an_append_whose_manifest_lists_a_file_as_existing(
+    catalog: Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The replace is moved onto commits that only added files (catalog/rebase.py) as their
+    manifests' entries say, not as their counters claim: an append whose manifest lists its file
+    as EXISTING (while its counters say ADDED) gets the replace made again from the manifests."""
+    from isbre.catalog import own_commits
+
+    from tests.appenders import SCHEMA, V3Appender, tags
+
+    catalog.create_table("db.t", schema=SCHEMA, properties={**COMPACTING, "format-version": "3"})
+    appender = V3Appender("", "db.t", embedded=catalog)
+    for i in range(6):
+        appender.append(pa.table({"writer": [i, i], "seq": [0, 1]}, schema=SCHEMA), tags(0, i))
+    rewrite = service_of(catalog).maintenance._rewritten
+    made: list[object] = []
+    make = own_commits.replaced_v3
+    monkeypatch.setattr(own_commits, "replaced_v3", lambda *a: made.append(a) or make(*a))
+
+    def disguised_first(metadata: Any, rows: pa.Table, io: Any) -> Any:
+        appender.append(pa.table({"writer": [100], "seq": [0]}, schema=SCHEMA), tags(0, 100), disguised=True)
+        return rewrite(metadata, rows, io)
+
+    monkeypatch.setattr(service_of(catalog).maintenance, "_rewritten", disguised_first)
+    (report,) = service_of(catalog).maintenance.run(T, ["compact-data-files"])
+    assert report.committed and report.rewritten_files == 6, report
+    assert len(made) == 2
+    rows = catalog.load_table("db.t").scan().to_arrow()
+    assert sorted(zip(rows["writer"].to_pylist(), rows["seq"].to_pylist(), strict=True)) == sorted(
+        [(i, k) for i in range(6) for k in (0, 1)] + [(100, 0)]
+    )
+
+
 def test_compaction_commits_nothing_when_its_files_went_meanwhile(
     catalog: Catalog, monkeypatch: pytest.MonkeyPatch
 ) -> None:

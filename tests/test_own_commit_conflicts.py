@@ -17,7 +17,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from isbre.catalog import Identifier, conflicts
+from isbre.catalog import Identifier, conflicts, own_commits
 from isbre.catalog.conflicts import ConflictError, check_rewrite_files
 from isbre.catalog.embedded import LmdbCatalog
 from isbre.catalog.maintenance import JobReport
@@ -200,6 +200,28 @@ def test_compaction_that_applied_deletes_moves_onto_an_append_committed_meanwhil
         for e in m.fetch_manifest_entry(table.io)
     ]  # type: ignore[union-attr]
     assert {e.data_file.content for e in live} == {DataFileContent.DATA}
+
+
+def test_compaction_is_moved_onto_an_equality_delete_committed_meanwhile_not_made_again(
+    catalog: Catalog, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A commit that only added manifests (an upsert sink's: rows and an equality delete file)
+    changes nothing the replace wrote or read from: the replace is moved onto it, its manifests
+    kept, as onto an append (catalog/rebase.py), instead of being made again from the manifests,
+    which on a table an upsert sink writes all the time lost every race to the next commit."""
+    table = appended(catalog, ("a",), PartitionSpec())
+    made: list[object] = []
+    make = own_commits.replace_files
+    monkeypatch.setattr(own_commits, "replace_files", lambda *a: made.append(a) or make(*a))
+    deleted = equality_deletes(table, "n", [1, 31])
+    report, written = compact_while(catalog, monkeypatch, lambda: commit_deletes(table.refresh(), [deleted]))
+    assert report.committed and not report.abandoned
+    assert len(made) == 1
+    assert rows(table, tmp_path, pyiceberg_too=False) == model(("a",), {("a", 1), ("a", 31)})
+    replace = table.refresh().current_snapshot()
+    assert replace is not None and replace.summary is not None
+    assert replace.summary.operation.value == "replace"
+    assert written and all(map(exists, written))
 
 
 def test_an_equality_delete_committed_while_compaction_applies_older_ones_keeps_its_rows_deleted(

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from isbre.catalog.maintenance import COMPACT_DATA_FILES, JOB_PROPERTY
 from isbre.events import TableFeed
 from isbre.sinks.contract import OffsetSpan
 from isbre.sinks.iceberg import IcebergSink
@@ -50,7 +51,7 @@ def _batches() -> list[pa.Table]:
 
 
 def _keyed(
-    catalog: RestCatalog, batches: list[pa.Table], key: list[str], **properties: str
+    catalog: RestCatalog, batches: list[pa.Table], key: list[str], pause_s: float = 0.0, **properties: str
 ) -> tuple[float, str]:
     ident = f"bench.u{uuid.uuid4().hex[:10]}"
     with IcebergSink(catalog, ident, key=key, metadata_policy="none", table_properties=properties) as sink:
@@ -63,6 +64,7 @@ def _keyed(
                 )
                 start += rows.num_rows
                 sink.finish()
+                time.sleep(pause_s)
 
         return timed(run), ident
 
@@ -179,6 +181,7 @@ def _compacted(server: IsbreServer, catalog: RestCatalog, workdir: Path) -> Repo
 
 HOT_COMMITS = 150
 HOT_MIN_INPUT_FILES = "10"
+HOT_PAUSE_S = 0.1  # between commits: a sink that never stops, not one that ends before a job starts
 _SETTLED_S = 3.0
 
 
@@ -208,7 +211,7 @@ def _total(counters: dict[str, float], metric: str) -> float:
 
 
 def hot_run(workdir: Path) -> Report:
-    """HOT_COMMITS upsert commits of SMALL_BATCH rows back to back into a new keyed table whose
+    """HOT_COMMITS upsert commits of SMALL_BATCH rows, HOT_PAUSE_S apart, into a new keyed table whose
     compaction the catalog runs itself once HOT_MIN_INPUT_FILES small files pile up: every commit
     adds an equality delete that applies to every older file, so a compaction that loses to it
     leaves the table growing."""
@@ -219,20 +222,29 @@ def hot_run(workdir: Path) -> Report:
         base = ten_columns(SMALL_BATCH * (HOT_COMMITS + 1) // 2 + SMALL_BATCH)
         batches = [base.slice(i * SMALL_BATCH // 2, SMALL_BATCH) for i in range(HOT_COMMITS)]
         before = _compaction_counters(server)
-        took, ident = _keyed(
-            catalog, batches, ["id"], **{"isbre.maintenance.compact.min-input-files": HOT_MIN_INPUT_FILES}
-        )
+        properties = {"isbre.maintenance.compact.min-input-files": HOT_MIN_INPUT_FILES}
+        took, ident = _keyed(catalog, batches, ["id"], HOT_PAUSE_S, **properties)
         after = _settled(server)
         table = catalog.load_table(ident)
         summary = table.current_snapshot().summary  # type: ignore[union-attr]
         replaces = [
             s
             for s in table.metadata.snapshots
-            if s.summary is not None and s.summary.operation.value == "replace"
+            if s.summary is not None and s.summary.get(JOB_PROPERTY) == COMPACT_DATA_FILES
+        ]
+        last_sink = max(
+            s.sequence_number or 0
+            for s in table.metadata.snapshots
+            if s.summary is not None and s.summary.operation.value != "replace"
+        )
+        totals = [
+            (int(s.summary.get("total-data-files") or 0), int(s.summary.get("total-delete-files") or 0))
+            for s in table.metadata.snapshots
+            if s.summary is not None and s.summary.operation.value != "replace"
         ]
         reads = [_read_seconds(catalog, ident, workdir) for _ in range(READS)]
         report = Report(
-            f"A keyed table under {HOT_COMMITS} back-to-back upsert commits of {SMALL_BATCH:,} rows, "
+            f"A keyed table under {HOT_COMMITS} upsert commits of {SMALL_BATCH:,} rows, "
             f"the catalog's compaction on (min-input-files {HOT_MIN_INPUT_FILES}), once its jobs settle",
             ["what", "figure"],
         )
@@ -240,10 +252,18 @@ def hot_run(workdir: Path) -> Report:
         abandoned = _total(after, "isbre_maintenance_commits_abandoned_total") - _total(
             before, "isbre_maintenance_commits_abandoned_total"
         )
-        report.add("upsert commits/s", f"{HOT_COMMITS / took:.1f}")
+        report.add(f"upsert commits/s ({HOT_PAUSE_S} s apart)", f"{HOT_COMMITS / took:.1f}")
         report.add("compaction jobs run", f"{jobs:.0f}")
-        report.add("compaction commits (replace snapshots)", len(replaces))
+        while_writing = sum((s.sequence_number or 0) < last_sink for s in replaces)
+        report.add("compaction commits while the sink wrote", while_writing)
+        report.add("compaction commits in all", len(replaces))
         report.add("compaction commits abandoned (conflicts)", f"{abandoned:.0f}")
+        most_data, most_deletes = (max(each) for each in zip(*totals, strict=True))
+        last_data, last_deletes = totals[-1]
+        report.add("most live data files / delete files a sink commit left", f"{most_data} / {most_deletes}")
+        report.add(
+            "live data files / delete files after the last sink commit", f"{last_data} / {last_deletes}"
+        )
         report.add("live data files at the end", summary.get("total-data-files"))  # type: ignore[union-attr]
         report.add("live delete files at the end", summary.get("total-delete-files"))  # type: ignore[union-attr]
         report.add("rows", f"{reads[0][1]:,}")
