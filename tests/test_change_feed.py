@@ -290,6 +290,33 @@ def test_a_format_v3_table_pairs_updates_by_row_lineage(server: IsbreServer, tmp
     ]
 
 
+def test_a_format_v3_table_s_deletion_vectors_are_deletes_each_row_once(
+    server: IsbreServer, tmp_path: Path
+) -> None:
+    """A deletion vector deletes rows by position: the feed, which reads a v3 table's files whole
+    to give each row its id (row lineage) and applies the vector after, hands over the row it
+    deleted and nothing else."""
+    catalog = RestCatalog("isbre", uri=server.url)
+    catalog.create_namespace("vectors_v3")
+    table = catalog.create_table("vectors_v3.t", SCHEMA, properties={"format-version": "3"})
+    appender = V3Appender(server.url, "vectors_v3.t")
+    model = Model(tmp_path)
+    feed = TableFeed(server.url, "vectors_v3.t", consumer=None, changes=True)
+    try:
+        appender.append(pa.table({"writer": [0] * 4, "seq": [0, 1, 2, 3]}, schema=SCHEMA), tags(0, 0))
+        model.step(table)
+        read = feed.read(timeout=5).to_pylist()
+        table.refresh()
+        (task,) = table.scan().plan_files()
+        appender.delete_from(task.file.file_path, [1])
+        model.step(table)
+        read += feed.read(timeout=5).to_pylist()
+    finally:
+        feed.close()
+    assert by_commit(read) == model.changes()
+    assert [(row[CHANGE_TYPE], row["seq"]) for row in read[4:]] == [("delete", 1)]
+
+
 def test_changes_go_on_across_a_server_restart_each_once(tmp_path: Path) -> None:
     first = InProcessServer(tmp_path / "warehouse").start()
     table = new_table(first, "restarted", keyed=True, version=2)
