@@ -19,6 +19,7 @@ from tests.bench import (
     console,
     events,
     feeds,
+    group_commit,
     hot_table,
     lineage,
     load_table,
@@ -57,6 +58,10 @@ BENCHMARKS: dict[str, tuple[Callable[[Path], Report | list[Report]], str]] = {
         "compaction and a rebased append, CPU, beside PyIceberg's own rewrite and a plain append",
     ),
     "workers": (workers.run, "clients in processes, 1 worker and N workers"),
+    "group_commit": (
+        group_commit.run,
+        "64 writers on own tables, 1 and 2 workers: commits per store transaction, syncs per commit",
+    ),
     "replicas": (replicas.run, "replicas on PostgreSQL beside SqlCatalog on PostgreSQL"),
     "maintenance": (
         maintenance.run,
