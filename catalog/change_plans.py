@@ -11,11 +11,12 @@ row by row (events/change_rows.py), as Spark's changelog view does. `replace` sn
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from isbre.catalog.manifest_entries import first_row_id, with_first_row_id
 from isbre.catalog.scan_planning import DeleteIndex, Planner
+from pyiceberg.expressions import AlwaysTrue, BooleanExpression
 from pyiceberg.manifest import DataFile, ManifestContent, ManifestEntry, ManifestEntryStatus
 from pyiceberg.table.snapshots import Operation, Snapshot
 
@@ -27,7 +28,8 @@ class ChangeTask:
     """`added-rows`: the rows of `data_file` read with `deletes` were inserted by the commit;
     `deleted-data-file`: they were deleted (the file was removed); `deleted-rows`: the rows read
     with `existing` deletes and not with `deletes` were deleted (and any read with `deletes` and
-    not with `existing`, a delete file removed alone, inserted)."""
+    not with `existing`, a delete file removed alone, inserted). Of those, the ones `residual`
+    matches are the changes the plan asked for."""
 
     kind: ChangeKind
     commit_seq: int
@@ -35,6 +37,8 @@ class ChangeTask:
     data_file: DataFile
     deletes: tuple[DataFile, ...]
     existing: tuple[DataFile, ...] = ()
+    # What is left of the plan's filter for the file's rows: a reader keeps the rows it matches.
+    residual: BooleanExpression = field(default_factory=AlwaysTrue)
 
 
 @dataclass(frozen=True)
@@ -135,7 +139,9 @@ def snapshot_changes(planner: Planner, snapshot: Snapshot, commit_seq: int) -> l
             now = tuple(after.of(entry))
             if {d.file_path for d in existing} != {d.file_path for d in now}:
                 tasks.append(ChangeTask("deleted-rows", commit_seq, own, entry.data_file, now, existing))
-    return tasks
+    # A filter prunes both sides of a commit alike: the rows of a file it leaves out match it on
+    # neither side, so what is left is the change of the rows that match.
+    return [replace(t, residual=planner.residual(t.data_file)) for t in tasks if planner.keeps(t.data_file)]
 
 
 def _removed_row_ids(planner: Planner, snapshot: Snapshot, removed: list[ManifestEntry]) -> dict[str, int]:

@@ -142,9 +142,12 @@ class Plans:
         scan = Scan(table_uuid, head, True, start, rows)
         return Resolved(scan, self._planner(history, scan), max(after, newer[0][1]))
 
-    def changes(self, ident: Identifier, after: int, max_tasks: int) -> tuple[Planner, ChangePlan]:
+    def changes(
+        self, ident: Identifier, after: int, max_tasks: int, rows: RowFilter | None = None
+    ) -> tuple[Planner, ChangePlan]:
         """What the table's commits after `after` inserted and deleted (whole commits, up to about
-        `max_tasks` tasks), with the planner that read them. ExpiredCommitsError as `resolve`."""
+        `max_tasks` tasks) in the files whose rows may match `rows`, with the planner that read
+        them. ExpiredCommitsError as `resolve`."""
         history = self._history(ident)
         table_uuid = str(history.metadata.table_uuid)
         with self.core.store.read(self.core.scope) as view:
@@ -156,7 +159,7 @@ class Plans:
             newer, start, whole = _newer(history, after, commit_of)
             if whole and newer:
                 _check_not_expired(newer, after, commit_of, _FirstParents(view, table_uuid))
-        scan = Scan(table_uuid, history.metadata.current_snapshot_id, True, start)
+        scan = Scan(table_uuid, history.metadata.current_snapshot_id, True, start, rows or RowFilter())
         planner = self._planner(history, scan)
         return planner, plan_changes(planner, newer[::-1], max_tasks) or ChangePlan([], after)
 

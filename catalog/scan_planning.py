@@ -205,13 +205,21 @@ class Planner:
                 not self.scan.incremental
                 or (entry.status == ManifestEntryStatus.ADDED and entry.snapshot_id in added)
             )
-            and self._pruning.keeps_file(entry.data_file)
+            and self.keeps(entry.data_file)
         ]
         deletes = self._deletes
         return [
-            PlannedTask(entry.data_file, tuple(deletes.of(entry)), self._pruning.residual(entry.data_file))
+            PlannedTask(entry.data_file, tuple(deletes.of(entry)), self.residual(entry.data_file))
             for entry in entries
         ]
+
+    def keeps(self, data_file: DataFile) -> bool:
+        """Whether the scan's filter may match rows of `data_file` (its partition, its bounds)."""
+        return self._pruning.keeps_file(data_file)
+
+    def residual(self, data_file: DataFile) -> BooleanExpression:
+        """What is left of the scan's filter for the rows of `data_file`."""
+        return self._pruning.residual(data_file)
 
     def added_deletes(self, added_by: Snapshot) -> list[DataFile]:
         """The delete files `added_by` added (a rewrite that a reader of changes is told of)."""

@@ -125,8 +125,6 @@ class PlanTableScanRequest(scan_planning.PlanTableScanRequest):
     def _one_kind_of_scan(self) -> PlanTableScanRequest:
         if self.changes and self.after_commit_seq is None:
             raise ValueError("isbre-changes plans changes after a commit: isbre-after-commit-seq is required")
-        if self.changes and self.filter is not None:
-            raise ValueError("isbre-changes plans read whole rows: a filter cannot be combined with it")
         if self.after_commit_seq is not None and (
             self.snapshot_id is not None
             or self.start_snapshot_id is not None

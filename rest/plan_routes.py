@@ -111,11 +111,16 @@ def plan_table_scan(
 
     def resolved() -> tuple[PlanId, Planner] | dict[str, Any]:
         body = _plan_request(raw, max_terms)
+        rows = RowFilter(
+            body.filter if body.filter is not None else AlwaysTrue(),
+            body.case_sensitive,
+            body.use_snapshot_schema,
+        )
         if body.changes:
             assert body.after_commit_seq is not None  # the request's validator says so
             page_size = runtime(request).settings.plan_page_size
             planner, changes = service(request).plans.changes(
-                target.ident(table), body.after_commit_seq, page_size
+                target.ident(table), body.after_commit_seq, page_size, rows
             )
             return _changes_answer(planner, changes)
         found = service(request).plans.resolve(
@@ -125,11 +130,7 @@ def plan_table_scan(
                 start_snapshot_id=body.start_snapshot_id,
                 end_snapshot_id=body.end_snapshot_id,
                 after_commit_seq=body.after_commit_seq,
-                rows=RowFilter(
-                    body.filter if body.filter is not None else AlwaysTrue(),
-                    body.case_sensitive,
-                    body.use_snapshot_schema,
-                ),
+                rows=rows,
             ),
         )
         schema = found.planner.metadata.schema()

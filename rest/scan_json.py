@@ -269,7 +269,7 @@ class TaskWriter:
             found: dict[str, Any] = {"data-file": self.content_file(task.data_file)}
             if task.deletes:
                 found["delete-file-references"] = delete_files.references(task.deletes)
-            found["residual-filter"] = True
+            found["residual-filter"] = expression_json(task.residual)
             found["isbre-change"] = change
             file_scan_tasks.append(found)
         return {"delete-files": delete_files.listed, "file-scan-tasks": file_scan_tasks}

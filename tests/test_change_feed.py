@@ -437,16 +437,46 @@ def test_a_change_plan_names_each_task_s_change(server: IsbreServer) -> None:
     assert all(task["residual-filter"] is True for task in found["file-scan-tasks"])
 
 
-def test_a_change_plan_needs_a_cursor_and_takes_no_filter(server: IsbreServer) -> None:
+def test_a_change_plan_needs_a_cursor(server: IsbreServer) -> None:
     new_table(server, "refused", keyed=False, version=2)
-    for body, words in (
-        ({"isbre-changes": True}, "isbre-after-commit-seq is required"),
-        ({"isbre-changes": True, "isbre-after-commit-seq": 0, "filter": True}, "filter"),
-    ):
-        answer = plan(server, "refused.t", body)
-        assert answer.status_code == 400, answer.text
-        error = answer.json()["error"]
-        assert error["type"] == "BadRequestException" and words in error["message"]
+    answer = plan(server, "refused.t", {"isbre-changes": True})
+    assert answer.status_code == 400, answer.text
+    error = answer.json()["error"]
+    assert error["type"] == "BadRequestException" and "isbre-after-commit-seq is required" in error["message"]
+
+
+def test_a_filtered_change_plan_has_the_tasks_of_files_whose_rows_may_match(server: IsbreServer) -> None:
+    """A filter prunes a change plan's tasks as it prunes a scan's (partitions, then column
+    bounds), on both sides of each commit alike, and each task carries its residual: the rows
+    read and kept by it are the changes of the rows that match."""
+    catalog = RestCatalog("isbre", uri=server.url)
+    catalog.create_namespace("filtered")
+    fields = (NestedField(1, "id", LongType(), required=True), NestedField(2, "name", StringType()))
+    spec = PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "name"))
+    table = catalog.create_table("filtered.t", Schema(*fields), partition_spec=spec)
+    after = plan(server, "filtered.t", {"filter": False}).json()["isbre-commit-seq"]
+    table.append(rows((1, "a"), (2, "b"), (3, "a"), (40, "b")))
+    table.delete(EqualTo("id", 2))  # a copy-on-write rewrite of partition b's file
+    whole = plan(server, "filtered.t", {"isbre-after-commit-seq": after, "isbre-changes": True}).json()
+    by_partition: dict[str, set[str]] = {"a": set(), "b": set()}
+    for task in whole["file-scan-tasks"]:
+        by_partition[task["data-file"]["partition"][0]].add(task["data-file"]["file-path"])
+    assert by_partition["a"] and by_partition["b"]
+    body = {"isbre-after-commit-seq": after, "isbre-changes": True}
+    only_a = plan(server, "filtered.t", {**body, "filter": {"type": "eq", "term": "name", "value": "a"}})
+    assert only_a.status_code == 200, only_a.text
+    tasks = only_a.json()["file-scan-tasks"]
+    assert {task["data-file"]["file-path"] for task in tasks} == by_partition["a"]
+    assert all(task["residual-filter"] is True for task in tasks)  # the partition decides it whole
+    # Column bounds prune as well: partition b's files hold ids 2 to 40; ids above 100 match none.
+    above = {"type": "gt", "term": "id", "value": 100}
+    assert plan(server, "filtered.t", {**body, "filter": above}).json()["file-scan-tasks"] == []
+    # A task that may hold rows that do not match carries what is left of the filter to apply.
+    some = plan(server, "filtered.t", {**body, "filter": {"type": "lt", "term": "id", "value": 3}}).json()
+    assert some["file-scan-tasks"] and all(
+        task["residual-filter"] == {"type": "lt", "term": "id", "value": 3}
+        for task in some["file-scan-tasks"]
+    )
 
 
 def test_isbre_tail_prints_changes(server: IsbreServer) -> None:
