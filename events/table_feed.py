@@ -14,7 +14,10 @@ import time
 from collections.abc import Iterator
 from typing import Any, Literal
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
 from isbre.catalog.equality_deletes import DeletedKeys
 from isbre.catalog.identifiers import check_consumer_name
 from isbre.catalog.pyiceberg_internals import rest_extension
@@ -22,7 +25,16 @@ from isbre.events.change_reads import FileRows, commit_rows, read_tasks
 from isbre.events.change_rows import INSERT, change_schema, commit_changes, with_change
 from isbre.events.client import subscribe
 from pyiceberg.catalog.rest import RestCatalog
-from pyiceberg.catalog.rest.scan_planning import PlanCompleted, RESTFileScanTask, ScanTasks
+from pyiceberg.catalog.rest.scan_planning import (
+    PlanCompleted,
+    PlanTableScanRequest,
+    RESTFileScanTask,
+    ScanTasks,
+)
+from pyiceberg.expressions import AlwaysTrue, BooleanExpression
+from pyiceberg.expressions.parser import parse
+from pyiceberg.expressions.visitors import bind
+from pyiceberg.io.pyarrow import expression_to_pyarrow
 from pyiceberg.table import Table
 
 _TABLE = "namespaces/{namespace}/tables/{table}"
@@ -56,6 +68,7 @@ class TableFeed:
         on_rewrite: Literal["raise", "skip"] = "raise",
         on_expired: Literal["raise", "resync"] = "raise",
         changes: bool = False,
+        row_filter: str | BooleanExpression | None = None,
         **properties: str,
     ) -> None:
         """`table`: "namespace.table"; `consumer`: the cursor's name (a new one starts at the
@@ -66,8 +79,10 @@ class TableFeed:
         expired does ("raise": FeedResyncError; "resync": reads the table as it is, rows it had
         read included, and follows from there); `changes`: read what each commit inserted,
         deleted and updated, each row with `_change_type` and `_commit_seq` (overwrites and
-        deletes are changes: `on_rewrite` does not apply); `properties`: more of PyIceberg's
-        catalog properties (vended credentials' header, say)."""
+        deletes are changes: `on_rewrite` does not apply); `row_filter`: only the rows that match
+        it (an expression or its text, as PyIceberg's `scan(row_filter=...)` takes; the server
+        leaves out the files it rules out, and a change moving a row out of it is a delete);
+        `properties`: more of PyIceberg's catalog properties (vended credentials' header, say)."""
         if on_rewrite not in ("raise", "skip"):
             raise ValueError(f"on_rewrite is 'raise' or 'skip', not {on_rewrite!r}")
         if on_expired not in ("raise", "resync"):
@@ -75,6 +90,23 @@ class TableFeed:
         self.uri, self.table = uri.rstrip("/"), table
         self.consumer = None if consumer is None else check_consumer_name(consumer)
         self.on_rewrite, self.on_expired, self.changes = on_rewrite, on_expired, changes
+        self.row_filter = (
+            AlwaysTrue()
+            if row_filter is None
+            else parse(row_filter)
+            if isinstance(row_filter, str)
+            else row_filter
+        )
+        # The filter as a plan request carries it (none where every row is wanted).
+        self._filter: dict[str, Any] = (
+            {}
+            if self.row_filter == AlwaysTrue()
+            else {
+                "filter": PlanTableScanRequest(filter=self.row_filter).model_dump(by_alias=True, mode="json")[
+                    "filter"
+                ]
+            }
+        )
         auth = {"token": token} if token else {"credential": credential} if credential else {}
         self._catalog = RestCatalog("feed", uri=self.uri, **auth, **properties)
         self._token, self._credential = token, credential
@@ -151,7 +183,7 @@ class TableFeed:
         as it is: its current snapshot, whatever expiry removed before it."""
         if self.position == BEFORE_ANY_COMMIT:
             return self._read_whole()
-        body: dict[str, Any] = {"isbre-after-commit-seq": self.position}
+        body: dict[str, Any] = {"isbre-after-commit-seq": self.position, **self._filter}
         if self.changes:
             body["isbre-changes"] = True
         try:
@@ -175,7 +207,7 @@ class TableFeed:
 
     def _read_whole(self) -> pa.Table | None:
         """The table's current snapshot, read whole; the position moves to the commit that made it."""
-        answer = self._call("POST", f"{_TABLE}/plan", body={})
+        answer = self._call("POST", f"{_TABLE}/plan", body=dict(self._filter))
         if "isbre-commit-seq" not in answer:
             raise FeedError(
                 f"{self.table}'s current snapshot was not made through this catalog's commit log "
@@ -196,7 +228,7 @@ class TableFeed:
         table = self._load()
         self._arrow_schema = table.schema().as_arrow()
         read = [read_tasks(table, page.file_scan_tasks, page.delete_files) for page in pages]
-        rows = pa.concat_tables(read, promote_options="permissive")
+        rows = self._matching(table, pa.concat_tables(read, promote_options="permissive"))
         self.position = after
         return rows
 
@@ -223,15 +255,26 @@ class TableFeed:
         if keys is None or keys.schema_id != schema.schema_id:
             keys = self._deleted_keys = DeletedKeys(table.io, schema)
         keys.io = table.io
-        found = [
-            commit_changes(
-                *commit_rows(table, tasks, page.delete_files, keys, self._file_rows), commit_seq, key
-            )
-            for commit_seq, tasks in commits.items()
-        ]
+        found = []
+        for commit_seq, tasks in commits.items():
+            read, inserted = commit_rows(table, tasks, page.delete_files, keys, self._file_rows)
+            matching = self._matches(table, read)
+            found.append(commit_changes(read.filter(matching), inserted[matching], commit_seq, key))
         self.position = after
         rows = pa.concat_tables(found, promote_options="permissive")
         return rows if rows.num_rows else None
+
+    def _matches(self, table: Table, rows: pa.Table) -> np.ndarray:
+        """Which of `rows` the feed's filter keeps (a task's residual is the filter less what its
+        file's partition decides: the whole filter keeps the same rows); a null is no match."""
+        if self.row_filter == AlwaysTrue():
+            return np.ones(rows.num_rows, dtype=bool)
+        bound = expression_to_pyarrow(bind(table.schema(), self.row_filter, case_sensitive=True))
+        found = ds.dataset(rows).to_table(columns={"matches": bound}).column("matches")
+        return np.asarray(pc.fill_null(found, False).to_numpy(zero_copy_only=False), dtype=bool)
+
+    def _matching(self, table: Table, rows: pa.Table) -> pa.Table:
+        return rows if self.row_filter == AlwaysTrue() else rows.filter(self._matches(table, rows))
 
     def _pages(self, answer: dict[str, Any]) -> list[ScanTasks]:
         pages: list[ScanTasks] = [PlanCompleted.model_validate(answer)]

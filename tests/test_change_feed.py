@@ -81,13 +81,17 @@ class Model:
         self.states.append(self.read(table))
 
     def changes(self) -> list[Change]:
-        """Each step's difference from the one before, where it made one."""
-        found = []
-        for before, after in itertools.pairwise(self.states):
-            change = (before - after, after - before)
-            if change != (Counter(), Counter()):
-                found.append(change)
-        return found
+        return differences(self.states)
+
+
+def differences(states: list[Rows]) -> list[Change]:
+    """Each state's difference from the one before, where it made one."""
+    found = []
+    for before, after in itertools.pairwise(states):
+        change = (before - after, after - before)
+        if change != (Counter(), Counter()):
+            found.append(change)
+    return found
 
 
 def by_commit(read: list[dict[str, Any]]) -> list[Change]:
@@ -477,6 +481,44 @@ def test_a_filtered_change_plan_has_the_tasks_of_files_whose_rows_may_match(serv
         task["residual-filter"] == {"type": "lt", "term": "id", "value": 3}
         for task in some["file-scan-tasks"]
     )
+
+
+def test_a_filtered_feed_hands_over_the_changes_of_the_rows_that_match(
+    server: IsbreServer, tmp_path: Path
+) -> None:
+    """`row_filter`: the changes of the rows that match it, each once: a row an update moves out
+    of the filter is a delete, one it moves in an insert; an appends feed with the same filter
+    reads the matching rows only."""
+    catalog = RestCatalog("isbre", uri=server.url)
+    catalog.create_namespace("filtered_feed")
+    fields = (NestedField(1, "id", LongType(), required=True), NestedField(2, "name", StringType()))
+    # Unpartitioned: each file holds both names, and the feed applies the filter to the rows.
+    table = catalog.create_table("filtered_feed.t", Schema(*fields, identifier_field_ids=[1]))
+    model = Model(tmp_path)
+    changes = TableFeed(server.url, "filtered_feed.t", consumer=None, changes=True, row_filter="name = 'a'")
+    appends = TableFeed(server.url, "filtered_feed.t", consumer=None, row_filter=EqualTo("name", "a"))
+    read: list[dict[str, Any]] = []
+    try:
+        table.append(rows((1, "a"), (2, "b"), (3, "a")))
+        model.step(table)
+        read += changes.read(timeout=5).to_pylist()
+        assert sorted(appends.read(timeout=5).to_pylist(), key=lambda r: r["id"]) == [
+            {"id": 1, "name": "a"},
+            {"id": 3, "name": "a"},
+        ]
+        table.upsert(rows((3, "b"), (4, "a"), (2, "a")))  # 3 moves out of the filter, 2 into it
+        model.step(table)
+        read += changes.read(timeout=5).to_pylist()
+        table.delete(EqualTo("id", 1))
+        model.step(table)
+        read += changes.read(timeout=5).to_pylist()
+    finally:
+        changes.close()
+        appends.close()
+    matching = [Counter({row: n for row, n in state.items() if row[1] == "a"}) for state in model.states]
+    assert by_commit(read) == differences(matching)
+    moved = [(row[CHANGE_TYPE], row["id"]) for row in read if row[COMMIT_SEQ] == read[2][COMMIT_SEQ]]
+    assert sorted(moved) == [("delete", 3), ("insert", 2), ("insert", 4)]
 
 
 def test_isbre_tail_prints_changes(server: IsbreServer) -> None:
