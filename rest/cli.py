@@ -110,6 +110,7 @@ def _table_tail(args: argparse.Namespace) -> int:
         from_start=args.from_start,
         on_expired=args.on_expired,
         changes=args.changes,
+        row_filter=args.row_filter,
         **credentials,
     )
     where = (
@@ -380,6 +381,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="print each commit's inserts, deletes and updates (with _change_type and _commit_seq), "
         "not only appended rows",
+    )
+    table_tail.add_argument(
+        "--filter",
+        dest="row_filter",
+        help="only the rows that match this expression, as PyIceberg's row_filter takes it "
+        "(e.g. \"region = 'eu' and amount > 100\")",
     )
     _add_credentials(table_tail)
     table_tail.set_defaults(prog=table_tail.prog, command_parser=table_tail, handler=_table_tail)

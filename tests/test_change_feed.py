@@ -522,11 +522,14 @@ def test_a_filtered_feed_hands_over_the_changes_of_the_rows_that_match(
 
 
 def test_isbre_tail_prints_changes(server: IsbreServer) -> None:
+    """Of the rows its filter matches: the row of id 9 is never printed."""
     table = new_table(server, "tailed", keyed=True, version=2)
-    table.append(rows((1, "a")))
+    table.append(rows((1, "a"), (9, "z")))
     command = [sys.executable, "-m", "isbre.rest.cli", "tail", "tailed.t", "--url", server.url]
     tail = zygote.popen(
-        [*command, "--changes", "--from-start"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        [*command, "--changes", "--from-start", "--filter", "id < 5"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
     try:
         assert tail.stdout is not None and tail.stderr is not None
