@@ -230,7 +230,7 @@ class TableFeed:
         read = [read_tasks(table, page.file_scan_tasks, page.delete_files) for page in pages]
         rows = self._matching(table, pa.concat_tables(read, promote_options="permissive"))
         self.position = after
-        return rows
+        return rows if rows.num_rows else None
 
     def _changes(self, answer: dict[str, Any]) -> pa.Table | None:
         """The changes a change plan's tasks read, commit by commit (None when there are none);

@@ -9,6 +9,7 @@ import itertools
 import json
 import subprocess
 import sys
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -506,6 +507,12 @@ def test_a_filtered_feed_hands_over_the_changes_of_the_rows_that_match(
             {"id": 1, "name": "a"},
             {"id": 3, "name": "a"},
         ]
+        # A commit none of whose rows match is nothing to hand over: `read` waits on (its file's
+        # bounds, "0" to "z", do not rule "a" out: the rows are read and none kept).
+        catalog.load_table("filtered_feed.t").append(rows((7, "0"), (8, "z")))
+        started = time.monotonic()
+        assert appends.read(timeout=1.0).num_rows == 0
+        assert time.monotonic() - started >= 0.9
         table.upsert(rows((3, "b"), (4, "a"), (2, "a")))  # 3 moves out of the filter, 2 into it
         model.step(table)
         read += changes.read(timeout=5).to_pylist()
