@@ -31,7 +31,7 @@ from pyiceberg.catalog.rest.scan_planning import (
     RESTFileScanTask,
     ScanTasks,
 )
-from pyiceberg.expressions import AlwaysTrue, BooleanExpression
+from pyiceberg.expressions import BooleanExpression
 from pyiceberg.expressions.parser import parse
 from pyiceberg.expressions.visitors import bind
 from pyiceberg.io.pyarrow import expression_to_pyarrow
@@ -90,23 +90,12 @@ class TableFeed:
         self.uri, self.table = uri.rstrip("/"), table
         self.consumer = None if consumer is None else check_consumer_name(consumer)
         self.on_rewrite, self.on_expired, self.changes = on_rewrite, on_expired, changes
-        self.row_filter = (
-            AlwaysTrue()
-            if row_filter is None
-            else parse(row_filter)
-            if isinstance(row_filter, str)
-            else row_filter
-        )
-        # The filter as a plan request carries it (none where every row is wanted).
-        self._filter: dict[str, Any] = (
-            {}
-            if self.row_filter == AlwaysTrue()
-            else {
-                "filter": PlanTableScanRequest(filter=self.row_filter).model_dump(by_alias=True, mode="json")[
-                    "filter"
-                ]
-            }
-        )
+        self.row_filter = parse(row_filter) if isinstance(row_filter, str) else row_filter
+        # The filter as a plan request carries it.
+        self._filter: dict[str, Any] = {}
+        if self.row_filter is not None:
+            request = PlanTableScanRequest(filter=self.row_filter).model_dump(by_alias=True, mode="json")
+            self._filter["filter"] = request["filter"]
         auth = {"token": token} if token else {"credential": credential} if credential else {}
         self._catalog = RestCatalog("feed", uri=self.uri, **auth, **properties)
         self._token, self._credential = token, credential
@@ -228,7 +217,9 @@ class TableFeed:
         table = self._load()
         self._arrow_schema = table.schema().as_arrow()
         read = [read_tasks(table, page.file_scan_tasks, page.delete_files) for page in pages]
-        rows = self._matching(table, pa.concat_tables(read, promote_options="permissive"))
+        rows = pa.concat_tables(read, promote_options="permissive")
+        if self.row_filter is not None:
+            rows = rows.filter(self._matches(table, rows))
         self.position = after
         return rows if rows.num_rows else None
 
@@ -258,8 +249,10 @@ class TableFeed:
         found = []
         for commit_seq, tasks in commits.items():
             read, inserted = commit_rows(table, tasks, page.delete_files, keys, self._file_rows)
-            matching = self._matches(table, read)
-            found.append(commit_changes(read.filter(matching), inserted[matching], commit_seq, key))
+            if self.row_filter is not None:
+                matching = self._matches(table, read)
+                read, inserted = read.filter(matching), inserted[matching]
+            found.append(commit_changes(read, inserted, commit_seq, key))
         self.position = after
         rows = pa.concat_tables(found, promote_options="permissive")
         return rows if rows.num_rows else None
@@ -267,14 +260,10 @@ class TableFeed:
     def _matches(self, table: Table, rows: pa.Table) -> np.ndarray:
         """Which of `rows` the feed's filter keeps (a task's residual is the filter less what its
         file's partition decides: the whole filter keeps the same rows); a null is no match."""
-        if self.row_filter == AlwaysTrue():
-            return np.ones(rows.num_rows, dtype=bool)
+        assert self.row_filter is not None
         bound = expression_to_pyarrow(bind(table.schema(), self.row_filter, case_sensitive=True))
         found = ds.dataset(rows).to_table(columns={"matches": bound}).column("matches")
         return np.asarray(pc.fill_null(found, False).to_numpy(zero_copy_only=False), dtype=bool)
-
-    def _matching(self, table: Table, rows: pa.Table) -> pa.Table:
-        return rows if self.row_filter == AlwaysTrue() else rows.filter(self._matches(table, rows))
 
     def _pages(self, answer: dict[str, Any]) -> list[ScanTasks]:
         pages: list[ScanTasks] = [PlanCompleted.model_validate(answer)]
