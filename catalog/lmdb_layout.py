@@ -3,6 +3,7 @@ encoded, and the whole store read back as typed entries."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import struct
 from collections.abc import Iterator
@@ -10,6 +11,7 @@ from collections.abc import Iterator
 import isbre.catalog.store_entries as store_entries
 import lmdb
 from isbre.catalog.coverage import Range, SpanKey
+from isbre.catalog.pending_files import PendingFile
 from isbre.catalog.pointers import Pointer
 from isbre.catalog.records import CommitRecord
 from isbre.catalog.sink_rows import SinkRows
@@ -27,6 +29,7 @@ DATABASES = (
     "idempotency",
     "idempotency_by_time",
     "locations",
+    "pending_files",
 )
 # A warehouse's own databases; the other ones (the log, locations, idempotency, …) are the store's.
 # The first warehouse uses the unprefixed names, so a store made before warehouses had names still
@@ -63,6 +66,22 @@ def stream_key(raw: bytes) -> tuple[SpanKey, Range]:
     _, marked_source_id, topic, rest = raw.split(b"\x00", 3)
     key = SpanKey(marked_source_id[1:].decode(), topic.decode(), SEQ.unpack(rest[: SEQ.size])[0])
     return key, RANGE.unpack(rest[SEQ.size :])
+
+
+def pending_key(location: str) -> bytes:
+    """A kept metadata file's key: its location's digest (a location may be longer than LMDB's
+    largest key; the location itself is in the value)."""
+    return hashlib.sha256(location.encode()).digest()
+
+
+def pending_value(pending: PendingFile) -> bytes:
+    # NUL-separated: no location or uuid holds NUL; the file's bytes come last, whatever they hold.
+    return b"\x00".join((pending.location.encode(), pending.owner.encode(), pending.data))
+
+
+def pending_file(value: bytes) -> PendingFile:
+    location, owner, data = value.split(b"\x00", 2)
+    return PendingFile(location.decode(), owner.decode(), data)
 
 
 def as_bytes(value: bytes | memoryview) -> bytes:
@@ -138,3 +157,5 @@ def export_entries(
                 yield store_entries.CoverageEntry(table_uuid.decode(), stream, start, end)
         for key, value in txn.cursor(db=dbs["sink_rows"]):
             yield store_entries.SinkRowsEntry(SinkRows.from_json(as_bytes(key).decode(), as_bytes(value)))
+        for value in txn.cursor(db=dbs["pending_files"]).iternext(keys=False):
+            yield store_entries.PendingFileEntry(pending_file(as_bytes(value)))

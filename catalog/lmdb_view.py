@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,13 +26,16 @@ from isbre.catalog.lmdb_layout import (
     as_bytes,
     commit_key,
     keys_after,
+    pending_file,
+    pending_key,
+    pending_value,
     ranges_prefix,
     stream_key,
     stream_prefix,
 )
 from isbre.catalog.records import CommitRecord
 from isbre.catalog.sink_rows import SinkRows
-from isbre.catalog.store import FIRST_WAREHOUSE, Pointer, WriteView, check_scope
+from isbre.catalog.store import FIRST_WAREHOUSE, PendingFile, Pointer, WriteView, check_scope
 
 
 class OpenEnvironment(Protocol):
@@ -179,6 +183,13 @@ class LmdbView(WriteView):
         with self._txn.cursor(db=db) as cursor:
             return [SinkRows.from_json(as_bytes(key).decode(), as_bytes(value)) for key, value in cursor]
 
+    def pending_files(self, limit: int) -> list[PendingFile]:
+        with self._txn.cursor(db=self._db("pending_files")) as cursor:
+            return [
+                pending_file(as_bytes(value))
+                for value in itertools.islice(cursor.iternext(keys=False), limit)
+            ]
+
     # -- writes: LMDB raises MapFullError from any of them when the map is full
 
     @contextmanager
@@ -212,6 +223,14 @@ class LmdbView(WriteView):
             seq = SEQ.pack(record.commit_seq)
             self._txn.put(seq, record.to_json(), db=self._db("commit_log"), append=True)
             self._txn.put(HIGH_WATER, seq, db=self._db("meta"))
+
+    def put_pending_file(self, pending: PendingFile) -> None:
+        with self._full_is_retryable():
+            self._txn.put(pending_key(pending.location), pending_value(pending), db=self._db("pending_files"))
+
+    def delete_pending_files(self, locations: list[str]) -> None:
+        for location in locations:
+            self._txn.delete(pending_key(location), db=self._db("pending_files"))
 
     def put_cursor(self, name: str, commit_seq: int) -> None:
         with self._full_is_retryable():

@@ -1,9 +1,11 @@
 """Table and view metadata files: durable writes and a cache of parsed reads.
 
-A metadata file is written under a fresh name and synced, with its directory,
-before the pointer that names it can commit; a crash leaves at worst an
-unreferenced file, never a pointer to a missing or torn one. Files never change
-once written, so reads are cached by location.
+A metadata file is written under a fresh name before the pointer that names it
+can commit: synced, with its directory (`write_durably`), or, for a table's,
+unsynced with its bytes kept in the commit's own transaction until a group of
+them is synced (`write_unsynced`, catalog/file_settling.py). Either way a crash
+leaves at worst an unreferenced file, never a pointer to a file that cannot be
+had whole. Files never change once written, so reads are cached by location.
 """
 
 from __future__ import annotations
@@ -99,14 +101,25 @@ def write_durably(io: FileIO, location: str, data: bytes) -> None:
     Fails with InsufficientStorageError when the disk is full, leaving neither the file nor the
     directories it made.
     """
+    _write_new(io, location, data, sync=True)
+
+
+def write_unsynced(io: FileIO, location: str, data: bytes) -> bool:
+    """`write_durably`, but on local disk without syncing the file (the directories it makes are
+    synced): True when the file was left so, and its bytes must be kept until it is synced
+    (catalog/file_settling.py); False on object storage, where the PUT is durable."""
+    return _write_new(io, location, data, sync=False)
+
+
+def _write_new(io: FileIO, location: str, data: bytes, sync: bool) -> bool:
     path = local_path(location)
     if path is None:
         if isinstance(io, ObjectStorageIO):
             io.create_exclusively(location, data)
-            return
+            return False
         with io.new_output(location).create(overwrite=False) as stream:
             stream.write(data)
-        return
+        return False
     created: list[Path] = []
     written = False
     try:
@@ -117,10 +130,12 @@ def write_durably(io: FileIO, location: str, data: bytes) -> None:
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]
-            os.fsync(fd)
+            if sync:
+                os.fsync(fd)
         finally:
             os.close(fd)
-        _fsync_dir(path.parent)
+        if sync:
+            _fsync_dir(path.parent)
     except OSError as exc:
         if written:
             with contextlib.suppress(OSError):
@@ -131,6 +146,7 @@ def write_durably(io: FileIO, location: str, data: bytes) -> None:
                 f"No room left on the warehouse's disk to write {location}"
             ) from exc
         raise
+    return not sync
 
 
 def remove_quietly(io: FileIO, location: str) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from isbre.catalog.commit_log import CommitLog
+from isbre.catalog.file_settling import FileSettler
 from isbre.catalog.file_uris import local_path
 from isbre.catalog.identifiers import Identifier, path_segment
 from isbre.catalog.limits import Limits
@@ -41,6 +42,8 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 TABLE_POINTERS = 65_536
+# How often, by default, the metadata files of table commits are synced together (seconds).
+METADATA_SYNC_S = 1.0
 _MISSING: dict[str, type[Exception]] = {TABLE: NoSuchTableError, VIEW: NoSuchViewError}
 
 
@@ -114,12 +117,16 @@ class ServiceCore:
         scope: str = FIRST_WAREHOUSE,
         writer: Writer | None = None,
         table_defaults: Mapping[tuple[str, ...], Mapping[str, str]] | None = None,
+        metadata_sync_s: float = METADATA_SYNC_S,
+        settler: FileSettler | None = None,
     ) -> None:
         """`protected`: locations no table or view may be in or around (the store's own files).
         `name`: the warehouse's name in records and events; `scope`: its namespaces in the store
         ("" for the store's first warehouse); `writer`: the store's writer, when another service
         of the same store made it; `table_defaults`: properties a new table gets under its own,
-        by namespace (`()`: every one), the most specific winning."""
+        by namespace (`()`: every one), the most specific winning; `metadata_sync_s`: how often
+        the metadata files of table commits are synced together (0: each commit syncs its own);
+        `settler`: the one syncing them, when another service of the same store made it."""
         self.store = store
         self.name = name
         self.scope = scope
@@ -140,6 +147,9 @@ class ServiceCore:
         # another's writer).
         self.owns_writer = writer is None
         self.writer = writer or Writer(store, max_batch=max_batch, max_queue=max_queue, on_fatal=on_fatal)
+        if writer is None:
+            settler = FileSettler(store, self.writer, metadata_sync_s)
+        self.settler = settler
         self.commit_log = CommitLog(store, self.writer)
         self.table_files: MetadataCache[TableMetadata] = MetadataCache(self.io, parse_table_metadata)
         self.view_files: MetadataCache[ViewMetadata] = MetadataCache(self.io, parse_view_metadata)
@@ -155,6 +165,8 @@ class ServiceCore:
     def close(self) -> None:
         """Stop the writer and close the store (the service that made the writer does it)."""
         if self.owns_writer:
+            if self.settler is not None:
+                self.settler.close()
             self.writer.close()
             self.store.close()
 

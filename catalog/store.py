@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 from isbre.catalog.coverage import Coverage, Span
 from isbre.catalog.identifiers import Identifier
+from isbre.catalog.pending_files import PendingFile
 from isbre.catalog.pointers import Pointer
 from isbre.catalog.records import CommitRecord
 from isbre.catalog.sink_rows import SinkRows
@@ -139,6 +140,10 @@ class ReadView(ABC):
         """The running row counts of the table (None: of every table) whose sinks declared them."""
 
     @abstractmethod
+    def pending_files(self, limit: int) -> list[PendingFile]:
+        """Up to `limit` of the metadata files kept until they are synced, in no given order."""
+
+    @abstractmethod
     def holds_anything(self) -> bool:
         """Whether the store holds a catalog: a log, a namespace or an object in any warehouse."""
 
@@ -225,6 +230,14 @@ class WriteView(ReadView):
     def trim_log(self, keep_after: int, older_than_us: int, ceiling: int, limit: int) -> int:
         """Delete up to `limit` of the oldest records that have `commit_seq <= keep_after` or
         `ts < older_than_us`, but none above `ceiling`; returns how many went."""
+
+    @abstractmethod
+    def put_pending_file(self, pending: PendingFile) -> None:
+        """Keep a metadata file's bytes with the commit that names it, until it is synced."""
+
+    @abstractmethod
+    def delete_pending_files(self, locations: list[str]) -> None:
+        """Forget kept files (synced now); a location not kept is no error."""
 
     @abstractmethod
     def savepoint(self) -> AbstractContextManager[WriteView]:

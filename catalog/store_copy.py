@@ -51,6 +51,8 @@ def load_entries(view: WriteView, entries: Iterable[store_entries.Entry]) -> Cou
                 view.add_coverage(table_uuid, [], snapshot_id, commit_seq)
             case store_entries.SinkRowsEntry(totals):
                 view.put_sink_rows(totals)
+            case store_entries.PendingFileEntry(file):
+                view.put_pending_file(file)
     records.sort(key=lambda record: record.commit_seq)
     # The log keeps its commit_seqs: it starts where the source's retained log starts.
     view.set_high_water(records[0].commit_seq - 1 if records else high)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from isbre.catalog.coverage import SpanKey
+from isbre.catalog.pending_files import PendingFile
 from isbre.catalog.pointers import Pointer
 from isbre.catalog.records import CommitRecord
 from isbre.catalog.sink_rows import SinkRows
@@ -93,6 +94,14 @@ class SinkRowsEntry:
     totals: SinkRows
 
 
+@dataclass(frozen=True)
+class PendingFileEntry:
+    """A metadata file not yet synced (a copy made after a machine crash can still restore it)."""
+
+    kind: ClassVar[str] = "pending_file"
+    file: PendingFile
+
+
 Entry = (
     NamespaceEntry
     | PointerEntry
@@ -105,4 +114,5 @@ Entry = (
     | CoverageEntry
     | CoverageCommitEntry
     | SinkRowsEntry
+    | PendingFileEntry
 )

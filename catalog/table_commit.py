@@ -24,12 +24,12 @@ from typing import TypeVar
 from isbre.catalog.append_rebase import COMMITTED, AppendRebase
 from isbre.catalog.identifiers import Identifier
 from isbre.catalog.maintenance_policy import check_policy
-from isbre.catalog.metadata_files import Loaded, remove_quietly, write_durably
+from isbre.catalog.metadata_files import Loaded, remove_quietly, write_durably, write_unsynced
 from isbre.catalog.places import claim_places
 from isbre.catalog.request_context import RequestContext
 from isbre.catalog.service_core import TABLE, ServiceCore, require_free, require_namespace, require_new_uuid
 from isbre.catalog.sink_rows import SinkRows
-from isbre.catalog.store import CommitStateUnknownError, Pointer, ReadView, StoreUnavailableError
+from isbre.catalog.store import CommitStateUnknownError, PendingFile, Pointer, ReadView, StoreUnavailableError
 from isbre.catalog.table_staging import Staged, TableChange, commit_record, stage
 from isbre.catalog.writer import Batch
 from pyiceberg.exceptions import CommitFailedException, NoSuchTableError, TableAlreadyExistsError
@@ -219,9 +219,10 @@ class TableCommits:
             return retrying(attempt)
 
     def swap(self, staged: list[Staged], txn: str | None, context: RequestContext) -> list[TableState]:
-        """Write the staged metadata files durably, then swap every pointer in one store transaction
-        if none moved since it was staged (`Stale` otherwise); what was written for a commit that did
-        not land is removed."""
+        """Write the staged metadata files (synced, or kept in the transaction until the settler syncs
+        them: catalog/file_settling.py), then swap every pointer in one store transaction if none
+        moved since it was staged (`Stale` otherwise); what was written for a commit that did not
+        land is removed."""
         written = [entry.rebased_list for entry in staged if entry.rebased_list is not None]
         for entry in staged:
             if entry.changed:
@@ -229,10 +230,15 @@ class TableCommits:
                 check_policy(entry.metadata.properties)
                 self.core.limits.check_metadata(entry.json, "Table")
         self.core.limits.check_room(self.core.local_warehouse)
+        kept: list[Staged] = []  # those whose files are left unsynced, kept in the transaction instead
+        settler = self.core.settler
         try:
             for entry in staged:
                 if entry.changed:
-                    write_durably(self.core.io, entry.metadata_location, entry.json)
+                    if settler is None or not settler.grouping:
+                        write_durably(self.core.io, entry.metadata_location, entry.json)
+                    elif write_unsynced(self.core.io, entry.metadata_location, entry.json):
+                        kept.append(entry)
                     written.append(entry.metadata_location)
             txn_size = sum(entry.changed for entry in staged) if txn else None
 
@@ -252,6 +258,9 @@ class TableCommits:
                         claim_places(batch.view, entry.pointer.uuid, entry.places, "Table")
                     if entry.changed:
                         self._swapped(batch, entry, txn, txn_size)
+                for entry in kept:
+                    file = PendingFile(entry.metadata_location, entry.pointer.uuid, entry.json)
+                    batch.view.put_pending_file(file)
                 return [_state(entry) for entry in staged]
 
             reads = [(TABLE, entry.ident) for entry in staged]
@@ -264,6 +273,8 @@ class TableCommits:
             for location in written:
                 remove_quietly(self.core.io, location)
             raise
+        if kept and settler is not None:
+            settler.written()
         for entry in staged:
             self.core.table_files.put(entry.metadata_location, Loaded(entry.metadata, entry.json))
             self.core.table_pointers.put(entry.ident, entry.pointer)

@@ -13,6 +13,7 @@ from isbre.catalog.manifest_cache import ManifestCache
 from isbre.catalog.object_storage import ObjectStorageIO
 from isbre.catalog.s3_options import S3Options
 from isbre.catalog.service import MANIFEST_CACHE_BYTES, CatalogService
+from isbre.catalog.service_core import METADATA_SYNC_S
 from isbre.catalog.store import FIRST_WAREHOUSE
 from isbre.catalog.stores import open_store, store_files
 from isbre.catalog.warehouse_config import Warehouse, default_store
@@ -29,6 +30,7 @@ def open_warehouses(
     limits: Limits | None = None,
     on_fatal: Callable[[BaseException], None] | None = None,
     manifest_cache_bytes: int = MANIFEST_CACHE_BYTES,
+    metadata_sync_s: float = METADATA_SYNC_S,
 ) -> list[CatalogService]:
     """One service per warehouse, in order, sharing the store at `store` (an LMDB directory or a
     postgresql:// URL; default: see `default_store`) and its writer. The first warehouse owns the
@@ -59,6 +61,8 @@ def open_warehouses(
                 name=warehouse.name,
                 scope=FIRST_WAREHOUSE if position == 0 else warehouse.name,
                 writer=services[0].core.writer if services else None,
+                metadata_sync_s=metadata_sync_s,
+                settler=services[0].core.settler if services else None,
                 table_defaults=warehouse.table_defaults,
                 manifests=manifests,
             )

@@ -91,7 +91,9 @@ def serve(settings: Settings) -> None:
     if not fork_the_workers_forkserver():
         log.debug("threads run already: the workers' forkserver starts as a new interpreter")
     # The supervisor runs what there is one of per server: the lineage worker, the relays, the fan-out.
-    services = open_warehouses(settings.store_location(), warehouses(settings))
+    services = open_warehouses(
+        settings.store_location(), warehouses(settings), metadata_sync_s=settings.metadata_sync_seconds
+    )
     lineage = start_lineage(settings, services)
     relays = start_relays(settings, services)
     path = shared_socket(settings.state_path()) if settings.events_process else None

@@ -162,6 +162,12 @@ class Settings(BaseSettings):
     )
     map_size_mb: int = Field(256, ge=1, description="Initial LMDB map size; it doubles on its own when full.")
     max_batch: int = Field(512, ge=1, description="Most mutations the writer commits in one transaction.")
+    metadata_sync_seconds: float = Field(
+        1.0,
+        ge=0,
+        description="How often table metadata files written since are synced together (their bytes "
+        "wait in the store until then); 0: each commit syncs its own file.",
+    )
     allowed_locations: list[str] = Field(
         default_factory=list,
         description="Location prefixes (URIs) outside the warehouse where tables and views may live.",

@@ -175,6 +175,7 @@ async def running(settings: Settings, worker: bool, counters: RequestCounters) -
             warehouses(settings),
             map_size=settings.map_size_mb << 20,
             max_batch=settings.max_batch,
+            metadata_sync_s=settings.metadata_sync_seconds,
             max_queue=settings.max_queue,
             allowed_locations=tuple(settings.allowed_locations),
             limits=catalog_limits(settings),

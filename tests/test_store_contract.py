@@ -17,7 +17,7 @@ from isbre.catalog.lmdb_store import LmdbStore
 from isbre.catalog.postgres.store import PostgresStore
 from isbre.catalog.records import CommitRecord
 from isbre.catalog.sink_rows import SinkRows
-from isbre.catalog.store import Pointer, Store, WriteView
+from isbre.catalog.store import PendingFile, Pointer, Store, WriteView
 from isbre.catalog.store_copy import NotEmptyError, load_store
 
 from tests import zygote
@@ -130,6 +130,30 @@ def test_cursors_markers_and_idempotent_responses(store: Store) -> None:
         assert view.trim_idempotency(older_than_us=3, limit=1) == 1  # the oldest first
     with store.read() as view:
         assert view.idempotent_response("k-old") is None and view.idempotent_response("k-mid") is not None
+
+
+def test_pending_files_are_kept_with_their_bytes_until_forgotten_and_a_savepoint_undoes_them(
+    store: Store,
+) -> None:
+    # Longer than LMDB's largest key: the location is kept whole all the same.
+    far = PendingFile("file:///" + "d/" * 400 + "00002-x.metadata.json", "uuid-2", b"\x00{}\xff")
+    near = PendingFile("file:///t/metadata/00001-x.metadata.json", "uuid-1", b'{"a": 1}')
+    with store.write() as view:
+        view.put_pending_file(near)
+        with view.savepoint() as inner:
+            inner.put_pending_file(far)
+        with pytest.raises(RuntimeError), view.savepoint() as inner:
+            inner.put_pending_file(PendingFile("file:///undone", "u", b""))
+            raise RuntimeError
+    with store.read() as view:
+        assert sorted(view.pending_files(10), key=lambda f: f.location) == sorted(
+            [near, far], key=lambda f: f.location
+        )
+        assert len(view.pending_files(1)) == 1
+    with store.write() as view:
+        view.delete_pending_files([far.location, "file:///never-kept"])
+    with store.read() as view:
+        assert view.pending_files(10) == [near]
 
 
 def test_locations_overlap_above_at_and_below(store: Store) -> None:
@@ -412,6 +436,7 @@ def _fill(store: Store) -> None:
         view.place("t", "file:///w/n/t")
         view.add_coverage("t", [Span(key, 0, 10), Span(key, 20, 30)], 77, 4)
         view.put_sink_rows(SinkRows("t", "isbre", "n.t", {"accepted": 7}))
+        view.put_pending_file(PendingFile("file:///w/n/t/metadata/1.json", "t", b"{}"))
 
 
 def _state(store: Store) -> set[object]:
@@ -427,6 +452,7 @@ def test_export_then_load_into_either_kind_keeps_everything(
     try:
         counts = load_store(target, store.export())
         assert counts["record"] == 3 and counts["pointer"] == 3 and counts["coverage"] == 2
+        assert counts["pending_file"] == 1
         assert _state(target) == _state(store)
         with target.read() as view:
             assert (view.log_floor(), view.commit_seq()) == (3, 5)

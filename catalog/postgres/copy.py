@@ -15,6 +15,7 @@ from isbre.catalog.postgres.schema import (
     log_table,
     meta,
     namespaces,
+    pending_files,
     pointers,
     ranges,
     sink_rows,
@@ -22,7 +23,7 @@ from isbre.catalog.postgres.schema import (
 from isbre.catalog.postgres.view import PostgresView
 from isbre.catalog.records import CommitRecord
 from isbre.catalog.sink_rows import SinkRows
-from isbre.catalog.store import Pointer
+from isbre.catalog.store import PendingFile, Pointer
 from sqlalchemy import select
 
 
@@ -49,3 +50,5 @@ def export_entries(view: PostgresView) -> Iterator[store_entries.Entry]:
         yield store_entries.CoverageCommitEntry(table_uuid, snapshot_id, commit_seq)
     for table_uuid, totals in db.execute(select(sink_rows.c.table_uuid, sink_rows.c.totals)):
         yield store_entries.SinkRowsEntry(SinkRows.from_json(table_uuid, totals))
+    for location, owner, data in db.execute(select(pending_files)):
+        yield store_entries.PendingFileEntry(PendingFile(location, owner, bytes(data)))

@@ -104,6 +104,13 @@ sink_rows = Table(
     Column("table_uuid", Text, primary_key=True),
     Column("totals", Text, nullable=False),
 )
+pending_files = Table(
+    "isbre_pending_files",
+    schema,
+    Column("location", Text, primary_key=True),
+    Column("owner", Text, nullable=False),
+    Column("data", LargeBinary, nullable=False),
+)
 
 # The hot statements, built once: SQLAlchemy then finds their compiled form at once, where a
 # statement built anew for each call costs more than the database's answer to it.

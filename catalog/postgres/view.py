@@ -15,6 +15,7 @@ from isbre.catalog.identifiers import (
     namespace_key,
     objects_prefix,
 )
+from isbre.catalog.postgres import location_index
 from isbre.catalog.postgres.schema import (
     END,
     HIGH_WATER,
@@ -29,6 +30,7 @@ from isbre.catalog.postgres.schema import (
     log_table,
     meta,
     namespaces,
+    pending_files,
     pointers,
     ranges,
     sink_rows,
@@ -38,6 +40,7 @@ from isbre.catalog.records import CommitRecord
 from isbre.catalog.sink_rows import SinkRows
 from isbre.catalog.store import (
     FIRST_WAREHOUSE,
+    PendingFile,
     Pointer,
     WriteView,
     check_scope,
@@ -169,25 +172,10 @@ class PostgresView(WriteView):
         return None if raw is None else json.loads(raw)
 
     def placed(self, owner: str) -> str | None:
-        found = self._sql().scalar(select(locations.c.location).where(locations.c.owner == owner))
-        return None if found is None else str(found)
+        return location_index.placed(self._sql(), owner)
 
     def overlapping(self, location: str) -> list[tuple[str, str]]:
-        above = [location[:end] for end, ch in enumerate(location) if ch == "/"]
-        exact = select(locations.c.location, locations.c.owner).where(
-            locations.c.location.in_([*above, location])
-        )
-        found = sorted(
-            ((loc, owner) for loc, owner in self._sql().execute(exact)), key=lambda row: len(row[0])
-        )
-        # "/" is 0x2F and "0" 0x30: in the C collation, the locations under `location/` sort between.
-        under = (
-            select(locations.c.location, locations.c.owner)
-            .where(locations.c.location > location + "/", locations.c.location < location + "0")
-            .order_by(locations.c.location)
-            .limit(16)
-        )
-        return found + [(loc, owner) for loc, owner in self._sql().execute(under)]
+        return location_index.overlapping(self._sql(), location)
 
     def key(self, purpose: str) -> bytes | None:
         found = self._sql().scalar(select(meta.c.value).where(meta.c.key == f"key:{purpose}"))
@@ -225,6 +213,10 @@ class PostgresView(WriteView):
         if table_uuid is not None:
             query = query.where(sink_rows.c.table_uuid == table_uuid)
         return [SinkRows.from_json(uuid, totals) for uuid, totals in self._sql().execute(query)]
+
+    def pending_files(self, limit: int) -> list[PendingFile]:
+        rows = self._sql().execute(select(pending_files).limit(limit))
+        return [PendingFile(location, owner, bytes(data)) for location, owner, data in rows]
 
     # -- writes
 
@@ -276,6 +268,13 @@ class PostgresView(WriteView):
             log_table, {"commit_seq": record.commit_seq, "ts": record.ts, "record": record.to_json()}
         )
         self.txn.appended.append(record.commit_seq)  # the high-water is stored once, at commit
+
+    def put_pending_file(self, pending: PendingFile) -> None:
+        self._upsert(pending_files, location=pending.location, owner=pending.owner, data=pending.data)
+
+    def delete_pending_files(self, locations: list[str]) -> None:
+        for location in locations:
+            self.txn.buffer(pending_files, {"location": location}, delete=True)
 
     def put_cursor(self, name: str, commit_seq: int) -> None:
         self._upsert(cursors_table, name=name, commit_seq=commit_seq)

@@ -4,7 +4,7 @@ SQLite with its writers in as many processes.
 
 Reported: commits per second; commits per store write transaction (the writers' batches, from
 `isbre_commit_batches_total` and `isbre_commit_mutations_total`, summed over the workers); and
-sync system calls (fsync, fdatasync, msync, sync_file_range) per commit over every thread of
+sync system calls (fsync, fdatasync, msync, sync_file_range, syncfs) per commit over every thread of
 every process of the server, counted by strace where it is installed. Tracing slows the
 server, so the calls are counted in a run of their own after the timed ones.
 """
@@ -28,7 +28,7 @@ from tests.server import IsbreServer
 
 WRITERS = 64
 COMMITS_TOTAL = 1280
-SYNC_CALLS = "fsync,fdatasync,msync,sync_file_range"
+SYNC_CALLS = "fsync,fdatasync,msync,sync_file_range,syncfs"
 
 
 def _threads_of(pid: int) -> list[int]:
