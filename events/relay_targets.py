@@ -1,10 +1,16 @@
 """Where a relay sends: a NATS JetStream stream, or a webhook signed as Standard Webhooks says.
 
-A target is opened, sends one message at a time (the relay waits for each to be acknowledged, so
-messages arrive in commit order), and is closed and opened again after any failure. On opening, a
-target that can read back what it holds says which commit it holds last: JetStream can, so a relay
-never publishes a commit twice into its stream, whatever happened between a publish and the
-relay's note of it; a webhook receiver cannot, so a webhook may see a message again (same id).
+A target is opened, sends messages in commit order, and is closed and opened again after any
+failure. On opening, a target that can read back what it holds says which commit it holds last:
+JetStream can, so a relay never publishes a commit twice into its stream, whatever happened
+between a publish and the relay's note of it; a webhook receiver cannot, so a webhook may see a
+message again (same id).
+
+JetStream gets a relay's messages several at a time, without waiting for each acknowledgement
+before the next publish: each names the message before it (`Nats-Expected-Last-Msg-Id`), so the
+stream stores it only right after that one. A message the stream refuses makes it refuse every
+later one in flight; the relay opens again and goes on from what the stream holds. A webhook gets
+one POST at a time, each acknowledged (2xx) before the next, all of a batch on one thread.
 """
 
 from __future__ import annotations
@@ -14,9 +20,10 @@ import base64
 import hashlib
 import hmac
 import time
+from collections.abc import Callable, Sequence
 from functools import partial
 from http.client import HTTPConnection, HTTPSConnection
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
 
 from isbre.catalog.records import CommitRecord
@@ -27,8 +34,12 @@ if TYPE_CHECKING:
     from nats.aio.client import Client
     from nats.js import JetStreamContext
 
-# JetStream's header naming a message for its duplicate window.
+# JetStream's header naming a message for its duplicate window, and the one that makes the stream
+# store a message only if the one it names is the stream's last.
 MSG_ID = "Nats-Msg-Id"
+EXPECTED_LAST = "Nats-Expected-Last-Msg-Id"
+# A message: a commit record and the body sent for it.
+Message = tuple[CommitRecord, bytes]
 
 
 class DeliveryError(Exception):
@@ -40,8 +51,9 @@ class Target(Protocol):
         """Connect; the commit_seq of the last message of this catalog the target holds, when it
         can tell (None: nothing, or it cannot say)."""
 
-    async def send(self, record: CommitRecord, body: bytes) -> None:
-        """Deliver one message; returns once the target has acknowledged it (raises otherwise)."""
+    async def send(self, messages: Sequence[Message], delivered: Callable[[CommitRecord], None]) -> None:
+        """Deliver `messages` in order, calling `delivered(record)` for each as it is acknowledged;
+        raises at the first that is not (no later one is then delivered before it)."""
 
     async def close(self) -> None: ...
 
@@ -52,6 +64,10 @@ class NatsTarget:
         self._source = source
         self._client: Client | None = None
         self._stream: JetStreamContext | None = None
+        # The id of the last message this connection published and saw acknowledged, which the next
+        # publish names; None after opening, when the first publish goes alone (what the stream
+        # holds last may be older than what it remembers ids of).
+        self._last_id: str | None = None
 
     async def open(self) -> int | None:
         import nats
@@ -68,25 +84,54 @@ class NatsTarget:
             await stream.stream_info(settings.stream)
         except NotFoundError:
             await stream.add_stream(name=settings.stream, subjects=[f"{settings.subject}.>"])
+        self._last_id = None
         try:
             last = await stream.get_last_msg(settings.stream, f"{settings.subject}.>")
         except NotFoundError:
             return None
         return self._source.commit_of((last.headers or {}).get(MSG_ID, ""))
 
-    async def send(self, record: CommitRecord, body: bytes) -> None:
-        from nats.errors import NoRespondersError
+    async def send(self, messages: Sequence[Message], delivered: Callable[[CommitRecord], None]) -> None:
+        if self._last_id is None and messages:
+            await self._publish([messages[0]], delivered)
+            messages = messages[1:]
+        await self._publish(messages, delivered)
+
+    async def _publish(self, messages: Sequence[Message], delivered: Callable[[CommitRecord], None]) -> None:
+        """Publish every message before waiting for the first acknowledgement, each naming the one
+        before it."""
+        from nats.errors import Error as NatsError
 
         assert self._stream is not None
-        names = [*record.namespace, *([record.name] if record.name is not None else [])]
-        subject = ".".join([self._settings.subject, *map(subject_token, names)])
-        headers = {MSG_ID: self._source.event_id(record.commit_seq), "Content-Type": CONTENT_TYPE}
+        settings = self._settings
+        acks: list[tuple[CommitRecord, str, asyncio.Future[Any]]] = []
+        previous = self._last_id
         try:
-            await self._stream.publish(subject, body, stream=self._settings.stream, headers=headers)
-        except NoRespondersError as exc:
-            raise DeliveryError(
-                f"no JetStream stream takes {subject} (is it {self._settings.stream}'s?)"
-            ) from exc
+            for record, body in messages:
+                names = [*record.namespace, *([record.name] if record.name is not None else [])]
+                subject = ".".join([settings.subject, *map(subject_token, names)])
+                message_id = self._source.event_id(record.commit_seq)
+                headers = {MSG_ID: message_id, "Content-Type": CONTENT_TYPE}
+                if previous is not None:
+                    headers[EXPECTED_LAST] = previous
+                ack = await self._stream.publish_async(subject, body, stream=settings.stream, headers=headers)
+                acks.append((record, message_id, ack))
+                previous = message_id
+            for record, message_id, ack in acks:
+                try:
+                    await asyncio.wait_for(ack, settings.ack_timeout_seconds)
+                except (NatsError, TimeoutError) as exc:
+                    raise DeliveryError(
+                        f"JetStream did not take commit {record.commit_seq} into {settings.stream}: {exc!r}"
+                    ) from exc
+                self._last_id = message_id
+                delivered(record)
+        finally:
+            for _, _, ack in acks:  # those behind a failure: refused by the stream, or still in flight
+                if not ack.done():
+                    ack.cancel()
+                elif not ack.cancelled():
+                    ack.exception()  # seen: a refusal behind the first is expected
 
     async def close(self) -> None:
         if self._client is not None:
@@ -125,19 +170,27 @@ class WebhookTarget:
         self._connection = self._connect()
         return None
 
-    async def send(self, record: CommitRecord, body: bytes) -> None:
-        message_id = self._source.event_id(record.commit_seq)
-        # Each try is signed at its own time: receivers refuse old timestamps (replay protection).
-        timestamp = str(int(time.time()))
-        headers = {
-            "content-type": CONTENT_TYPE,
-            "webhook-id": message_id,
-            "webhook-timestamp": timestamp,
-            "webhook-signature": webhook_signature(self._key, message_id, timestamp, body),
-        }
-        status = await asyncio.to_thread(self._post, body, headers)
-        if not 200 <= status < 300:
-            raise DeliveryError(f"the webhook answered {status} to {message_id}")
+    async def send(self, messages: Sequence[Message], delivered: Callable[[CommitRecord], None]) -> None:
+        loop = asyncio.get_running_loop()
+        await asyncio.to_thread(
+            self._post_all, messages, lambda record: loop.call_soon_threadsafe(delivered, record)
+        )
+
+    def _post_all(self, messages: Sequence[Message], delivered: Callable[[CommitRecord], object]) -> None:
+        for record, body in messages:
+            message_id = self._source.event_id(record.commit_seq)
+            # Each try is signed at its own time: receivers refuse old timestamps (replay protection).
+            timestamp = str(int(time.time()))
+            headers = {
+                "content-type": CONTENT_TYPE,
+                "webhook-id": message_id,
+                "webhook-timestamp": timestamp,
+                "webhook-signature": webhook_signature(self._key, message_id, timestamp, body),
+            }
+            status = self._post(body, headers)
+            if not 200 <= status < 300:
+                raise DeliveryError(f"the webhook answered {status} to {message_id}")
+            delivered(record)
 
     def _post(self, body: bytes, headers: dict[str, str]) -> int:
         assert self._connection is not None

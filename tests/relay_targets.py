@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import nats
+from nats.js.api import StreamConfig
 from nats.js.errors import NotFoundError
 
 from tests.lineage_receiver import serve_in_thread, shut
@@ -73,6 +74,27 @@ class NatsBroker:
         if self.process is not None and self.process.poll() is None:
             self.process.terminate()
             self.process.wait(timeout=30)
+
+    def limit_messages(
+        self, max_bytes: int, stream: str = "ISBRE", subjects: str = "isbre.commits.>"
+    ) -> None:
+        """Make (or change) `stream` to refuse messages larger than `max_bytes` (-1: no limit)."""
+
+        async def limit() -> None:
+            client = await nats.connect(self.url, allow_reconnect=False)
+            try:
+                js = client.jetstream()
+                config = StreamConfig(name=stream, subjects=[subjects], max_msg_size=max_bytes)
+                try:
+                    await js.stream_info(stream)
+                except NotFoundError:
+                    await js.add_stream(config)
+                else:
+                    await js.update_stream(config)
+            finally:
+                await client.close()
+
+        asyncio.run(limit())
 
     def messages(self, stream: str = "ISBRE") -> list[tuple[str, dict[str, str], dict[str, Any]]]:
         """Every message the stream holds, in order: subject, headers and the CloudEvent."""

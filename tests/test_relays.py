@@ -160,6 +160,39 @@ def test_every_commit_reaches_jetstream_and_a_webhook_once_in_order_across_kill_
     receiver.stop()
 
 
+def test_a_message_the_stream_refuses_holds_back_every_later_one_until_it_lands(
+    tmp_path: Path, broker: NatsBroker
+) -> None:
+    """The relay has several messages in flight at once; when JetStream refuses one (here: larger than
+    the stream takes), none after it lands before it does, and it is tried until it lands."""
+    broker.limit_messages(4096)
+    relays = [{"kind": "nats", "name": "bus", "url": broker.url, "max_retry_seconds": 0.5}]
+    server = IsbreServer(tmp_path / "wh", env={"ISBRE_RELAYS": json.dumps(relays)}).start()
+    try:
+        http.post(f"{server.url}/v1/namespaces", json={"namespace": ["lake"]})
+
+        def commit(value: str) -> int:
+            # A namespace's change carries the properties set (a table commit's record does not).
+            body = {"updates": {"v": value}}
+            http.post(f"{server.url}/v1/namespaces/lake/properties", json=body).raise_for_status()
+            seq: int = http.get(f"{server.url}/v1/events/cursor").json()["commit_seq"]
+            return seq
+
+        commit("small")
+        _wait(lambda: _caught_up(server), "the first commits relayed")
+        refused = commit("x" * 8192)
+        for n in range(20):
+            commit(str(n))
+        _wait(lambda: _relays(server)["relays"]["bus"]["failing"], "the refused message failing")
+        held = [event["commitseq"] for _, _, event in broker.messages()]
+        assert held == [seq for seq in _logged(server) if seq < refused]
+        broker.limit_messages(-1)
+        _wait(lambda: _caught_up(server), "every commit relayed once the stream takes it")
+        assert [event["commitseq"] for _, _, event in broker.messages()] == _logged(server)
+    finally:
+        server.stop()
+
+
 PRINCIPALS = [
     {"name": "admin", "token_sha256": sha256_hex("admin-token"), "roles": ["admin"]},
     {

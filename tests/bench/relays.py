@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 import nats
+import psutil
 
 from tests.bench.commits import isbre_rate
 from tests.bench.harness import RUNS, Report, percentile
@@ -106,6 +107,30 @@ def _latencies(server: IsbreServer, watch: StreamWatch) -> list[float]:
     return [(watch.arrived[s][0] - watch.arrived[s][1] / 1e6) * 1000 for s in seqs if s in watch.arrived]
 
 
+def _relay_process(server: IsbreServer) -> psutil.Process:
+    found = [
+        c for c in psutil.Process(server.pid).children(recursive=True) if "relay" in " ".join(c.cmdline())
+    ]
+    assert len(found) == 1, f"expected one relay process, found {found}"
+    return found[0]
+
+
+def _cpu_seconds(process: psutil.Process) -> float:
+    times = process.cpu_times()
+    return times.user + times.system
+
+
+def _wait_caught_up(server: IsbreServer) -> None:
+    """Until every relay has sent every commit (their CPU for the run is then all spent)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        relays = httpx.get(f"{server.url}/health").json()["components"]["relays"]["relays"]
+        if all(relay["lag"] == 0 for relay in relays.values()):
+            return
+        time.sleep(0.05)
+    raise AssertionError("the relays did not catch up within 60 s")
+
+
 def run(workdir: Path) -> Report:
     report = Report(
         "Relays (a NATS JetStream relay and a webhook relay; 8 writers, set-properties), median of 3 runs",
@@ -136,13 +161,19 @@ def run(workdir: Path) -> Report:
         report.add("commit → message in JetStream, p99 ms", percentile(latencies, 0.99))
         report.add("messages timed", f"{len(latencies)} of {SAMPLES}")
         rates: dict[str, list[float]] = {"off": [], "on": []}
+        relay_cpu: list[float] = []
+        relay = _relay_process(on)
         for _ in range(RUNS):  # interleaved: a machine that slows down slows both alike
             rates["off"].append(isbre_rate(off, 8, 100))
+            before = _cpu_seconds(relay)
             rates["on"].append(isbre_rate(on, 8, 100))
+            _wait_caught_up(on)
+            relay_cpu.append((_cpu_seconds(relay) - before) * 1000 / 800)
         rate_off, rate_on = (statistics.median(rates[k]) for k in ("off", "on"))
         report.add("commits/s, no relay", rate_off)
         report.add("commits/s, two relays on", rate_on)
         report.add("ratio on / off (goal ≥ 0.95)", f"{rate_on / rate_off:.2f}")
+        report.add("relay process CPU per commit (both relays), ms", statistics.median(relay_cpu))
     finally:
         on.stop()
         off.stop()
