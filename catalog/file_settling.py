@@ -29,6 +29,9 @@ log = logging.getLogger(__name__)
 
 # How many kept files one round syncs and forgets in one transaction.
 SETTLE_BATCH = 1000
+# A larger file is synced by its commit: kept, its bytes would be written to disk twice (the store's
+# pages, then the file), and the sync of that much data costs more than the call saved.
+KEPT_FILE_MAX_BYTES = 256 << 10
 _libc = ctypes.CDLL(None, use_errno=True)
 _syncfs: Callable[[int], int] | None = getattr(_libc, "syncfs", None)
 
@@ -112,6 +115,10 @@ class FileSettler:
         self._thread = threading.Thread(target=self._run, name="isbre-file-settler", daemon=True)
         if self.grouping:
             self._thread.start()
+
+    def keeps(self, data: bytes) -> bool:
+        """Whether a commit's metadata file of `data` is left unsynced, its bytes kept in the store."""
+        return self.grouping and len(data) <= KEPT_FILE_MAX_BYTES
 
     def written(self) -> None:
         """A commit of this process kept a file: the next round has something to settle."""

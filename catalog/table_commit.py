@@ -235,7 +235,7 @@ class TableCommits:
         try:
             for entry in staged:
                 if entry.changed:
-                    if settler is None or not settler.grouping:
+                    if settler is None or not settler.keeps(entry.json):
                         write_durably(self.core.io, entry.metadata_location, entry.json)
                     elif write_unsynced(self.core.io, entry.metadata_location, entry.json):
                         kept.append(entry)

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from isbre.catalog.file_settling import KEPT_FILE_MAX_BYTES
 from isbre.catalog.file_uris import local_path
 from isbre.catalog.identifiers import Identifier
 from isbre.catalog.service import CatalogService
@@ -99,6 +100,23 @@ def test_without_grouping_each_commit_syncs_its_own_file_and_keeps_nothing(
         assert service.core.settler is not None and not service.core.settler.grouping
         _commit_twice(service, between=fsyncs.clear)
         assert _kept(service) == []
+        assert len(fsyncs) == 2  # the file and its directory
+    finally:
+        service.close()
+
+
+def test_a_metadata_file_larger_than_the_store_keeps_is_synced_by_its_commit(
+    tmp_path: Path, fsyncs: list[int]
+) -> None:
+    service = open_catalog(tmp_path, metadata_sync_s=3600)
+    try:
+        _commit_twice(service)
+        assert len(_kept(service)) == 2
+        fsyncs.clear()
+        large = {f"p{n}": "x" * (200 << 10) for n in range(2)}  # 400 KiB of properties
+        state = service.tables.commit(TableChange(T, (), (SetPropertiesUpdate(updates=large),)))
+        assert len(state.json) > KEPT_FILE_MAX_BYTES
+        assert state.metadata_location not in _kept(service) and len(_kept(service)) == 2
         assert len(fsyncs) == 2  # the file and its directory
     finally:
         service.close()
