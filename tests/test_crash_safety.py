@@ -5,12 +5,15 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+import psutil
 import pytest
 from isbre.catalog.file_uris import local_path
 from isbre.catalog.lmdb_store import LmdbStore
+from isbre.catalog.stores import open_store
 
 from tests.http_client import http
 from tests.load import commit_until_stopped
+from tests.postgres import new_database
 from tests.server import IsbreServer
 from tests.waiting import eventually
 
@@ -95,15 +98,17 @@ def test_kill_9_loses_no_acknowledged_commit(tmp_path: Path, run: int) -> None:
         assert path is not None and path.is_file(), f"record {record.commit_seq} names a missing file"
 
 
+@pytest.mark.parametrize("kind", ["lmdb", "postgresql"])
 def test_a_machine_crash_before_a_group_of_metadata_files_is_synced_loses_no_acknowledged_commit(
-    tmp_path: Path,
+    tmp_path: Path, kind: str, request: pytest.FixtureRequest
 ) -> None:
     """Killed after its transactions committed and before the files they name were synced, the server
     then loses what a machine crash can take from unsynced files (the test deletes some and tears
     the others); started again, it writes each one back from the bytes its store kept, but not
     the file of a table dropped meanwhile."""
     never = {"ISBRE_METADATA_SYNC_SECONDS": "3600"}  # no group is synced before the kill
-    server = IsbreServer(tmp_path / "warehouse", env=never, workers=2).start()
+    database = new_database(request) if kind == "postgresql" else None
+    server = IsbreServer(tmp_path / "warehouse", env=never, workers=2, store=database).start()
     base = f"{server.url}/v1/isbre/namespaces"
     http.post(base, json={"namespace": ["crash"]}).raise_for_status()
     acknowledged: dict[str, list[str]] = {}
@@ -116,9 +121,15 @@ def test_a_machine_crash_before_a_group_of_metadata_files_is_synced_loses_no_ack
             acknowledged[table].append(f"k{i}")
     gone_files = sorted((server.warehouse / "crash").glob("gone-*/metadata/*.metadata.json"))
     http.delete(f"{base}/crash/tables/gone", params={"purgeRequested": "true"}).raise_for_status()
-    server.kill()
+    # Every process at once, children first, as a machine crash ends them: a worker told of its
+    # server's end would shut down in order and sync the files itself.
+    server_process = psutil.Process(server.pid)
+    processes = [*server_process.children(recursive=True), server_process]
+    for process in processes:
+        process.kill()
+    psutil.wait_procs(processes, timeout=30)
 
-    store = LmdbStore(server.warehouse / "isbre.lmdb")
+    store = open_store(server.store_location)
     try:
         with store.read() as view:
             kept = view.pending_files(1000)
@@ -133,7 +144,7 @@ def test_a_machine_crash_before_a_group_of_metadata_files_is_synced_loses_no_ack
         else:
             path.write_bytes(pending.data[: len(pending.data) // 2])
 
-    restarted = IsbreServer(server.warehouse, workers=2).start()
+    restarted = IsbreServer(server.warehouse, workers=2, store=database).start()
     try:
         for table in ("a", "b"):
             response = http.get(f"{restarted.url}/v1/isbre/namespaces/crash/tables/{table}")
@@ -144,7 +155,7 @@ def test_a_machine_crash_before_a_group_of_metadata_files_is_synced_loses_no_ack
     finally:
         restarted.stop()
     assert gone_files and not any(path.exists() for path in gone_files)
-    store = LmdbStore(server.warehouse / "isbre.lmdb")
+    store = open_store(server.store_location)
     try:
         with store.read() as view:
             assert view.pending_files(1000) == [], "files kept after a start that synced them"
