@@ -190,6 +190,10 @@ class LmdbView(WriteView):
                 for value in itertools.islice(cursor.iternext(keys=False), limit)
             ]
 
+    def pending_count(self) -> int:
+        entries: int = self._txn.stat(self._db("pending_files"))["entries"]
+        return entries
+
     # -- writes: LMDB raises MapFullError from any of them when the map is full
 
     @contextmanager

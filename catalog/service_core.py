@@ -194,6 +194,11 @@ class ServiceCore:
         self.limits.check_room(self.local_warehouse)
         return self.run(context.answering(mutation, answer), reads, context)
 
+    def unsynced_files(self) -> int:
+        """How many metadata files of commits wait for their group's sync (catalog/file_settling.py)."""
+        with self.store.read(self.scope, snapshot=False) as view:
+            return view.pending_count()
+
     # -- idempotent responses
 
     def idempotent_response(self, key: str) -> dict[str, Any] | None:

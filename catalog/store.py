@@ -144,6 +144,10 @@ class ReadView(ABC):
         """Up to `limit` of the metadata files kept until they are synced, in no given order."""
 
     @abstractmethod
+    def pending_count(self) -> int:
+        """How many metadata files are kept until they are synced."""
+
+    @abstractmethod
     def holds_anything(self) -> bool:
         """Whether the store holds a catalog: a log, a namespace or an object in any warehouse."""
 

@@ -189,6 +189,12 @@ def metrics(request: Request) -> Response:
                 [("", service.core.commit_log.commit_seq())],
             ),
             _line(
+                "isbre_metadata_files_unsynced",
+                "gauge",
+                "Table metadata files written by commits and not synced yet (their bytes wait in the store).",
+                [("", service.core.unsynced_files())],
+            ),
+            _line(
                 "isbre_store_capacity_bytes",
                 "gauge",
                 "Bytes reserved by the store.",

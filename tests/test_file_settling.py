@@ -20,6 +20,8 @@ from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
 from pyiceberg.table.update import SetPropertiesUpdate
 from pyiceberg.types import LongType, NestedField
 
+from tests.http_client import http
+from tests.server import ID_SCHEMA, InProcessServer
 from tests.waiting import eventually
 
 T = Identifier.of(("ns",), "t")
@@ -120,3 +122,16 @@ def test_a_metadata_file_larger_than_the_store_keeps_is_synced_by_its_commit(
         assert len(fsyncs) == 2  # the file and its directory
     finally:
         service.close()
+
+
+def test_metrics_count_the_files_waiting_for_their_sync(tmp_path: Path) -> None:
+    server = InProcessServer(tmp_path / "warehouse", env={"ISBRE_METADATA_SYNC_SECONDS": "3600"}).start()
+    try:
+        base = f"{server.url}/v1/namespaces"
+        http.post(base, json={"namespace": ["ns"]}).raise_for_status()
+        http.post(f"{base}/ns/tables", json={"name": "t", "schema": ID_SCHEMA}).raise_for_status()
+        body = {"requirements": [], "updates": [{"action": "set-properties", "updates": {"k": "v"}}]}
+        http.post(f"{base}/ns/tables/t", json=body).raise_for_status()
+        assert "\nisbre_metadata_files_unsynced 2\n" in http.get(f"{server.url}/metrics").text
+    finally:
+        server.stop()

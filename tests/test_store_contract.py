@@ -149,11 +149,11 @@ def test_pending_files_are_kept_with_their_bytes_until_forgotten_and_a_savepoint
         assert sorted(view.pending_files(10), key=lambda f: f.location) == sorted(
             [near, far], key=lambda f: f.location
         )
-        assert len(view.pending_files(1)) == 1
+        assert len(view.pending_files(1)) == 1 and view.pending_count() == 2
     with store.write() as view:
         view.delete_pending_files([far.location, "file:///never-kept"])
     with store.read() as view:
-        assert view.pending_files(10) == [near]
+        assert view.pending_files(10) == [near] and view.pending_count() == 1
 
 
 def test_locations_overlap_above_at_and_below(store: Store) -> None:

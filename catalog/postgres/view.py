@@ -218,6 +218,9 @@ class PostgresView(WriteView):
         rows = self._sql().execute(select(pending_files).limit(limit))
         return [PendingFile(location, owner, bytes(data)) for location, owner, data in rows]
 
+    def pending_count(self) -> int:
+        return int(self._sql().scalar(select(func.count()).select_from(pending_files)) or 0)
+
     # -- writes
 
     @property
