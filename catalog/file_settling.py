@@ -27,8 +27,9 @@ from isbre.catalog.writer import Batch, Writer
 
 log = logging.getLogger(__name__)
 
-# How many kept files one round syncs and forgets in one transaction.
-SETTLE_BATCH = 1000
+# How many kept files one round syncs and forgets in one transaction (restoring, with their bytes:
+# at most 64 MiB of them at once).
+SETTLE_BATCH = 256
 # A larger file is synced by its commit: kept, its bytes would be written to disk twice (the store's
 # pages, then the file), and the sync of that much data costs more than the call saved.
 KEPT_FILE_MAX_BYTES = 256 << 10
@@ -130,7 +131,7 @@ class FileSettler:
         settled = 0
         while True:
             with self._store.read(snapshot=False) as view:
-                pending = view.pending_files(SETTLE_BATCH)
+                pending = view.pending_files(SETTLE_BATCH, with_data=restoring)
                 if restoring:
                     for each in pending:
                         restore(view, each)

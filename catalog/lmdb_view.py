@@ -6,6 +6,7 @@ import itertools
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any, Protocol
 
 import lmdb
@@ -183,12 +184,11 @@ class LmdbView(WriteView):
         with self._txn.cursor(db=db) as cursor:
             return [SinkRows.from_json(as_bytes(key).decode(), as_bytes(value)) for key, value in cursor]
 
-    def pending_files(self, limit: int) -> list[PendingFile]:
+    def pending_files(self, limit: int, with_data: bool = True) -> list[PendingFile]:
         with self._txn.cursor(db=self._db("pending_files")) as cursor:
-            return [
-                pending_file(as_bytes(value))
-                for value in itertools.islice(cursor.iternext(keys=False), limit)
-            ]
+            values = itertools.islice(cursor.iternext(keys=False), limit)
+            found = [pending_file(as_bytes(value)) for value in values]
+        return found if with_data else [replace(each, data=b"") for each in found]
 
     def pending_count(self) -> int:
         entries: int = self._txn.stat(self._db("pending_files"))["entries"]

@@ -140,8 +140,9 @@ class ReadView(ABC):
         """The running row counts of the table (None: of every table) whose sinks declared them."""
 
     @abstractmethod
-    def pending_files(self, limit: int) -> list[PendingFile]:
-        """Up to `limit` of the metadata files kept until they are synced, in no given order."""
+    def pending_files(self, limit: int, with_data: bool = True) -> list[PendingFile]:
+        """Up to `limit` of the metadata files kept until they are synced, in no given order;
+        without their bytes (`data` empty) unless `with_data`."""
 
     @abstractmethod
     def pending_count(self) -> int:

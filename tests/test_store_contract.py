@@ -150,6 +150,7 @@ def test_pending_files_are_kept_with_their_bytes_until_forgotten_and_a_savepoint
             [near, far], key=lambda f: f.location
         )
         assert len(view.pending_files(1)) == 1 and view.pending_count() == 2
+        assert {f.data for f in view.pending_files(10, with_data=False)} == {b""}
     with store.write() as view:
         view.delete_pending_files([far.location, "file:///never-kept"])
     with store.read() as view:

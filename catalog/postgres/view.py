@@ -214,9 +214,10 @@ class PostgresView(WriteView):
             query = query.where(sink_rows.c.table_uuid == table_uuid)
         return [SinkRows.from_json(uuid, totals) for uuid, totals in self._sql().execute(query)]
 
-    def pending_files(self, limit: int) -> list[PendingFile]:
-        rows = self._sql().execute(select(pending_files).limit(limit))
-        return [PendingFile(location, owner, bytes(data)) for location, owner, data in rows]
+    def pending_files(self, limit: int, with_data: bool = True) -> list[PendingFile]:
+        columns = pending_files.c if with_data else (pending_files.c.location, pending_files.c.owner)
+        rows = self._sql().execute(select(*columns).limit(limit))
+        return [PendingFile(row[0], row[1], bytes(row[2]) if with_data else b"") for row in rows]
 
     def pending_count(self) -> int:
         return int(self._sql().scalar(select(func.count()).select_from(pending_files)) or 0)
