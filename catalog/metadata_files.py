@@ -167,6 +167,11 @@ class Loaded(Generic[M]):
     json: bytes
 
 
+class UnreadableMetadataError(Exception):
+    """A metadata file the catalog points at is not metadata any more (damaged outside isbre):
+    the catalog's failure, not the request's."""
+
+
 class MetadataCache(Lru[str, Loaded[M]]):
     """Parsed metadata files, keyed by location."""
 
@@ -179,7 +184,13 @@ class MetadataCache(Lru[str, Loaded[M]]):
         entry = self.peek(location)
         if entry is not None:
             return entry
-        metadata = self._parse(self._io, location)
+        try:
+            metadata = self._parse(self._io, location)
+        except ValueError as exc:  # not JSON, or not metadata (pydantic's errors are ValueErrors)
+            raise UnreadableMetadataError(
+                f"The metadata file {location} cannot be read as metadata ({type(exc).__name__}): it was "
+                "damaged outside the catalog"
+            ) from exc
         entry = Loaded(metadata, metadata_json(metadata))
         self.put(location, entry)
         return entry

@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse
 from isbre.catalog.consumers import ConsumerMovedError, NoSuchConsumerError
 from isbre.catalog.job_process import JobProcessError
 from isbre.catalog.limits import InsufficientStorageError, MetadataTooLargeError
+from isbre.catalog.metadata_files import UnreadableMetadataError
 from isbre.catalog.plans import ExpiredCommitsError
 from isbre.catalog.purge import PurgeIncompleteError
 from isbre.catalog.service import ConflictingPropertiesError
@@ -62,6 +63,7 @@ _KNOWN: list[tuple[type[Exception], int, str]] = [
     (InsufficientStorageError, 507, "InsufficientStorageException"),
     (StoreGrowthError, 507, "InsufficientStorageException"),
     (PurgeIncompleteError, 500, "PurgeIncompleteException"),
+    (UnreadableMetadataError, 500, "UnreadableMetadataException"),
     (JobProcessError, 500, "MaintenanceJobFailedException"),
     (InvalidViewVersionError, 400, "IllegalArgumentException"),
     (ice.ValidationError, 400, "BadRequestException"),

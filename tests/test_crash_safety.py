@@ -14,7 +14,7 @@ from isbre.catalog.stores import open_store
 from tests.http_client import http
 from tests.load import commit_until_stopped
 from tests.postgres import new_database
-from tests.server import IsbreServer
+from tests.server import InProcessServer, IsbreServer
 from tests.waiting import eventually
 
 SCHEMA = {
@@ -171,3 +171,27 @@ def test_a_machine_crash_before_a_group_of_metadata_files_is_synced_loses_no_ack
             assert path.read_bytes() == kept_bytes[record.metadata_location or ""]
             restored += 1
     assert restored == 12
+
+
+def test_a_torn_metadata_file_is_the_servers_failure_not_the_clients(tmp_path: Path) -> None:
+    """A metadata file damaged outside isbre (no kept bytes to restore it from) answers 500 naming
+    the file, not a 400 that blames the request."""
+    server = InProcessServer(tmp_path / "warehouse").start()
+    try:
+        base = f"{server.url}/v1/namespaces"
+        http.post(base, json={"namespace": ["ns"]}).raise_for_status()
+        created = http.post(f"{base}/ns/tables", json={"name": "t", "schema": SCHEMA})
+        location = created.json()["metadata-location"]
+    finally:
+        server.stop()
+    path = local_path(location)
+    assert path is not None
+    path.write_bytes(path.read_bytes()[:100])
+    restarted = InProcessServer(tmp_path / "warehouse").start()
+    try:
+        response = http.get(f"{restarted.url}/v1/namespaces/ns/tables/t")
+        assert response.status_code == 500, response.text
+        error = response.json()["error"]
+        assert error["code"] == 500 and location in error["message"]
+    finally:
+        restarted.stop()
