@@ -107,6 +107,22 @@ def _latencies(server: IsbreServer, watch: StreamWatch) -> list[float]:
     return [(watch.arrived[s][0] - watch.arrived[s][1] / 1e6) * 1000 for s in seqs if s in watch.arrived]
 
 
+def _loaded_latencies(server: IsbreServer, watch: StreamWatch) -> list[float]:
+    """Milliseconds from each commit's timestamp to its message in JetStream, while 8 writers commit
+    as fast as they can (a busy relay batches: its messages may wait for the next batch)."""
+    first = httpx.get(f"{server.url}/v1/events/cursor").json()["commit_seq"] + 1
+    isbre_rate(server, 8, 50)
+    last = httpx.get(f"{server.url}/v1/events/cursor").json()["commit_seq"]
+    deadline = time.monotonic() + 60
+    while not all(seq in watch.arrived for seq in range(first, last + 1)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return [
+        (watch.arrived[s][0] - watch.arrived[s][1] / 1e6) * 1000
+        for s in range(first, last + 1)
+        if s in watch.arrived
+    ]
+
+
 def _relay_process(server: IsbreServer) -> psutil.Process:
     found = [
         c for c in psutil.Process(server.pid).children(recursive=True) if "relay" in " ".join(c.cmdline())
@@ -152,6 +168,7 @@ def run(workdir: Path) -> Report:
     watch = StreamWatch(broker.url, "isbre.commits.>").start()
     try:
         latencies = _latencies(on, watch)
+        loaded = _loaded_latencies(on, watch)
     finally:
         # The bench's own consumer, stopped before the commits are counted: it would take the clients'
         # interpreter lock for every message, a cost of the bench, not of the relays.
@@ -160,6 +177,8 @@ def run(workdir: Path) -> Report:
         report.add("commit → message in JetStream, p50 ms", percentile(latencies, 0.5))
         report.add("commit → message in JetStream, p99 ms", percentile(latencies, 0.99))
         report.add("messages timed", f"{len(latencies)} of {SAMPLES}")
+        report.add("under 8 writers: commit → message in JetStream, p50 ms", percentile(loaded, 0.5))
+        report.add("under 8 writers: commit → message in JetStream, p99 ms", percentile(loaded, 0.99))
         rates: dict[str, list[float]] = {"off": [], "on": []}
         relay_cpu: list[float] = []
         relay = _relay_process(on)
