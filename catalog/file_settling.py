@@ -6,7 +6,8 @@ of its own. A settler in each process that commits syncs every kept file in one 
 filesystem (`syncfs`), then forgets their bytes in one transaction, once a second by default. On
 start it first looks at every file still kept: one that a system crash left missing or torn is
 written again from the kept bytes, if the place it lies in is still its table's (a dropped table's
-file, or one under a place the table has left, is not brought back).
+file, or one under a place the table has left, is not brought back), through folder handles from a
+trusted root, never through a link.
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ from pathlib import Path
 
 from isbre.catalog.file_uris import local_path
 from isbre.catalog.locations import normalized
-from isbre.catalog.metadata_files import make_dirs_durably, publish_durably, sync_file
+from isbre.catalog.metadata_files import sync_file
 from isbre.catalog.places import object_of
 from isbre.catalog.store import PendingFile, ReadView, Store
+from isbre.catalog.table_handles import OutsideTableError, directory, open_below
 from isbre.catalog.writer import Batch, Writer
 
 log = logging.getLogger(__name__)
@@ -62,11 +64,34 @@ def sync_filesystems(paths: Iterable[Path]) -> None:
             os.close(fd)
 
 
-def _whole(path: Path, data: bytes) -> bool:
+Roots = list[tuple[Path, Path]]  # (a root as configured, the same resolved once), deepest first
+
+
+def trusted_roots(locations: Iterable[str]) -> Roots:
+    """The local roots tables may live under (the warehouses, the allowed locations)."""
+    written = {path for location in locations if (path := local_path(location)) is not None}
+    return [(root, Path(os.path.realpath(root))) for root in sorted(written, key=lambda p: -len(p.parts))]
+
+
+def _whole(root: Path, parts: tuple[str, ...], pending: PendingFile) -> bool:
     try:
-        return path.stat().st_size == len(data) and path.read_bytes() == data
+        descriptor = open_below(root, parts, pending.location)
     except FileNotFoundError:
         return False
+    with os.fdopen(descriptor, "rb") as file:
+        return file.read(len(pending.data) + 1) == pending.data
+
+
+def _write_below(root: Path, parts: tuple[str, ...], pending: PendingFile) -> None:
+    """The file written whole under a temporary name, then renamed, from the handle of its folder
+    (the round's sync makes both durable)."""
+    with directory(root, parts[:-1], pending.location, create=True) as folder:
+        temporary = f".{parts[-1]}.{os.getpid()}.restoring"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+        descriptor = os.open(temporary, flags, 0o644, dir_fd=folder)
+        with os.fdopen(descriptor, "wb") as file:
+            file.write(pending.data)
+        os.replace(temporary, parts[-1], src_dir_fd=folder, dst_dir_fd=folder)
 
 
 def _still_its_tables(view: ReadView, pending: PendingFile) -> bool:
@@ -80,22 +105,27 @@ def _still_its_tables(view: ReadView, pending: PendingFile) -> bool:
     return bool(holders) and set(holders) == {pending.owner}
 
 
-def restore(view: ReadView, pending: PendingFile) -> bool:
-    """Write a kept file again where a crash left it missing or torn, and its table still holds
-    its place; True when it was written."""
+def restore(view: ReadView, pending: PendingFile, roots: Roots) -> bool:
+    """Write a kept file again where a crash left it missing or torn, if its table still holds its
+    place; reached from a trusted root through no link, as the server reaches a table's files
+    (catalog/table_handles.py). True when it was written."""
     path = local_path(pending.location)
-    if path is None or _whole(path, pending.data):
+    if path is None:
         return False
-    if not _still_its_tables(view, pending):
-        log.warning(
-            "not restoring %s, lost in a crash: its table no longer holds that place", pending.location
-        )
+    root = next(((written, real) for written, real in roots if written in path.parents), None)
+    try:
+        if root is None:
+            raise OutsideTableError(f"{pending.location!r} is under no warehouse or allowed location")
+        parts = path.relative_to(root[0]).parts
+        if _whole(root[1], parts, pending):
+            return False
+        if not _still_its_tables(view, pending):
+            raise OutsideTableError("its table no longer holds that place")
+        _write_below(root[1], parts, pending)
+    except OutsideTableError as exc:
+        log.warning("not restoring %s, lost in a crash: %s", pending.location, exc)
         return False
-    make_dirs_durably(path.parent)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.restoring")
-    temporary.write_bytes(pending.data)
-    publish_durably(temporary, path)
-    log.warning("restored metadata file %s, which a crash had left %s", pending.location, "torn or missing")
+    log.warning("restored metadata file %s, which a crash had left torn or missing", pending.location)
     return True
 
 
@@ -103,17 +133,22 @@ class FileSettler:
     """Syncs, in groups, the metadata files this process's commits leave unsynced (`written`)."""
 
     def __init__(self, store: Store, writer: Writer, interval_s: float) -> None:
-        """Restores what a crash lost first (`settle(restoring=True)`), then settles every
-        `interval_s` seconds while this process has written anything since (0: commits sync
-        their own files, `grouping` is False, and only the restoring is done)."""
+        """Settles every `interval_s` seconds, once started, while this process has written
+        anything since (0: commits sync their own files, and `grouping` is False)."""
         self._store = store
         self._writer = writer
         self._interval_s = interval_s
         self.grouping = interval_s > 0
+        self._roots: Roots = []
         self._written = threading.Event()
         self._stop = threading.Event()
-        self.settle(restoring=True)
         self._thread = threading.Thread(target=self._run, name="isbre-file-settler", daemon=True)
+
+    def start(self, roots: Iterable[str]) -> None:
+        """Restore what a crash lost (`settle(restoring=True)`), reaching files from `roots` (every
+        warehouse's and allowed location), then start the rounds."""
+        self._roots = trusted_roots(roots)
+        self.settle(restoring=True)
         if self.grouping:
             self._thread.start()
 
@@ -134,7 +169,7 @@ class FileSettler:
                 pending = view.pending_files(SETTLE_BATCH, with_data=restoring)
                 if restoring:
                     for each in pending:
-                        restore(view, each)
+                        restore(view, each, self._roots)
             if not pending:
                 return settled
             sync_filesystems(path for each in pending if (path := local_path(each.location)) is not None)

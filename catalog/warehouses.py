@@ -67,6 +67,9 @@ def open_warehouses(
                 manifests=manifests,
             )
         )
+    settler = services[0].core.settler
+    if settler is not None:  # restores what a crash lost before anything is served
+        settler.start(root for service in services for root in service.core.places.policy.roots)
     return services
 
 

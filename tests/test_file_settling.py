@@ -4,6 +4,7 @@ nothing. (The crash side is in tests/test_crash_safety.py.)"""
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 from isbre.catalog.file_settling import KEPT_FILE_MAX_BYTES
 from isbre.catalog.file_uris import local_path
 from isbre.catalog.identifiers import Identifier
+from isbre.catalog.lmdb_store import LmdbStore
 from isbre.catalog.service import CatalogService
 from isbre.catalog.table_staging import TableChange
 from isbre.catalog.warehouses import open_catalog
@@ -135,3 +137,37 @@ def test_metrics_count_the_files_waiting_for_their_sync(tmp_path: Path) -> None:
         assert "\nisbre_metadata_files_unsynced 2\n" in http.get(f"{server.url}/metrics").text
     finally:
         server.stop()
+
+
+def test_a_lost_file_is_not_restored_through_a_link_into_another_tables_folder(tmp_path: Path) -> None:
+    """A writer of a table swaps its metadata folder for a link to another table's while a kept file
+    of its own is lost: the restore refuses the link instead of writing into the other folder."""
+    service = open_catalog(tmp_path, metadata_sync_s=3600)
+    try:
+        _commit_twice(service)
+        schema = Schema(NestedField(1, "id", LongType(), required=True))
+        other = service.tables.create(
+            Identifier.of(("ns",), "other"), schema, UNPARTITIONED_PARTITION_SPEC, UNSORTED_SORT_ORDER
+        )
+        current = service.tables.load(T)
+        with service.core.store.read() as view:
+            (lost,) = [p for p in view.pending_files(100) if p.location == current.metadata_location]
+    finally:
+        service.close()  # settles: the crash is made below
+    store = LmdbStore(tmp_path / "isbre.lmdb")
+    try:
+        with store.write() as view:
+            view.put_pending_file(lost)
+    finally:
+        store.close()
+    lost_path, other_file = local_path(lost.location), local_path(other.metadata_location or "")
+    assert lost_path is not None and other_file is not None
+    shutil.rmtree(lost_path.parent)
+    lost_path.parent.symlink_to(other_file.parent, target_is_directory=True)
+
+    service = open_catalog(tmp_path, metadata_sync_s=3600)
+    try:
+        assert not (other_file.parent / lost_path.name).exists(), "restored into the other table's folder"
+        assert _kept(service) == []
+    finally:
+        service.close()
