@@ -18,25 +18,22 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from isbre.catalog.file_uris import file_uri, local_path
+from isbre.catalog.file_uris import file_uri
 from isbre.catalog.locations import LocationNotAllowedError, inside, normalized
 from isbre.catalog.object_storage import ObjectStorageIO
 from isbre.catalog.s3_options import s3_object
 from isbre.catalog.table_handles import (
     OutsideTableError,
+    TrustedRoots,
     directory,
     files_below,
+    local_place,
     remove_empty_below,
     unlink_below,
 )
 from pyiceberg.io import FileIO
 
 __all__ = ["OutsideTableError", "TableFiles", "delete_each"]
-
-
-def _local(location: str, literal_percent: bool = False) -> Path | None:
-    path = local_path(normalized(location, literal_percent))
-    return Path(os.path.normpath(path)) if path is not None else None
 
 
 # A local file of a table: the resolved root it lies below, and the folders and name down to it.
@@ -68,26 +65,23 @@ class TableFiles:
     ) -> None:
         self._io = io
         self._claimed_by_other = claimed_by_other
-        # Deepest first: a place is reached from the nearest root it lies below.
-        written = sorted({p for p in map(_local, roots) if p is not None}, key=lambda p: -len(p.parts))
-        self._roots = [(root, Path(os.path.realpath(root))) for root in written]
-        guarded = [Path(os.path.realpath(p)) for p in map(_local, protected) if p is not None]
+        self._roots = TrustedRoots(roots)
+        guarded = [Path(os.path.realpath(p)) for p in map(local_place, protected) if p is not None]
         self._places = [self._judged(place, guarded) for place in places]
         self.location = self._places[0].location
         self._claimed_directories: dict[str, bool] = {}
 
     def _judged(self, location: str, protected: list[Path]) -> _Place:
         found = normalized(location)
-        local = _local(found)
+        local = local_place(found)
         if local is None:
             if not found.startswith("s3://") or not isinstance(self._io, ObjectStorageIO):
                 raise OutsideTableError(f"isbre deletes files on local disk and S3 only, not at {location!r}")
             return _Place(found, None, None)
-        below = next(((w, r) for w, r in self._roots if w in local.parents), None)
+        below = self._roots.reach(local)
         if below is None:
             raise OutsideTableError(f"The table's place {location!r} lies outside the warehouse")
-        written, root = below
-        parts = local.relative_to(written).parts
+        root, parts = below
         reached = root.joinpath(*parts)
         for place in protected:
             if reached == place or place in reached.parents or reached in place.parents:
@@ -128,7 +122,7 @@ class TableFiles:
         place, found = self.place_of(path, remembered)
         if place.root is None:
             return None
-        local = _local(found, literal_percent=True)
+        local = local_place(found, literal_percent=True)
         assert local is not None and place.local is not None
         return place.root, place.parts + local.relative_to(place.local).parts
 

@@ -24,7 +24,7 @@ from isbre.catalog.locations import normalized
 from isbre.catalog.metadata_files import sync_file
 from isbre.catalog.places import object_of
 from isbre.catalog.store import PendingFile, ReadView, Store
-from isbre.catalog.table_handles import OutsideTableError, directory, open_below
+from isbre.catalog.table_handles import OutsideTableError, TrustedRoots, open_below, replace_below
 from isbre.catalog.writer import Batch, Writer
 
 log = logging.getLogger(__name__)
@@ -64,15 +64,6 @@ def sync_filesystems(paths: Iterable[Path]) -> None:
             os.close(fd)
 
 
-Roots = list[tuple[Path, Path]]  # (a root as configured, the same resolved once), deepest first
-
-
-def trusted_roots(locations: Iterable[str]) -> Roots:
-    """The local roots tables may live under (the warehouses, the allowed locations)."""
-    written = {path for location in locations if (path := local_path(location)) is not None}
-    return [(root, Path(os.path.realpath(root))) for root in sorted(written, key=lambda p: -len(p.parts))]
-
-
 def _whole(root: Path, parts: tuple[str, ...], pending: PendingFile) -> bool:
     try:
         descriptor = open_below(root, parts, pending.location)
@@ -80,18 +71,6 @@ def _whole(root: Path, parts: tuple[str, ...], pending: PendingFile) -> bool:
         return False
     with os.fdopen(descriptor, "rb") as file:
         return file.read(len(pending.data) + 1) == pending.data
-
-
-def _write_below(root: Path, parts: tuple[str, ...], pending: PendingFile) -> None:
-    """The file written whole under a temporary name, then renamed, from the handle of its folder
-    (the round's sync makes both durable)."""
-    with directory(root, parts[:-1], pending.location, create=True) as folder:
-        temporary = f".{parts[-1]}.{os.getpid()}.restoring"
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
-        descriptor = os.open(temporary, flags, 0o644, dir_fd=folder)
-        with os.fdopen(descriptor, "wb") as file:
-            file.write(pending.data)
-        os.replace(temporary, parts[-1], src_dir_fd=folder, dst_dir_fd=folder)
 
 
 def _still_its_tables(view: ReadView, pending: PendingFile) -> bool:
@@ -105,23 +84,23 @@ def _still_its_tables(view: ReadView, pending: PendingFile) -> bool:
     return bool(holders) and set(holders) == {pending.owner}
 
 
-def restore(view: ReadView, pending: PendingFile, roots: Roots) -> bool:
+def restore(view: ReadView, pending: PendingFile, roots: TrustedRoots) -> bool:
     """Write a kept file again where a crash left it missing or torn, if its table still holds its
     place; reached from a trusted root through no link, as the server reaches a table's files
     (catalog/table_handles.py). True when it was written."""
     path = local_path(pending.location)
     if path is None:
         return False
-    root = next(((written, real) for written, real in roots if written in path.parents), None)
+    reached = roots.reach(path)
     try:
-        if root is None:
+        if reached is None:
             raise OutsideTableError(f"{pending.location!r} is under no warehouse or allowed location")
-        parts = path.relative_to(root[0]).parts
-        if _whole(root[1], parts, pending):
+        root, parts = reached
+        if _whole(root, parts, pending):
             return False
         if not _still_its_tables(view, pending):
             raise OutsideTableError("its table no longer holds that place")
-        _write_below(root[1], parts, pending)
+        replace_below(root, parts, pending.location, pending.data, sync=False)  # the round syncs it
     except OutsideTableError as exc:
         log.warning("not restoring %s, lost in a crash: %s", pending.location, exc)
         return False
@@ -139,7 +118,7 @@ class FileSettler:
         self._writer = writer
         self._interval_s = interval_s
         self.grouping = interval_s > 0
-        self._roots: Roots = []
+        self._roots = TrustedRoots(())
         self._written = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="isbre-file-settler", daemon=True)
@@ -147,7 +126,7 @@ class FileSettler:
     def start(self, roots: Iterable[str]) -> None:
         """Restore what a crash lost (`settle(restoring=True)`), reaching files from `roots` (every
         warehouse's and allowed location), then start the rounds."""
-        self._roots = trusted_roots(roots)
+        self._roots = TrustedRoots(roots)
         self.settle(restoring=True)
         if self.grouping:
             self._thread.start()

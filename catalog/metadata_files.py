@@ -25,6 +25,7 @@ from isbre.catalog.limits import InsufficientStorageError, is_disk_full
 from isbre.catalog.lru import Lru
 from isbre.catalog.metadata_encoding import table_metadata_json
 from isbre.catalog.object_storage import ObjectStorageIO
+from isbre.catalog.table_handles import OutsideTableError, TrustedRoots, create_below, unlink_below
 from pyiceberg.io import FileIO
 from pyiceberg.serializers import Compressor
 from pyiceberg.table.metadata import TableMetadata, TableMetadataWrapper
@@ -69,49 +70,41 @@ def publish_durably(temporary: Path, final: Path) -> None:
     _fsync_dir(final.parent)
 
 
-def make_dirs_durably(directory: Path) -> list[Path]:
+def make_dirs_durably(directory: Path) -> None:
     """Create `directory` and any missing parents, each synced into its parent: a crash cannot lose
-    a directory that a synced file inside it needs. Returns the directories created, outermost first."""
+    a directory that a synced file inside it needs."""
     missing = []
     while not directory.exists():
         missing.append(directory)
         directory = directory.parent
-    created = []
     for new in reversed(missing):
         try:
             new.mkdir()
         except FileExistsError:
             continue  # made meanwhile by another writer; it syncs it
-        created.append(new)
         _fsync_dir(new.parent)
-    return created
 
 
-def remove_created(directories: list[Path]) -> None:
-    """Remove directories `make_dirs_durably` created, innermost first, if nothing else went in."""
-    for directory in reversed(directories):
-        with contextlib.suppress(OSError):
-            directory.rmdir()
-
-
-def write_durably(io: FileIO, location: str, data: bytes) -> None:
+def write_durably(io: FileIO, roots: TrustedRoots, location: str, data: bytes) -> None:
     """Create `location` with `data`, never replacing a file or object; on local disk, synced (file and
-    new directories) before returning; on object storage, a conditional PUT.
+    new directories) before returning, reached from the trusted root it lies below through no link
+    (catalog/table_handles.py: a table's writer may swap its folders for links to another's);
+    on object storage, a conditional PUT.
 
     Fails with InsufficientStorageError when the disk is full, leaving neither the file nor the
-    directories it made.
+    directories it made; with OutsideTableError where the way passes through a link.
     """
-    _write_new(io, location, data, sync=True)
+    _write_new(io, roots, location, data, sync=True)
 
 
-def write_unsynced(io: FileIO, location: str, data: bytes) -> bool:
+def write_unsynced(io: FileIO, roots: TrustedRoots, location: str, data: bytes) -> bool:
     """`write_durably`, but on local disk without syncing the file (the directories it makes are
     synced): True when the file was left so, and its bytes must be kept until it is synced
     (catalog/file_settling.py); False on object storage, where the PUT is durable."""
-    return _write_new(io, location, data, sync=False)
+    return _write_new(io, roots, location, data, sync=False)
 
 
-def _write_new(io: FileIO, location: str, data: bytes, sync: bool) -> bool:
+def _write_new(io: FileIO, roots: TrustedRoots, location: str, data: bytes, sync: bool) -> bool:
     path = local_path(location)
     if path is None:
         if isinstance(io, ObjectStorageIO):
@@ -120,27 +113,14 @@ def _write_new(io: FileIO, location: str, data: bytes, sync: bool) -> bool:
         with io.new_output(location).create(overwrite=False) as stream:
             stream.write(data)
         return False
-    created: list[Path] = []
-    written = False
+    reached = roots.reach(path)
+    if reached is None:
+        raise OutsideTableError(f"{location!r} is under no warehouse or allowed location")
+    root, parts = reached
     try:
-        created = make_dirs_durably(path.parent)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        written = True
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            if sync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        if sync:
-            _fsync_dir(path.parent)
+        make_dirs_durably(root)  # a configured root, trusted: made by name where it is not there yet
+        create_below(root, parts, location, data, sync)
     except OSError as exc:
-        if written:
-            with contextlib.suppress(OSError):
-                path.unlink()
-        remove_created(created)
         if is_disk_full(exc):
             raise InsufficientStorageError(
                 f"No room left on the warehouse's disk to write {location}"
@@ -149,10 +129,16 @@ def _write_new(io: FileIO, location: str, data: bytes, sync: bool) -> bool:
     return not sync
 
 
-def remove_quietly(io: FileIO, location: str) -> None:
-    """Best-effort removal of a file that never became reachable (an orphan)."""
+def remove_quietly(io: FileIO, roots: TrustedRoots, location: str) -> None:
+    """Best-effort removal of a file that never became reachable (an orphan); on local disk through
+    no link, as it was written."""
     with contextlib.suppress(Exception):
-        io.delete(location)
+        path = local_path(location)
+        reached = roots.reach(path) if path is not None else None
+        if reached is not None:
+            unlink_below(*reached, location)
+        elif path is None:
+            io.delete(location)
 
 
 def metadata_json(metadata: TableMetadata | ViewMetadata) -> bytes:

@@ -24,6 +24,7 @@ from isbre.catalog.metadata_files import Loaded, MetadataCache, parse_table_meta
 from isbre.catalog.places import Places
 from isbre.catalog.request_context import ANONYMOUS, RequestContext
 from isbre.catalog.store import FIRST_WAREHOUSE, TABLE, VIEW, Pointer, ReadView, Store
+from isbre.catalog.table_handles import TrustedRoots
 from isbre.catalog.table_properties import check_no_code
 from isbre.catalog.writer import Batch, Origin, Writer
 from pyiceberg.exceptions import (
@@ -133,6 +134,7 @@ class ServiceCore:
         self.io = io or PyArrowFileIO()
         self.places = Places(store, scope, warehouse, self.io, allowed_locations, protected)
         self.warehouse = self.places.warehouse
+        self.roots = TrustedRoots(self.places.policy.roots)
         self.limits = limits or Limits()
         self.table_defaults = {tuple(ns): dict(props) for ns, props in (table_defaults or {}).items()}
         for namespace, properties in self.table_defaults.items():

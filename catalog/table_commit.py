@@ -161,7 +161,7 @@ class TableOperations:
                 self.core.places.check_all(entry.places, "Table", context.places, owner)
         except BaseException:
             if rebased is not None:
-                remove_quietly(self.core.io, rebased.manifest_list)
+                remove_quietly(self.core.io, self.core.roots, rebased.manifest_list)
             raise
         return entry
 
@@ -236,8 +236,8 @@ class TableCommits:
             for entry in staged:
                 if entry.changed:
                     if settler is None or not settler.keeps(entry.json):
-                        write_durably(self.core.io, entry.metadata_location, entry.json)
-                    elif write_unsynced(self.core.io, entry.metadata_location, entry.json):
+                        write_durably(self.core.io, self.core.roots, entry.metadata_location, entry.json)
+                    elif write_unsynced(self.core.io, self.core.roots, entry.metadata_location, entry.json):
                         kept.append(entry)
                     written.append(entry.metadata_location)
             txn_size = sum(entry.changed for entry in staged) if txn else None
@@ -271,7 +271,7 @@ class TableCommits:
             states = self._after_lost_answer(staged, written, exc, context)
         except BaseException:
             for location in written:
-                remove_quietly(self.core.io, location)
+                remove_quietly(self.core.io, self.core.roots, location)
             raise
         if kept and settler is not None:
             settler.written()
@@ -310,7 +310,7 @@ class TableCommits:
             ) from exc
         if not landed:
             for location in written:
-                remove_quietly(self.core.io, location)
+                remove_quietly(self.core.io, self.core.roots, location)
             raise exc
         log.warning(
             "a commit whose answer from the store was lost had landed (request %s): %s",

@@ -15,19 +15,48 @@ import contextlib
 import errno
 import os
 import stat
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
-from isbre.catalog.locations import LocationNotAllowedError
+from isbre.catalog.file_uris import local_path
+from isbre.catalog.locations import LocationNotAllowedError, normalized
 
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK  # a FIFO does not block the open
 _WRITE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC  # O_EXCL: not even through a link
 _LINK_ERRORS = (errno.ELOOP, errno.ENOTDIR)
 
 
 class OutsideTableError(LocationNotAllowedError):
     """A path that is not the table's to read, write or delete."""
+
+
+def local_place(location: str, literal_percent: bool = False) -> Path | None:
+    """`location` on local disk, normalized (no `.` or `..` left), or None elsewhere."""
+    path = local_path(normalized(location, literal_percent))
+    return Path(os.path.normpath(path)) if path is not None else None
+
+
+class TrustedRoots:
+    """The local roots tables may live under (the warehouses, the allowed locations), each resolved
+    once, when the server starts: the only paths it ever resolves through links."""
+
+    def __init__(self, locations: Iterable[str]) -> None:
+        written = {path for location in locations if (path := local_place(location)) is not None}
+        # Deepest first: a file is reached from the nearest root it lies below.
+        self._roots = [
+            (root, Path(os.path.realpath(root))) for root in sorted(written, key=lambda p: -len(p.parts))
+        ]
+
+    def reach(self, path: Path) -> tuple[Path, tuple[str, ...]] | None:
+        """The resolved root `path` lies below, and the folders and name from it down to `path`;
+        None when it lies below none."""
+        path = Path(os.path.normpath(path))
+        for written, resolved in self._roots:
+            if written in path.parents:
+                return resolved, path.relative_to(written).parts
+        return None
 
 
 def _refused(path: str, part: str) -> OutsideTableError:
@@ -44,19 +73,27 @@ def _open_folder(part: str, handle: int, path: str) -> int:
 
 
 @contextlib.contextmanager
-def directory(root: Path, parts: Sequence[str], path: str, create: bool = False) -> Iterator[int]:
+def directory(
+    root: Path, parts: Sequence[str], path: str, create: bool = False, made: list[int] | None = None
+) -> Iterator[int]:
     """The handle of `root/parts...`, reached from `root` without following a link; `create`: the
-    folders missing on the way are made. FileNotFoundError when one is missing (and not made)."""
+    folders missing on the way are made (and with `made`, each synced into the folder above it and
+    its depth appended). FileNotFoundError when one is missing (and not made)."""
     handle = os.open(root, _DIRECTORY)
     try:
-        for part in parts:
+        for depth, part in enumerate(parts):
             try:
                 below = _open_folder(part, handle, path)
             except FileNotFoundError:
                 if not create:
                     raise
-                with contextlib.suppress(FileExistsError):  # made meanwhile by a writer of the table
+                try:
                     os.mkdir(part, 0o777, dir_fd=handle)
+                    if made is not None:
+                        made.append(depth)
+                        os.fsync(handle)
+                except FileExistsError:  # made meanwhile by a writer of the table
+                    pass
                 below = _open_folder(part, handle, path)
             os.close(handle)
             handle = below
@@ -80,6 +117,48 @@ def open_below(root: Path, parts: Sequence[str], path: str, write: bool = False)
         raise OutsideTableError(f"{path!r} is not a regular file")
     os.set_blocking(found, True)
     return found
+
+
+def create_below(root: Path, parts: Sequence[str], path: str, data: bytes, sync: bool) -> None:
+    """Create the regular file `root/parts...` holding `data`, never replacing a file (or a link),
+    the folders on the way made and synced into theirs; with `sync`, the file and its folder's
+    entry synced too. A failure leaves neither the file nor the folders it made."""
+    made: list[int] = []
+    try:
+        with directory(root, parts[:-1], path, create=True, made=made) as folder:
+            descriptor = os.open(parts[-1], _CREATE, 0o644, dir_fd=folder)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(descriptor, view) :]
+                if sync:
+                    os.fsync(descriptor)
+            except BaseException:
+                os.unlink(parts[-1], dir_fd=folder)
+                raise
+            finally:
+                os.close(descriptor)
+            if sync:
+                os.fsync(folder)
+    except BaseException:
+        for depth in reversed(made):  # innermost first, each only if nothing else went in
+            with contextlib.suppress(OSError), directory(root, parts[:depth], path) as above:
+                os.rmdir(parts[depth], dir_fd=above)
+        raise
+
+
+def replace_below(root: Path, parts: Sequence[str], path: str, data: bytes, sync: bool) -> None:
+    """Write `root/parts...` whole or not at all: `data` goes to a new file beside it (`create_below`),
+    which is then renamed over it, so that a reader sees the old file or the new one, never a part."""
+    temporary = (*parts[:-1], f".{parts[-1]}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+    create_below(root, temporary, path, data, sync)
+    with directory(root, parts[:-1], path) as folder:
+        try:
+            os.replace(temporary[-1], parts[-1], src_dir_fd=folder, dst_dir_fd=folder)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary[-1], dir_fd=folder)
+            raise
 
 
 def stat_below(root: Path, parts: Sequence[str], path: str) -> os.stat_result:

@@ -109,7 +109,7 @@ class Views:
         previous = base.metadata_location if base else None
         location = next_metadata_location(metadata.location, metadata.properties, previous)
         pointer = Pointer(location, metadata.view_uuid)
-        write_durably(self.core.io, location, data)
+        write_durably(self.core.io, self.core.roots, location, data)
 
         def mutation(batch: Batch) -> ViewState:
             if batch.view.pointer(VIEW, ident) != base:
@@ -138,7 +138,7 @@ class Views:
         try:
             state = self.core.mutate(mutation, context=context, answer=lambda state: state.metadata_location)
         except BaseException:
-            remove_quietly(self.core.io, location)
+            remove_quietly(self.core.io, self.core.roots, location)
             raise
         self.core.view_files.put(location, Loaded(metadata, data))
         return state

@@ -22,6 +22,14 @@ from isbre.catalog.deletion import TableFiles
 from isbre.catalog.embedded import LmdbCatalog
 from isbre.catalog.file_uris import local_path
 from isbre.catalog.purge import PurgeIncompleteError
+from isbre.catalog.table_handles import OutsideTableError
+from isbre.catalog.table_staging import TableChange
+from isbre.catalog.warehouses import open_catalog
+from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
+from pyiceberg.schema import Schema
+from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
+from pyiceberg.table.update import SetPropertiesUpdate
+from pyiceberg.types import LongType, NestedField
 
 T = Identifier.of(("a",), "t")
 OLD = 10**9  # a modification time long past every orphan age
@@ -147,3 +155,32 @@ def test_a_folder_swapped_for_a_link_at_any_step_leads_nowhere(tmp_path: Path, w
         # Nothing of the victim's went, changed or was added to (compaction writes into the folder).
         assert tree(setting.victim_data) == setting.before, step
         setting.catalog.service.close()
+
+
+@pytest.mark.parametrize("metadata_sync_s", [0, 3600], ids=["synced", "kept"])
+def test_a_metadata_folder_swapped_for_a_link_gets_no_new_file(
+    tmp_path: Path, metadata_sync_s: float
+) -> None:
+    """The catalog writes a commit's metadata file into the writer's own metadata folder: swapped
+    for a link to another table's, the commit is refused and nothing lands in the other folder."""
+    service = open_catalog(tmp_path / "warehouse", metadata_sync_s=metadata_sync_s)
+    try:
+        for namespace in ("a", "b"):
+            service.namespaces.create((namespace,), {})
+        schema = Schema(NestedField(1, "n", LongType(), required=False))
+        made = [
+            service.tables.create(ident, schema, UNPARTITIONED_PARTITION_SPEC, UNSORTED_SORT_ORDER)
+            for ident in (T, Identifier.of(("b",), "victim"))
+        ]
+        own, victim = (local_path(state.metadata_location or "") for state in made)
+        assert own is not None and victim is not None
+        before = tree(victim.parent)
+        own.parent.rename(own.parent.with_name("metadata.moved"))
+        own.parent.symlink_to(victim.parent, target_is_directory=True)
+
+        with pytest.raises(OutsideTableError, match="link"):
+            service.tables.commit(TableChange(T, (), (SetPropertiesUpdate(updates={"k": "v"}),)))
+        assert tree(victim.parent) == before
+        assert service.tables.load(T).metadata_location == made[0].metadata_location
+    finally:
+        service.close()
