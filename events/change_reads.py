@@ -153,20 +153,20 @@ def commit_rows(
         if change["type"] == "added-rows":
             inserted.append(task)
             continue
+        if change["type"] == "deleted-data-file":  # its rows as they were, its own deletes applied
+            deleted.append(task)
+            continue
         before = list(change.get("existing-delete-file-references") or [])
         earlier = task.model_copy(update={"delete_file_references": before or None})
         after = task.delete_file_references or []
         added = tuple(i for i in after if i not in before)
-        if (
-            change["type"] == "deleted-rows"
-            and set(before) <= set(after)
-            and all(isinstance(delete_files[i], RESTEqualityDeleteFile) for i in added)
+        if set(before) <= set(after) and all(
+            isinstance(delete_files[i], RESTEqualityDeleteFile) for i in added
         ):
             upserted.append((earlier, added))
             continue
         deleted.append(earlier)
-        if change["type"] == "deleted-rows":
-            inserted.append(task)
+        inserted.append(task)
     parts = [read_tasks(table, deleted, delete_files, keys, kept, row_ids)]
     if upserted:
         read = read_each(table, [task for task, _ in upserted], delete_files, keys, kept, row_ids)

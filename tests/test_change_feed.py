@@ -444,6 +444,31 @@ def test_a_change_plan_names_each_task_s_change(server: IsbreServer) -> None:
     assert all(task["residual-filter"] is True for task in found["file-scan-tasks"])
 
 
+def test_a_removed_file_s_rows_deleted_before_are_not_deleted_again(
+    server: IsbreServer, tmp_path: Path
+) -> None:
+    """A file removed by a commit held rows an earlier delete file had deleted: the commit deletes
+    only the rows that were still there."""
+    table = new_table(server, "redeleted", keyed=False, version=2)
+    model = Model(tmp_path)
+    table.append(rows((1, "a"), (2, "b"), (3, "c")))
+    model.step(table)
+    feed = TableFeed(server.url, "redeleted.t", consumer=None, from_start=True, changes=True)
+    try:
+        read = feed.read(timeout=5).to_pylist()
+        commit_deletes(table, [position_deletes(table, *position_of(table, 1))])
+        table.refresh()
+        model.step(table)
+        table.delete(EqualTo("id", 3))  # copy-on-write: the file goes, 2 is written again
+        model.step(table)
+        while len(by_commit(read)) < 3:
+            read += feed.read(timeout=5).to_pylist()
+    finally:
+        feed.close()
+    assert by_commit(read) == model.changes()
+    assert [(row[CHANGE_TYPE], row["id"]) for row in read[3:]] == [("delete", 1), ("delete", 3)]
+
+
 def test_a_change_plan_needs_a_cursor(server: IsbreServer) -> None:
     new_table(server, "refused", keyed=False, version=2)
     answer = plan(server, "refused.t", {"isbre-changes": True})
