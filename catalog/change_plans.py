@@ -4,16 +4,19 @@ A snapshot's changes are found from its own manifests alone (its parent may be e
 files it added, the data files it removed (their deleted entries), and, where it added or removed
 delete files, the data files it kept whose deletes changed. Each is a task a reader reads with
 the file's own deletes (`ChangeTask`); the rows read are inserted or deleted. A copy-on-write
-rewrite removes a file and adds one that carries most of its rows over: the reader nets those out,
-row by row (events/change_rows.py), as Spark's changelog view does. `replace` snapshots
-(compaction, manifest rewrites) change no row and contribute nothing.
+rewrite removes a file and adds one that carries most of its rows over: the catalog nets those
+out (catalog/carried_rows.py), its position delete files among the tasks' deletes, so that a
+reader reads the changed rows only. `replace` snapshots (compaction, manifest rewrites) change no
+row and contribute nothing.
 """
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from isbre.catalog.carried_rows import CarriedRows, Side
 from isbre.catalog.manifest_entries import first_row_id, with_first_row_id
 from isbre.catalog.scan_planning import DeleteIndex, Planner
 from pyiceberg.expressions import AlwaysTrue, BooleanExpression
@@ -39,6 +42,9 @@ class ChangeTask:
     existing: tuple[DataFile, ...] = ()
     # What is left of the plan's filter for the file's rows: a reader keeps the rows it matches.
     residual: BooleanExpression = field(default_factory=AlwaysTrue)
+    # The rows the commit carried over unchanged are read too (it held more rows than the catalog
+    # nets): a reader nets them out itself.
+    carried_included: bool = False
 
 
 @dataclass(frozen=True)
@@ -48,19 +54,44 @@ class ChangePlan:
     commit_seq: int
 
 
-def plan_changes(planner: Planner, commits: list[tuple[Snapshot, int]], max_tasks: int) -> ChangePlan | None:
+@dataclass(frozen=True)
+class Netting:
+    """How a plan nets the rows copy-on-write commits carried over: up to `max_rows` rows a commit."""
+
+    carried: CarriedRows
+    max_rows: int
+
+
+def plan_changes(
+    planner: Planner, commits: list[tuple[Snapshot, int]], max_tasks: int, netting: Netting
+) -> ChangePlan | None:
     """The changes of `commits` (snapshots oldest first, each with its commit), whole commits
     until they make `max_tasks` tasks (at least one commit); None when there are no commits."""
     if not commits:
         return None
     tasks: list[ChangeTask] = []
-    covered = commits[0][1]
-    for snapshot, commit_seq in commits:
-        if commit_seq != covered and len(tasks) >= max_tasks:
+    for commit_seq, grouped in itertools.groupby(commits, key=lambda each: each[1]):
+        if tasks and len(tasks) >= max_tasks:
             break
         covered = commit_seq
-        tasks += snapshot_changes(planner, snapshot, commit_seq)
+        tasks += commit_changes(planner, [snapshot for snapshot, _ in grouped], commit_seq, netting)
     return ChangePlan(tasks, covered)
+
+
+def commit_changes(
+    planner: Planner, snapshots: list[Snapshot], commit_seq: int, netting: Netting
+) -> list[ChangeTask]:
+    """The tasks that read what one commit's `snapshots` inserted and deleted. A commit may remove
+    a file in one snapshot and write its rows again in another (PyIceberg's overwrite deletes,
+    then appends): the rows it carried over are netted over all of them."""
+    tasks = [task for snapshot in snapshots for task in snapshot_changes(planner, snapshot, commit_seq)]
+    removing = next((t.snapshot_id for t in tasks if t.kind == "deleted-data-file"), None)
+    if removing is not None and any(t.kind == "added-rows" for t in tasks):
+        by_id = {snapshot.snapshot_id: snapshot for snapshot in snapshots}
+        tasks = _carried_netted(planner, by_id[removing], tasks, netting)
+    # A filter prunes both sides of a commit alike: the rows of a file it leaves out match it on
+    # neither side, so what is left is the change of the rows that match.
+    return [replace(t, residual=planner.residual(t.data_file)) for t in tasks if planner.keeps(t.data_file)]
 
 
 @dataclass
@@ -106,7 +137,7 @@ def _entries(planner: Planner, snapshot: Snapshot) -> _Entries:
 
 
 def snapshot_changes(planner: Planner, snapshot: Snapshot, commit_seq: int) -> list[ChangeTask]:
-    """The tasks that read what `snapshot` inserted and deleted."""
+    """The tasks that read what `snapshot` inserted and deleted, whatever the plan's filter."""
     if snapshot.summary is not None and snapshot.summary.operation == Operation.REPLACE:
         return []
     found = _entries(planner, snapshot)
@@ -139,9 +170,27 @@ def snapshot_changes(planner: Planner, snapshot: Snapshot, commit_seq: int) -> l
             now = tuple(after.of(entry))
             if {d.file_path for d in existing} != {d.file_path for d in now}:
                 tasks.append(ChangeTask("deleted-rows", commit_seq, own, entry.data_file, now, existing))
-    # A filter prunes both sides of a commit alike: the rows of a file it leaves out match it on
-    # neither side, so what is left is the change of the rows that match.
-    return [replace(t, residual=planner.residual(t.data_file)) for t in tasks if planner.keeps(t.data_file)]
+    return tasks
+
+
+def _carried_netted(
+    planner: Planner, snapshot: Snapshot, tasks: list[ChangeTask], netting: Netting
+) -> list[ChangeTask]:
+    """`tasks` (of a commit that removed and added data files, `snapshot` the first that removed
+    one: what the catalog keeps goes by it) with the position delete files that name the rows it
+    carried over among their deletes; or, where those were not worked out, each task that reads
+    whole files marked as reading them."""
+    whole = [t for t in tasks if t.kind != "deleted-rows"]
+    sides = [Side(t.data_file, t.deletes, t.kind == "added-rows") for t in whole]
+    carried = netting.carried.deletes(planner.io, planner.metadata, snapshot, sides, netting.max_rows)
+    if carried is None:
+        return [replace(t, carried_included=True) if t.kind != "deleted-rows" else t for t in tasks]
+    return [
+        replace(t, deletes=(*t.deletes, carried[t.data_file.file_path]))
+        if t.kind != "deleted-rows" and t.data_file.file_path in carried
+        else t
+        for t in tasks
+    ]
 
 
 def _removed_row_ids(planner: Planner, snapshot: Snapshot, removed: list[ManifestEntry]) -> dict[str, int]:
@@ -178,6 +227,7 @@ __all__ = [
     "ChangeKind",
     "ChangePlan",
     "ChangeTask",
+    "Netting",
+    "commit_changes",
     "plan_changes",
-    "snapshot_changes",
 ]

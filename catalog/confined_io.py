@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from isbre.catalog.deletion import OutsideTableError, Reached, TableFiles
-from isbre.catalog.table_handles import open_below, stat_below
+from isbre.catalog.table_handles import open_below, replace_below, stat_below
 from pyiceberg.io import FileIO, InputFile, InputStream, OutputFile, OutputStream
 
 T = TypeVar("T")
@@ -61,6 +61,18 @@ class ConfinedIO(FileIO):
         reached = self.confined(location, lambda files: files.reach(location))
         self.written.append(location)
         return _LocalOutput(self, location, reached) if reached else self._io.new_output(location)
+
+    def publish(self, location: str, data: bytes) -> None:
+        """Write the table's file `location` whole, synced, or not at all, replacing what is there: a
+        reader sees it before or after, never in part (an object store's PUT is so; on local disk
+        it is written beside and renamed, through handles)."""
+        reached = self.confined(location, lambda files: files.reach(location))
+        self.written.append(location)
+        if reached is None:
+            with self._io.new_output(location).create(overwrite=True) as stream:
+                stream.write(data)
+            return
+        self.confined(location, lambda _: replace_below(*reached, location, data, sync=True))
 
     def names_in(self, folder: str) -> list[str]:
         """The names in the table's local folder `folder`, listed through handles."""

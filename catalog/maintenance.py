@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from isbre.catalog.carried_index import carried_files
 from isbre.catalog.compaction import (
     SMALL_SHARE,
     compaction_enabled,
@@ -158,7 +159,7 @@ def unreachable_files(io: FileIO, before: TableMetadata, after: TableMetadata) -
 def referenced_files(io: FileIO, metadata: TableMetadata, location: str) -> set[str]:
     """Every file the table's metadata reaches: its metadata files (current and logged), each
     snapshot's manifest list and manifests, the data and delete files they name (removed entries
-    too), and its statistics files."""
+    too), its statistics files, and what the catalog keeps for its snapshots' carried rows."""
     named = {location, *(entry.metadata_file for entry in metadata.metadata_log)}
     named |= {f.statistics_path for f in metadata.statistics}
     named |= {f.statistics_path for f in metadata.partition_statistics}
@@ -170,7 +171,7 @@ def referenced_files(io: FileIO, metadata: TableMetadata, location: str) -> set[
             named.add(manifest.manifest_path)
             entries = read_entries(io, manifest, metadata.format_version, discard_deleted=False)
             named |= {e.data_file.file_path for e in entries}
-    return named
+    return named | set(carried_files(io, metadata))
 
 
 def orphans(

@@ -14,7 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from isbre.catalog.change_plans import ChangePlan, plan_changes
+from isbre.catalog.carried_rows import CarriedRows
+from isbre.catalog.change_plans import ChangePlan, Netting, plan_changes
+from isbre.catalog.change_types import NET_MAX_ROWS
 from isbre.catalog.identifiers import Identifier
 from isbre.catalog.lru import Lru
 from isbre.catalog.manifest_cache import ManifestCache
@@ -70,6 +72,7 @@ class Plans:
         self.core = core
         self.cache = cache
         self._histories: Lru[str, History] = Lru(HISTORIES)
+        self._carried = CarriedRows()
 
     def resolve(self, ident: Identifier, request: PlanRequest) -> Resolved:
         """The scan `request` asks for, against the table as it stands. ScanNotPlannableError for
@@ -143,11 +146,17 @@ class Plans:
         return Resolved(scan, self._planner(history, scan), max(after, newer[0][1]))
 
     def changes(
-        self, ident: Identifier, after: int, max_tasks: int, rows: RowFilter | None = None
+        self,
+        ident: Identifier,
+        after: int,
+        max_tasks: int,
+        rows: RowFilter | None = None,
+        net_max_rows: int = NET_MAX_ROWS,
     ) -> tuple[Planner, ChangePlan]:
         """What the table's commits after `after` inserted and deleted (whole commits, up to about
         `max_tasks` tasks) in the files whose rows may match `rows`, with the planner that read
-        them. ExpiredCommitsError as `resolve`."""
+        them; the rows a copy-on-write commit carried over are netted out where its files hold
+        `net_max_rows` rows at most. ExpiredCommitsError as `resolve`."""
         history = self._history(ident)
         table_uuid = str(history.metadata.table_uuid)
         with self.core.store.read(self.core.scope) as view:
@@ -161,7 +170,8 @@ class Plans:
                 _check_not_expired(newer, after, commit_of, _FirstParents(view, table_uuid))
         scan = Scan(table_uuid, history.metadata.current_snapshot_id, True, start, rows or RowFilter())
         planner = self._planner(history, scan)
-        return planner, plan_changes(planner, newer[::-1], max_tasks) or ChangePlan([], after)
+        netting = Netting(self._carried, net_max_rows)
+        return planner, plan_changes(planner, newer[::-1], max_tasks, netting) or ChangePlan([], after)
 
     def properties(self, ident: Identifier) -> dict[str, str]:
         return dict(self._history(ident).metadata.properties)

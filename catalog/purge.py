@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from isbre.catalog.carried_index import carried_files
 from isbre.catalog.confined_io import ConfinedIO, ForeignPathError
 from isbre.catalog.deletion import TableFiles, delete_each
 from isbre.catalog.manifest_entries import read_entries
@@ -80,6 +81,14 @@ def _manifest_paths(io: ConfinedIO, metadata: TableMetadata, report: PurgeReport
     return found
 
 
+def _carried_files(io: ConfinedIO, metadata: TableMetadata, report: PurgeReport) -> dict[str, str]:
+    try:
+        return carried_files(io, metadata)
+    except Exception as exc:
+        report.problems.append(f"the carried rows' files: {_described(exc)}")
+        return {}
+
+
 def purge_files(
     io: FileIO, metadata: TableMetadata | None, extra: list[str], files: TableFiles | None
 ) -> PurgeReport:
@@ -93,6 +102,7 @@ def purge_files(
         named |= {entry.metadata_file: "previous metadata" for entry in metadata.metadata_log}
         named |= {stat.statistics_path: "statistics" for stat in metadata.statistics}
         named |= {stat.statistics_path: "partition statistics" for stat in metadata.partition_statistics}
+        named |= _carried_files(ConfinedIO(io, files), metadata, report)
     named |= {path: "metadata" for path in extra}
     done = delete_each(files, named.items())
     report.deleted += done.deleted

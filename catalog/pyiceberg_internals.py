@@ -120,30 +120,44 @@ def rows_per_task(
 ) -> list[pa.Table]:
     """The rows of each of `tasks`, read as `scan.to_table` reads them (position deletes applied,
     the files in parallel on PyIceberg's executor), one table per task: `to_table` concatenates
-    them, and a reader that applies more per file (equality deletes) needs them apart.
+    them, and a reader that applies more per file (equality deletes) needs them apart. With
+    `first_row_ids`, each row carries its id (`rows_at_positions`)."""
+    return [rows for rows, _ in rows_at_positions(scan, io, tasks, first_row_ids)]
 
+
+def rows_at_positions(
+    scan: ArrowScan,
+    io: FileIO,
+    tasks: Sequence[FileScanTask],
+    first_row_ids: Sequence[int | None] | None = None,
+) -> list[tuple[pa.Table, pa.Array]]:
+    """The rows of each of `tasks` (whose delete files are position deletes or deletion vectors
+    only) and each row's position in its file: the file read whole, then its deletes applied.
     With `first_row_ids` (each task's data file's, on a format v3 table; `scan` projecting
-    `_row_id`, catalog/row_lineage.py), each row carries its id: a file is read whole, its rows
-    given their ids by position where it holds none, then its position deletes applied."""
+    `_row_id`, catalog/row_lineage.py), a row whose file holds no id is given its id by position."""
     import pyarrow as pa
     from isbre.catalog.row_lineage import ROW_ID, row_ids
     from pyiceberg.io.pyarrow import _combine_positional_deletes, _read_all_delete_files
     from pyiceberg.utils.concurrent import ExecutorFactory
 
     deletes = _read_all_delete_files(io, tasks)
-    empty = scan.to_table([])  # the columns the scan reads, for a task that yields no batch
+    empty = scan.to_table([])
 
-    def read(task: FileScanTask, first_row_id: int | None) -> pa.Table:
-        whole = first_row_ids is not None
-        batches = scan._record_batches_from_scan_tasks_and_deletes([task], {} if whole else deletes)
-        found = [pa.Table.from_batches([batch]) for batch in batches]
-        rows = pa.concat_tables([empty, *found], promote_options="permissive")
-        if not whole:
-            return rows
-        at = rows.schema.get_field_index(ROW_ID.name)
-        rows = rows.set_column(at, ROW_ID.name, row_ids(rows.column(at), rows.num_rows, first_row_id))
+    def read(task: FileScanTask, first_row_id: int | None) -> tuple[pa.Table, pa.Array]:
+        batches = scan._record_batches_from_scan_tasks_and_deletes([task], {})
+        rows = pa.concat_tables(
+            [empty, *(pa.Table.from_batches([b]) for b in batches)], promote_options="permissive"
+        )
+        if first_row_ids is not None:
+            at = rows.schema.get_field_index(ROW_ID.name)
+            rows = rows.set_column(at, ROW_ID.name, row_ids(rows.column(at), rows.num_rows, first_row_id))
         positional = deletes.get(task.file.file_path)
-        return rows.take(_combine_positional_deletes(positional, 0, rows.num_rows)) if positional else rows
+        kept = (
+            _combine_positional_deletes(positional, 0, rows.num_rows)
+            if positional
+            else pa.array(range(rows.num_rows), pa.int64())
+        )
+        return rows.take(kept), kept
 
     ids = first_row_ids if first_row_ids is not None else [None] * len(tasks)
     return list(ExecutorFactory.get_or_create().map(read, tasks, ids))

@@ -171,7 +171,7 @@ class Planner:
         self.history = history
         self.metadata = history.metadata
         self.scan = scan
-        self._io = io
+        self.io = io
         self._cache = cache
         rows, scanned = scan.rows, scanned_metadata(history, scan)
         expression = spec_literals(rows.expression, scanned.schema(), rows.case_sensitive)
@@ -246,14 +246,14 @@ class Planner:
         return deletes
 
     def manifests(self, of: Snapshot) -> tuple[Manifest, ...]:
-        return self._cache.manifests(self._io, self._io.check(of.manifest_list), self.metadata.format_version)
+        return self._cache.manifests(self.io, self.io.check(of.manifest_list), self.metadata.format_version)
 
     def entries(self, manifest: Manifest, deleted: bool = False) -> tuple[ManifestEntry, ...]:
         """The manifest's live entries (and with `deleted`, its deleted ones)."""
         # Every path is checked for this table, not only when first read: another table's manifest
         # list may name the same manifest.
         version = self.metadata.format_version
-        return self._cache.entries(self._io, manifest, self.scan.table_uuid, self._io.check, version, deleted)
+        return self._cache.entries(self.io, manifest, self.scan.table_uuid, self.io.check, version, deleted)
 
 
 class DeleteIndex:

@@ -10,6 +10,7 @@ scan's data manifests that any worker (or replica) plans again on request. isbre
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request, Response
@@ -120,7 +121,11 @@ def plan_table_scan(
             assert body.after_commit_seq is not None  # the request's validator says so
             page_size = runtime(request).settings.plan_page_size
             planner, changes = service(request).plans.changes(
-                target.ident(table), body.after_commit_seq, page_size, rows
+                target.ident(table),
+                body.after_commit_seq,
+                page_size,
+                rows,
+                runtime(request).settings.change_net_max_rows,
             )
             return _changes_answer(planner, changes)
         found = service(request).plans.resolve(
@@ -147,8 +152,10 @@ def plan_table_scan(
 
 
 def _changes_answer(planner: Planner, changes: ChangePlan) -> dict[str, Any]:
-    """A change plan, always answered whole: it ends at a commit, and the next plan starts there."""
-    found = {"status": "completed", **TaskWriter(planner.metadata, ()).change_tasks(changes.tasks)}
+    """A change plan, always answered whole: it ends at a commit, and the next plan starts there. Its
+    `plan-id`, which the spec asks of every completed answer, names nothing left to fetch."""
+    tasks = TaskWriter(planner.metadata, ()).change_tasks(changes.tasks)
+    found = {"status": "completed", "plan-id": f"isbre-changes-{os.urandom(8).hex()}", **tasks}
     found["plan-tasks"] = []
     found["isbre-commit-seq"] = changes.commit_seq
     return found

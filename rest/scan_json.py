@@ -266,6 +266,8 @@ class TaskWriter:
             }
             if task.kind == "deleted-rows":
                 change["existing-delete-file-references"] = delete_files.references(task.existing)
+            if task.carried_included:
+                change["carried-rows-included"] = True
             found: dict[str, Any] = {"data-file": self.content_file(task.data_file)}
             if task.deletes:
                 found["delete-file-references"] = delete_files.references(task.deletes)

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from isbre.catalog.change_types import NET_MAX_ROWS
 from isbre.catalog.stores import is_database_url
 from isbre.events.relay_settings import Relay
 from isbre.rest.roles import Role
@@ -246,6 +247,13 @@ class Settings(BaseSettings):
     )
     plan_page_size: int = Field(
         1000, ge=1, description="File scan tasks in one answer of a scan plan; the rest come as plan tasks."
+    )
+    change_net_max_rows: int = Field(
+        NET_MAX_ROWS,
+        ge=0,
+        description="The most rows the files of one copy-on-write commit may hold for a change plan to net "
+        "out the rows it carried over (they are read in memory); a larger commit's tasks say "
+        "`carried-rows-included` and the reader nets them.",
     )
     plan_wait_seconds: float = Field(
         30.0,

@@ -21,8 +21,11 @@ import pyarrow.parquet as pq
 import pytest
 from botocore.exceptions import ClientError
 from isbre.catalog.object_storage import ObjectStorageIO
+from isbre.events.change_reads import read_tasks
 from isbre.sinks.parquet import ParquetSink
 from pyiceberg.catalog.rest import RestCatalog
+from pyiceberg.catalog.rest.scan_planning import PlanCompleted
+from pyiceberg.expressions import EqualTo
 from pyiceberg.utils.concurrent import ExecutorFactory
 
 from tests import duck, zygote
@@ -667,3 +670,32 @@ def test_a_plan_on_s3_carries_credentials_for_its_table(on_s3: IsbreServer, moto
     assert planning.supports_server_side_planning()
     scanned = planning.load_table("planned.t").scan(row_filter="id > 1").to_arrow()
     assert sorted(scanned["id"].to_pylist()) == [2, 3]
+
+
+def test_a_change_plan_on_s3_nets_carried_rows_with_objects_a_purge_removes(
+    on_s3: IsbreServer, moto: MotoS3
+) -> None:
+    """The position delete files that net out the rows a copy-on-write delete carried over are
+    objects under the table's prefix, read with the table's vended credentials; a purge removes them."""
+    lake = catalog(on_s3, WRITER)
+    lake.create_namespace("changed")
+    table = lake.create_table("changed.t", schema=SCHEMA)
+    table.append(pa.table({"id": [1, 2, 3, 4]}, schema=SCHEMA))
+    url = f"{on_s3.url}/v1/isbre/namespaces/changed/tables/t/plan"
+    auth = {"Authorization": f"Bearer {READER}"}
+    after = http.post(url, json={"filter": False}, headers=auth).json()["isbre-commit-seq"]
+    table.delete(EqualTo("id", 2))  # 1, 3 and 4 written again
+    answer = http.post(url, json={"isbre-after-commit-seq": after, "isbre-changes": True}, headers=auth)
+    assert check(answer).status_code == 200, answer.text
+    parsed = PlanCompleted.model_validate(answer.json())
+    root = table.metadata.location.removeprefix("s3://lake/")
+    carried = [d.file_path for d in parsed.delete_files or []]
+    assert carried and all(path.startswith(f"s3://lake/{root}/metadata/isbre-carried-") for path in carried)
+    assert {f"s3://lake/{key}" for key in moto.keys("lake", root)} >= set(carried)
+    read = {}
+    for task, raw in zip(parsed.file_scan_tasks or [], answer.json()["file-scan-tasks"], strict=True):
+        rows = read_tasks(lake.load_table("changed.t"), [task], parsed.delete_files or [])
+        read[raw["isbre-change"]["type"]] = rows["id"].to_pylist()
+    assert read == {"deleted-data-file": [2], "added-rows": []}
+    lake.purge_table("changed.t")
+    assert moto.keys("lake", root) == []

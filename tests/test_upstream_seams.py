@@ -87,6 +87,28 @@ def test_pyiceberg_writes_parquet_data_files(tmp_path: Path) -> None:
     assert written.record_count == 3 and Path(written.file_path.removeprefix("file://")).is_file()
 
 
+def test_pyiceberg_reads_a_file_s_rows_with_their_positions(tmp_path: Path) -> None:
+    """A data file read whole, its position deletes applied after: the rows kept and where they are."""
+    from isbre.catalog.embedded import LmdbCatalog
+    from pyiceberg.expressions import AlwaysTrue
+    from pyiceberg.io.pyarrow import ArrowScan
+    from pyiceberg.table import FileScanTask
+
+    from tests.row_deltas import commit_deletes, position_deletes
+
+    catalog = LmdbCatalog("seams", warehouse=str(tmp_path))
+    catalog.create_namespace("ns")
+    table = catalog.create_table("ns.t", schema=SCHEMA)
+    table.append(pa.table({"x": pa.array([10, 11, 12, 13, 14], pa.int64())}))
+    (data,) = [task.file for task in table.scan().plan_files()]
+    table = commit_deletes(table, [position_deletes(table, data, [1, 3])])
+    tasks = [FileScanTask(t.file, delete_files=t.delete_files) for t in table.scan().plan_files()]
+    scan = ArrowScan(table.metadata, table.io, table.schema(), AlwaysTrue())
+    ((rows, positions),) = pyiceberg.rows_at_positions(scan, table.io, tasks)
+    assert rows["x"].to_pylist() == [10, 12, 14] and positions.to_pylist() == [0, 2, 4]
+    catalog.close()
+
+
 def test_pyiceberg_rest_catalog_builds_requests_as_the_seam_does() -> None:
     split = inspect.signature(RestCatalog._split_identifier_for_path)
     assert list(split.parameters)[:2] == ["self", "identifier"]

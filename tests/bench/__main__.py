@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tests.bench import (
+    carried,
     commit_cpu,
     commits,
     console,
@@ -69,6 +70,10 @@ BENCHMARKS: dict[str, tuple[Callable[[Path], Report | list[Report]], str]] = {
     ),
     "events": (events.run, "commit-to-event latency, replay, commits with subscribers"),
     "feeds": (feeds.run, "commit to rows in a TableFeed's hands, beside a polling reader; idle CPU"),
+    "carried": (
+        carried.run,
+        "copy-on-write deletes to a change feed: the catalog or the reader nets",
+    ),
     "pipelines": (pipelines.run, "a table-to-table hop beside a plain sink, rows per second"),
     "lineage": (lineage.run, "commits with lineage delivery on"),
     "relays": (relays.run, "commit to message in JetStream; commits with a NATS and a webhook relay on"),
