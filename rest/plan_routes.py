@@ -110,7 +110,7 @@ def plan_table_scan(
     work = runtime(request).planning
     max_terms = runtime(request).settings.plan_max_filter_terms
 
-    def resolved() -> tuple[PlanId, Planner] | dict[str, Any]:
+    def resolved() -> tuple[PlanId | dict[str, Any], Planner]:
         body = _plan_request(raw, max_terms)
         rows = RowFilter(
             body.filter if body.filter is not None else AlwaysTrue(),
@@ -127,7 +127,7 @@ def plan_table_scan(
                 rows,
                 runtime(request).settings.change_net_max_rows,
             )
-            return _changes_answer(planner, changes)
+            return _changes_answer(planner, changes), planner
         found = service(request).plans.resolve(
             target.ident(table),
             PlanRequest(
@@ -144,10 +144,9 @@ def plan_table_scan(
         return PlanId.new(found.scan, stats, found.commit_seq), found.planner
 
     # Parsing and resolving a request is planning work too: it takes a slot like the plan.
-    found = work.bounded(resolved)
-    if isinstance(found, dict):
-        return JSONResponse(found, headers={"Cache-Control": "no-store"})
-    plan, planner = found
+    plan, planner = work.bounded(resolved)
+    if isinstance(plan, dict):  # a change plan, answered whole
+        return _answer(request, target, table, planner, plan)
     return _plan(request, target, table, planner, plan, plan.token(work.key))
 
 

@@ -685,12 +685,15 @@ def test_a_change_plan_on_s3_nets_carried_rows_with_objects_a_purge_removes(
     auth = {"Authorization": f"Bearer {READER}"}
     after = http.post(url, json={"filter": False}, headers=auth).json()["isbre-commit-seq"]
     table.delete(EqualTo("id", 2))  # 1, 3 and 4 written again
-    answer = http.post(url, json={"isbre-after-commit-seq": after, "isbre-changes": True}, headers=auth)
+    delegated = {**auth, "X-Iceberg-Access-Delegation": "vended-credentials"}
+    answer = http.post(url, json={"isbre-after-commit-seq": after, "isbre-changes": True}, headers=delegated)
     assert check(answer).status_code == 200, answer.text
     parsed = PlanCompleted.model_validate(answer.json())
     root = table.metadata.location.removeprefix("s3://lake/")
     carried = [d.file_path for d in parsed.delete_files or []]
     assert carried and all(path.startswith(f"s3://lake/{root}/metadata/isbre-carried-") for path in carried)
+    (credential,) = answer.json()["storage-credentials"]  # as for any plan: the table's, to read them with
+    assert all(path.startswith(credential["prefix"]) for path in carried)
     assert {f"s3://lake/{key}" for key in moto.keys("lake", root)} >= set(carried)
     read = {}
     for task, raw in zip(parsed.file_scan_tasks or [], answer.json()["file-scan-tasks"], strict=True):
