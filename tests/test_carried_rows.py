@@ -31,7 +31,7 @@ from tests.appenders import SCHEMA, V3Appender, tags
 from tests.http_client import http
 from tests.openapi import check
 from tests.row_deltas import commit_deletes, position_deletes
-from tests.server import InProcessServer, IsbreServer
+from tests.server import InProcessServer, IsbreServer, on_threads
 from tests.test_change_feed import (
     Change,
     Model,
@@ -115,6 +115,18 @@ def test_a_copy_on_write_commit_s_tasks_read_only_the_rows_it_changed(
     written = {d["file-path"]: local_path(d["file-path"]).stat().st_mtime_ns for d in found["delete-files"]}  # type: ignore[union-attr]
     again = planned_changes(server, table, after)[1]["delete-files"]
     assert {d["file-path"]: local_path(d["file-path"]).stat().st_mtime_ns for d in again} == written  # type: ignore[union-attr]
+
+
+def test_plans_racing_to_net_one_commit_all_hand_over_its_change(server: IsbreServer, tmp_path: Path) -> None:
+    """Six plans at once, each finding the commit not netted yet: every one is answered with files
+    whole (each written beside and renamed), and each reads the one row deleted."""
+    table = new_table(server, "raced", keyed=False, version=2)
+    table.append(rows(*((n, f"v{n}") for n in range(2000))))
+    after = cursor(server, "raced.t")
+    table.delete(EqualTo("id", 1234))
+    found: list[list[Change]] = []
+    on_threads(lambda _: found.append(planned_changes(server, table, after)[0]), range(6))
+    assert found == [[(Counter({(1234, "v1234"): 1}), Counter())]] * 6
 
 
 def test_a_removed_file_s_own_deletes_apply_before_netting(server: IsbreServer, tmp_path: Path) -> None:
