@@ -186,13 +186,21 @@ def test_new_directories_are_synced_up_to_an_existing_parent(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from isbre.catalog import metadata_files as files
+    from isbre.catalog.table_handles import TrustedRoots
 
     synced: list[Path] = []
-    original = files._fsync_dir
-    monkeypatch.setattr(files, "_fsync_dir", lambda path: (synced.append(Path(path)), original(path))[1])
+    original = os.fsync
+
+    def fsync(descriptor: int) -> None:  # the handles' paths, as the kernel names them
+        synced.append(Path(os.readlink(f"/proc/self/fd/{descriptor}")))
+        original(descriptor)
+
+    monkeypatch.setattr(os, "fsync", fsync)
     target = tmp_path / "a" / "b" / "c" / "file.json"
-    files.write_durably(None, str(target), b"{}")  # type: ignore[arg-type]
-    assert {tmp_path, tmp_path / "a", tmp_path / "a" / "b", tmp_path / "a" / "b" / "c"} <= set(synced)
+    files.write_durably(None, TrustedRoots([tmp_path.as_uri()]), target.as_uri(), b"{}")  # type: ignore[arg-type]
+    # Each folder made, synced into the one above it (the root's too); the file and its entry.
+    expected = {tmp_path, tmp_path / "a", tmp_path / "a" / "b", tmp_path / "a" / "b" / "c", target}
+    assert {Path(os.path.realpath(path)) for path in expected} <= set(synced)
 
 
 def test_directories_another_writer_made_are_synced_once(
