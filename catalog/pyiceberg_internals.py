@@ -135,6 +135,7 @@ def rows_at_positions(
     only) and each row's position in its file: the file read whole, then its deletes applied.
     With `first_row_ids` (each task's data file's, on a format v3 table; `scan` projecting
     `_row_id`, catalog/row_lineage.py), a row whose file holds no id is given its id by position."""
+    import numpy as np
     import pyarrow as pa
     from isbre.catalog.row_lineage import ROW_ID, row_ids
     from pyiceberg.io.pyarrow import _combine_positional_deletes, _read_all_delete_files
@@ -152,11 +153,9 @@ def rows_at_positions(
             at = rows.schema.get_field_index(ROW_ID.name)
             rows = rows.set_column(at, ROW_ID.name, row_ids(rows.column(at), rows.num_rows, first_row_id))
         positional = deletes.get(task.file.file_path)
-        kept = (
-            _combine_positional_deletes(positional, 0, rows.num_rows)
-            if positional
-            else pa.array(range(rows.num_rows), pa.int64())
-        )
+        if not positional:  # every row kept: no copy
+            return rows, pa.array(np.arange(rows.num_rows, dtype=np.int64))
+        kept = _combine_positional_deletes(positional, 0, rows.num_rows)
         return rows.take(kept), kept
 
     ids = first_row_ids if first_row_ids is not None else [None] * len(tasks)
