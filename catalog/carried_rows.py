@@ -89,8 +89,9 @@ class CarriedRows:
         """By data file path, the position delete file naming the rows of that file that `snapshot`
         carried over (files without any are not there); None where they were not worked out: the
         files hold more than `max_rows` rows, or cannot be read or written by the catalog (the
-        reason is logged), or one file is on both sides (added and removed by one commit)."""
-        if len({side.data_file.file_path for side in sides}) < len(sides):
+        reason is logged), or one file is on both sides (added and removed by one commit), or the
+        table is format v1, which has no delete files for a reader to apply."""
+        if metadata.format_version < 2 or len({side.data_file.file_path for side in sides}) < len(sides):
             return None
         location = index_location(snapshot)
         found = self._known.peek(location)

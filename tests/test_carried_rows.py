@@ -256,6 +256,23 @@ def test_a_purge_removes_the_carried_files(server: IsbreServer) -> None:
     assert not folder.parent.exists()
 
 
+def test_a_format_v1_table_gets_no_delete_files(server: IsbreServer, tmp_path: Path) -> None:
+    """Format v1 has no delete files: a reader may refuse a task that lists one. Its copy-on-write
+    commits are left to the reader to net, and say so."""
+    table = new_table(server, "old", keyed=False, version=1)
+    model = Model(tmp_path)
+    table.append(rows((1, "a"), (2, "b"), (3, "c")))
+    model.step(table)
+    after = cursor(server, "old.t")
+    table.delete(EqualTo("id", 2))
+    model.step(table)
+    changes, found = planned_changes(server, table, after)
+    assert found["delete-files"] == []
+    assert all(task["isbre-change"]["carried-rows-included"] for task in found["file-scan-tasks"])
+    ((deleted, inserted),) = changes
+    assert [(deleted - inserted, inserted - deleted)] == differences(model.states[1:])
+
+
 def test_a_commit_over_the_limit_is_left_to_the_reader_to_net(tmp_path: Path) -> None:
     env = {"ISBRE_CHANGE_NET_MAX_ROWS": "3"}
     server = InProcessServer(tmp_path / "warehouse", env=env).start()
