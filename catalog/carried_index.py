@@ -11,7 +11,9 @@ with the rest.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +21,8 @@ from isbre.catalog.confined_io import ForeignPathError
 from pyiceberg.io import FileIO
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Operation, Snapshot
+
+log = logging.getLogger(__name__)
 
 INDEX = "index.json"
 # The operations that may remove a data file and write its rows again.
@@ -43,6 +47,12 @@ def index_location(snapshot: Snapshot) -> str:
     return f"{carried_folder(snapshot)}/{INDEX}"
 
 
+def carried_location(snapshot: Snapshot, data_file: str) -> str:
+    """Where the position delete file of `data_file`'s carried rows goes: a name the catalog alone
+    decides, so that an index naming anything else is not the catalog's."""
+    return f"{carried_folder(snapshot)}/{hashlib.sha256(data_file.encode()).hexdigest()[:32]}.parquet"
+
+
 def index_json(files: list[CarriedFile]) -> bytes:
     return json.dumps(
         {
@@ -59,17 +69,30 @@ def index_json(files: list[CarriedFile]) -> bytes:
     ).encode()
 
 
-def read_index(io: FileIO, location: str) -> list[CarriedFile] | None:
-    """The files an index lists; None where there is none (the snapshot was not netted yet)."""
+def read_index(io: FileIO, snapshot: Snapshot) -> list[CarriedFile] | None:
+    """The files the index of `snapshot`'s commit lists; None where there is none (the commit was
+    not netted yet), or where it is not one the catalog wrote: the table's writer may write its
+    folders, and an index naming a file the catalog did not name (another table's) is not believed."""
+    location = index_location(snapshot)
     try:
         with io.new_input(location).open() as stream:
             found: dict[str, Any] = json.loads(stream.read())
+        listed = [
+            CarriedFile(each["data-file"], each["location"], each["record-count"], each["file-size-in-bytes"])
+            for each in found["files"]
+        ]
     except FileNotFoundError:
         return None
-    return [
-        CarriedFile(each["data-file"], each["location"], each["record-count"], each["file-size-in-bytes"])
-        for each in found["files"]
+    except (ValueError, KeyError, TypeError) as exc:
+        log.warning("%s is not an index the catalog wrote (%s): not believed", location, exc)
+        return None
+    strangers = [
+        each.location for each in listed if each.location != carried_location(snapshot, each.data_file)
     ]
+    if strangers:
+        log.warning("%s names files the catalog did not write (%s): not believed", location, strangers[0])
+        return None
+    return listed
 
 
 def carried_files(io: FileIO, metadata: TableMetadata) -> dict[str, str]:
@@ -79,13 +102,12 @@ def carried_files(io: FileIO, metadata: TableMetadata) -> dict[str, str]:
     for snapshot in metadata.snapshots:
         if snapshot.summary is None or snapshot.summary.operation not in REWRITING:
             continue
-        location = index_location(snapshot)
         try:
-            listed = read_index(io, location)
+            listed = read_index(io, snapshot)
         except ForeignPathError:
             continue
         if listed is None:
             continue
-        found[location] = "carried rows index"
+        found[index_location(snapshot)] = "carried rows index"
         found |= {each.location: "carried rows" for each in listed}
     return found

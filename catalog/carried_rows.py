@@ -17,7 +17,6 @@ nets the rows itself.
 
 from __future__ import annotations
 
-import hashlib
 import io as bytes_io
 import logging
 from collections.abc import Sequence
@@ -27,7 +26,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from isbre.catalog.carried_index import CarriedFile, carried_folder, index_json, index_location, read_index
+from isbre.catalog.carried_index import CarriedFile, carried_location, index_json, index_location, read_index
 from isbre.catalog.confined_io import ConfinedIO
 from isbre.catalog.equality_deletes import DeletedKeys
 from isbre.catalog.lru import Lru
@@ -97,7 +96,7 @@ class CarriedRows:
         found = self._known.peek(location)
         try:
             if found is None:
-                found = read_index(io, location)
+                found = read_index(io, snapshot)
             if found is None:
                 if sum(side.data_file.record_count for side in sides) > max_rows:
                     return None
@@ -151,7 +150,6 @@ def _net(
     changed = np.zeros(rows.num_rows, dtype=bool)
     for positions in net(rows, inserted):
         changed[positions] = True
-    folder = carried_folder(snapshot)
     written = []
     start = 0
     for (found, positions), side in zip(read, sides, strict=True):
@@ -160,7 +158,7 @@ def _net(
         if not len(carried):
             continue
         path = side.data_file.file_path
-        location = f"{folder}/{hashlib.sha256(path.encode()).hexdigest()[:32]}.parquet"
+        location = carried_location(snapshot, path)
         buffer = bytes_io.BytesIO()
         paths = pa.DictionaryArray.from_arrays(pa.array(np.zeros(len(carried), np.int32)), pa.array([path]))
         pq.write_table(pa.table({"file_path": paths, "pos": carried}, _POSITION_DELETES), buffer, **_WRITE)

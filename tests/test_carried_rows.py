@@ -6,6 +6,7 @@ DuckDB's iceberg extension reads them (PyIceberg on format v3)."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -215,6 +216,32 @@ def test_a_format_v3_rewrite_is_netted_whole_rows_alike(server: IsbreServer, tmp
     changes, _ = planned_changes(server, table, after)
     assert changes == differences(model.states[1:])
     assert changes == [(Counter({(0, 2): 1, (0, 3): 1}), Counter({(0, 20): 1, (7, 7): 1}))]
+
+
+def test_an_index_a_writer_planted_hands_out_no_file_but_the_catalog_s(server: IsbreServer) -> None:
+    """A writer may write anything in its table's folders, an index of carried rows included: one
+    naming a file elsewhere (another table's) is not believed; the catalog nets the commit again."""
+    victim = new_table(server, "victim", keyed=False, version=2)
+    victim.append(rows((1, "a")))
+    (their_file,) = [task.file.file_path for task in victim.scan().plan_files()]
+    table = new_table(server, "planted", keyed=False, version=2)
+    table.append(rows((1, "a"), (2, "b"), (3, "c")))
+    after = cursor(server, "planted.t")
+    table.delete(EqualTo("id", 2))
+    table.refresh()
+    snapshot = table.current_snapshot()
+    assert snapshot is not None
+    removed = [task.file.file_path for task in table.scan().plan_files()]
+    folder = local_path(snapshot.manifest_list)
+    assert folder is not None
+    planted = {"data-file": removed[0], "location": their_file, "record-count": 1, "file-size-in-bytes": 1}
+    (folder.parent / f"isbre-carried-{snapshot.snapshot_id}").mkdir()
+    (folder.parent / f"isbre-carried-{snapshot.snapshot_id}" / "index.json").write_text(
+        json.dumps({"files": [planted]})
+    )
+    changes, found = planned_changes(server, table, after)
+    assert their_file not in [d["file-path"] for d in found["delete-files"]]
+    assert changes == [(Counter({(2, "b"): 1}), Counter())]
 
 
 def test_the_carried_files_stay_while_their_snapshot_does_and_go_with_it(
