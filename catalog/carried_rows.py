@@ -72,7 +72,7 @@ class Side:
 
 
 class CarriedRows:
-    """The carried rows of rewriting snapshots, netted once per snapshot and then read back."""
+    """The carried rows of copy-on-write commits, netted once per commit and then read back."""
 
     def __init__(self) -> None:
         self._known: Lru[str, list[CarriedFile]] = Lru(KEPT_INDEXES)
@@ -85,11 +85,13 @@ class CarriedRows:
         sides: Sequence[Side],
         max_rows: int,
     ) -> dict[str, DataFile] | None:
-        """By data file path, the position delete file naming the rows of that file that `snapshot`
-        carried over (files without any are not there); None where they were not worked out: the
-        files hold more than `max_rows` rows, or cannot be read or written by the catalog (the
-        reason is logged), or one file is on both sides (added and removed by one commit), or the
-        table is format v1, which has no delete files for a reader to apply."""
+        """By data file path, the position delete file naming the rows of that file that the commit
+        carried over (`sides`: all of its removed and added files; `snapshot`: its first snapshot
+        that removed one, which what is kept goes by; files without any are not there). None where
+        they were not worked out: the files hold more than `max_rows` rows, or cannot be read or
+        written by the catalog (the reason is logged), or one file is on both sides (added and
+        removed by one commit), or the table is format v1, which has no delete files for a reader
+        to apply."""
         if metadata.format_version < 2 or len({side.data_file.file_path for side in sides}) < len(sides):
             return None
         location = index_location(snapshot)
