@@ -27,16 +27,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from isbre.catalog.carried_index import CarriedFile, carried_location, index_json, index_location, read_index
+from isbre.catalog.compaction_files import live_rows
 from isbre.catalog.confined_io import ConfinedIO
-from isbre.catalog.equality_deletes import DeletedKeys
 from isbre.catalog.lru import Lru
-from isbre.catalog.pyiceberg_internals import rows_at_positions
 from isbre.catalog.row_netting import net
 from isbre.catalog.table_handles import OutsideTableError
-from pyiceberg.expressions import AlwaysTrue
-from pyiceberg.io.pyarrow import ArrowScan
 from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
-from pyiceberg.table import FileScanTask
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Snapshot
 
@@ -115,33 +111,15 @@ class CarriedRows:
         }
 
 
-def _live(
-    io: ConfinedIO, metadata: TableMetadata, sides: Sequence[Side]
-) -> list[tuple[pa.Table, np.ndarray]]:
-    """Each side's rows as its change task reads them, with their positions in its file."""
-    schema = metadata.schema()
-    scan = ArrowScan(metadata, io, schema, AlwaysTrue())
-    equality = [[d for d in side.deletes if d.content == DataFileContent.EQUALITY_DELETES] for side in sides]
-    tasks = [
-        FileScanTask(side.data_file, delete_files={d for d in side.deletes if d not in found})
-        for side, found in zip(sides, equality, strict=True)
-    ]
-    keys = DeletedKeys(io, schema)
-    read = []
-    for (rows, positions), found in zip(rows_at_positions(scan, io, tasks), equality, strict=True):
-        if found:
-            kept = pa.array(~keys.matched(rows, [(d.file_path, d.equality_ids or []) for d in found]))
-            rows, positions = rows.filter(kept), positions.filter(kept)
-        read.append((rows, positions.to_numpy(zero_copy_only=False)))
-    return read
-
-
 def _net(
     io: ConfinedIO, metadata: TableMetadata, snapshot: Snapshot, sides: Sequence[Side]
 ) -> list[CarriedFile]:
     """Read both sides, net them, and write a position delete file for each file with carried rows,
     then the index."""
-    read = _live(io, metadata, sides)
+    read = [
+        (rows, positions.to_numpy(zero_copy_only=False))
+        for rows, positions in live_rows(metadata, io, [(side.data_file, side.deletes) for side in sides])
+    ]
     rows = pa.concat_tables([rows for rows, _ in read], promote_options="permissive")
     inserted = np.concatenate(
         [

@@ -9,11 +9,12 @@ lineage columns after the table's own.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable, Sequence
 
 import pyarrow as pa
 from isbre.catalog.compaction import WRITE_TARGET_FILE_SIZE, LiveFiles, target_file_size
 from isbre.catalog.equality_deletes import DeletedKeys
-from isbre.catalog.pyiceberg_internals import data_files_of, rows_per_task
+from isbre.catalog.pyiceberg_internals import data_files_of, rows_at_positions
 from isbre.catalog.row_lineage import with_lineage, with_lineage_columns
 from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.io import FileIO
@@ -23,26 +24,36 @@ from pyiceberg.table import FileScanTask
 from pyiceberg.table.metadata import TableMetadata
 
 
+def live_rows(
+    metadata: TableMetadata, io: FileIO, files: Sequence[tuple[DataFile, Iterable[DataFile]]]
+) -> list[tuple[pa.Table, pa.Array]]:
+    """The rows of each data file with the delete files given with it applied (position deletes,
+    deletion vectors and equality deletes), in the table's current schema, and each row's position
+    in its file."""
+    schema = metadata.schema()
+    scan = ArrowScan(metadata, io, schema, AlwaysTrue())
+    equality = [[d for d in deletes if d.content == DataFileContent.EQUALITY_DELETES] for _, deletes in files]
+    tasks = [
+        FileScanTask(data_file, delete_files={d for d in deletes if d not in found})
+        for (data_file, deletes), found in zip(files, equality, strict=True)
+    ]
+    keys = DeletedKeys(io, schema)
+    read = []
+    for (rows, positions), found in zip(rows_at_positions(scan, io, tasks), equality, strict=True):
+        if found:
+            kept = pa.array(~keys.matched(rows, [(d.file_path, d.equality_ids or []) for d in found]))
+            rows, positions = rows.filter(kept), positions.filter(kept)
+        read.append((rows, positions))
+    return read
+
+
 def read_group(metadata: TableMetadata, group: list[DataFile], io: FileIO, live: LiveFiles) -> pa.Table:
     """The rows of `group`'s files, in the table's current schema, with the deletes that apply to
     them applied (on v3, with their lineage)."""
-    scan = ArrowScan(metadata, io, metadata.schema(), AlwaysTrue())
     if metadata.format_version < 3:
-        deletes = [live.deletes.get(f.file_path, ()) for f in group]
-        positional = [
-            {d for d in found if d.content != DataFileContent.EQUALITY_DELETES} for found in deletes
-        ]
-        tasks = [FileScanTask(f, delete_files=p) for f, p in zip(group, positional, strict=True)]
-        keys = DeletedKeys(io, metadata.schema())
-        parts = []
-        for rows, found in zip(rows_per_task(scan, io, tasks), deletes, strict=True):
-            equality = [
-                (d.file_path, d.equality_ids or [])
-                for d in found
-                if d.content == DataFileContent.EQUALITY_DELETES
-            ]
-            parts.append(rows.filter(pa.array(~keys.matched(rows, equality))) if equality else rows)
-        return pa.concat_tables(parts, promote_options="permissive")
+        read = live_rows(metadata, io, [(f, live.deletes.get(f.file_path, ())) for f in group])
+        return pa.concat_tables([rows for rows, _ in read], promote_options="permissive")
+    scan = ArrowScan(metadata, io, metadata.schema(), AlwaysTrue())
     return pa.concat_tables(
         with_lineage(scan.to_table([FileScanTask(f)]), io, f.file_path, live.inherited[f.file_path])
         for f in group
