@@ -26,7 +26,7 @@ from isbre.catalog.request_context import ANONYMOUS, RequestContext
 from isbre.catalog.store import FIRST_WAREHOUSE, TABLE, VIEW, Pointer, ReadView, Store
 from isbre.catalog.table_handles import TrustedRoots
 from isbre.catalog.table_properties import check_no_code
-from isbre.catalog.writer import Batch, Origin, Writer
+from isbre.catalog.writer import Batch, Executes, Origin, Writer
 from pyiceberg.exceptions import (
     NoSuchNamespaceError,
     NoSuchTableError,
@@ -120,6 +120,7 @@ class ServiceCore:
         table_defaults: Mapping[tuple[str, ...], Mapping[str, str]] | None = None,
         metadata_sync_s: float = METADATA_SYNC_S,
         settler: FileSettler | None = None,
+        commit_wait_s: float = 0.0,
     ) -> None:
         """`protected`: locations no table or view may be in or around (the store's own files).
         `name`: the warehouse's name in records and events; `scope`: its namespaces in the store
@@ -127,7 +128,8 @@ class ServiceCore:
         of the same store made it; `table_defaults`: properties a new table gets under its own,
         by namespace (`()`: every one), the most specific winning; `metadata_sync_s`: how often
         the metadata files of table commits are synced together (0: each commit syncs its own);
-        `settler`: the one syncing them, when another service of the same store made it."""
+        `settler`: the one syncing them, when another service of the same store made it;
+        `commit_wait_s`: how long the writer lets a transaction wait for more commits to join it."""
         self.store = store
         self.name = name
         self.scope = scope
@@ -148,11 +150,16 @@ class ServiceCore:
         # close() stops the writer and the store: only the service that made them (not one sharing
         # another's writer).
         self.owns_writer = writer is None
-        self.writer = writer or Writer(store, max_batch=max_batch, max_queue=max_queue, on_fatal=on_fatal)
+        self.writer = writer or Writer(
+            store, max_batch=max_batch, max_queue=max_queue, on_fatal=on_fatal, group_wait_s=commit_wait_s
+        )
         if writer is None:
             settler = FileSettler(store, self.writer, metadata_sync_s)
         self.settler = settler
         self.commit_log = CommitLog(store, self.writer)
+        # What runs table commits' pointer swaps: this writer, or on a server with several workers
+        # the committer that groups every worker's (catalog/shared_writer.py).
+        self.swaps: Executes = self.writer
         self.table_files: MetadataCache[TableMetadata] = MetadataCache(self.io, parse_table_metadata)
         self.view_files: MetadataCache[ViewMetadata] = MetadataCache(self.io, parse_view_metadata)
         # The pointer of each table as this process last committed or loaded it (maybe stale).
@@ -180,9 +187,24 @@ class ServiceCore:
     ) -> T:
         """Run `mutation` on the writer, seeing this warehouse and tagging its records with it and
         with the caller; `reads`: the (kind, identifier) pointers it reads first."""
+        return self._run_by(self.writer, mutation, reads, context)
+
+    def _run_by(
+        self,
+        runner: Executes,
+        mutation: Callable[[Batch], T],
+        reads: Sequence[tuple[str, Identifier]],
+        context: RequestContext,
+    ) -> T:
         origin = Origin(self.scope, self.name, context.actor)
         prefetch = [(kind, self.scope, ident) for kind, ident in reads]
-        return self.writer.execute(mutation, prefetch, origin)
+        return runner.execute(mutation, prefetch, origin)
+
+    def swap(self, swap: Callable[[Batch], T], tables: Sequence[Identifier], context: RequestContext) -> T:
+        """A table commit's pointer swap (catalog/pointer_swap.py: plain data, keeping its request's
+        answer itself), run by `swaps`."""
+        self.limits.check_room(self.local_warehouse)
+        return self._run_by(self.swaps, swap, [(TABLE, ident) for ident in tables], context)
 
     def mutate(
         self,

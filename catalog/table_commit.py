@@ -25,14 +25,13 @@ from isbre.catalog.append_rebase import COMMITTED, AppendRebase
 from isbre.catalog.identifiers import Identifier
 from isbre.catalog.maintenance_policy import check_policy
 from isbre.catalog.metadata_files import Loaded, remove_quietly, write_durably, write_unsynced
-from isbre.catalog.places import claim_places
+from isbre.catalog.pointer_swap import PointerSwap, Stale, SwapEntry
 from isbre.catalog.request_context import RequestContext
-from isbre.catalog.service_core import TABLE, ServiceCore, require_free, require_namespace, require_new_uuid
+from isbre.catalog.service_core import TABLE, ServiceCore
 from isbre.catalog.sink_rows import SinkRows
 from isbre.catalog.store import CommitStateUnknownError, PendingFile, Pointer, ReadView, StoreUnavailableError
 from isbre.catalog.table_staging import Staged, TableChange, commit_record, stage
-from isbre.catalog.writer import Batch
-from pyiceberg.exceptions import CommitFailedException, NoSuchTableError, TableAlreadyExistsError
+from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
 from pyiceberg.table.metadata import TableMetadata
 from tenacity import (
     RetryError,
@@ -55,10 +54,6 @@ COMMIT_RETRY_FIRST_S, COMMIT_RETRY_MOST_S = 0.01, 1.0
 OUTCOME_ATTEMPTS = 4
 OUTCOME_BACKOFF_S = 0.25
 LOCK_STRIPES = 64
-
-
-class Stale(Exception):
-    """A pointer moved between staging and the swap; stage again."""
 
 
 def retrying(attempt: Callable[[], T]) -> T:
@@ -230,7 +225,7 @@ class TableCommits:
                 check_policy(entry.metadata.properties)
                 self.core.limits.check_metadata(entry.json, "Table")
         self.core.limits.check_room(self.core.local_warehouse)
-        kept: list[Staged] = []  # those whose files are left unsynced, kept in the transaction instead
+        kept: set[str] = set()  # the files left unsynced, their bytes kept in the transaction instead
         settler = self.core.settler
         try:
             for entry in staged:
@@ -238,35 +233,16 @@ class TableCommits:
                     if settler is None or not settler.keeps(entry.json):
                         write_durably(self.core.io, self.core.roots, entry.metadata_location, entry.json)
                     elif write_unsynced(self.core.io, self.core.roots, entry.metadata_location, entry.json):
-                        kept.append(entry)
+                        kept.add(entry.metadata_location)
                     written.append(entry.metadata_location)
             txn_size = sum(entry.changed for entry in staged) if txn else None
-
-            def mutation(batch: Batch) -> list[TableState]:
-                for entry in staged:
-                    now = batch.view.pointer(TABLE, entry.ident)
-                    if now != entry.base:
-                        if entry.base is None:  # a concurrent create of the same table won
-                            raise TableAlreadyExistsError(f"Table already exists: {entry.ident}")
-                        raise Stale
-                    if entry.base is None:
-                        require_namespace(batch.view, entry.ident.namespace)
-                        require_free(batch.view, entry.ident, TABLE)
-                        require_new_uuid(batch.view, entry.pointer.uuid)
-                for entry in staged:
-                    if entry.moved:
-                        claim_places(batch.view, entry.pointer.uuid, entry.places, "Table")
-                    if entry.changed:
-                        self._swapped(batch, entry, txn, txn_size)
-                for entry in kept:
-                    file = PendingFile(entry.metadata_location, entry.pointer.uuid, entry.json)
-                    batch.view.put_pending_file(file)
-                return [_state(entry) for entry in staged]
-
-            reads = [(TABLE, entry.ident) for entry in staged]
-            states = self.core.mutate(
-                mutation, reads, context, answer=lambda states: states[0].metadata_location
+            swap = PointerSwap(
+                [self._swap_entry(entry, txn, txn_size, entry.metadata_location in kept) for entry in staged],
+                context.idempotency,
+                staged[0].metadata_location,
             )
+            self.core.swap(swap, [entry.ident for entry in staged], context)
+            states = [_state(entry) for entry in staged]
         except StoreUnavailableError as exc:
             states = self._after_lost_answer(staged, written, exc, context)
         except BaseException:
@@ -282,19 +258,18 @@ class TableCommits:
                 self.rebase.count(COMMITTED)
         return states
 
-    def _swapped(self, batch: Batch, entry: Staged, txn: str | None, txn_size: int | None) -> None:
-        """The pointer swap of one staged change, its commit record, and what the catalog keeps by it."""
-        batch.view.put_pointer(TABLE, entry.ident, entry.pointer)
-        record = batch.log(commit_record(entry, txn, txn_size))
-        # Which commit added each snapshot: plans from a commit cursor go by it.
-        for snapshot_id in entry.added_snapshots:
-            batch.view.add_coverage(entry.pointer.uuid, [], snapshot_id, record.commit_seq)
-        if entry.spans:
-            batch.view.add_coverage(entry.pointer.uuid, list(entry.spans), None, record.commit_seq)
-        if entry.rows:
-            batch.view.add_sink_rows(
-                SinkRows(entry.pointer.uuid, self.core.name, str(entry.ident), entry.rows)
-            )
+    def _swap_entry(self, entry: Staged, txn: str | None, txn_size: int | None, kept: bool) -> SwapEntry:
+        """What the store transaction does for one staged change (catalog/pointer_swap.py)."""
+        swap = SwapEntry(entry.ident, entry.base, entry.pointer, places=entry.places if entry.moved else None)
+        if kept:
+            swap.pending = PendingFile(entry.metadata_location, entry.pointer.uuid, entry.json)
+        if entry.changed:
+            swap.record = commit_record(entry, txn, txn_size)
+            swap.added_snapshots = tuple(entry.added_snapshots)
+            swap.spans = entry.spans
+            if entry.rows:
+                swap.rows = SinkRows(entry.pointer.uuid, self.core.name, str(entry.ident), entry.rows)
+        return swap
 
     def _after_lost_answer(
         self, staged: list[Staged], written: list[str], exc: StoreUnavailableError, context: RequestContext

@@ -14,11 +14,12 @@ from isbre.catalog.metadata_files import (
 )
 from isbre.catalog.objects import drop_object, list_objects, rename_object
 from isbre.catalog.places import claim_places, named_places
+from isbre.catalog.pointer_swap import Stale
 from isbre.catalog.records import CommitRecord
 from isbre.catalog.request_context import ANONYMOUS, RequestContext
 from isbre.catalog.service_core import VIEW, ServiceCore, read_for_register, require_free, require_namespace
 from isbre.catalog.store import Pointer
-from isbre.catalog.table_commit import StagingLocks, Stale, retrying
+from isbre.catalog.table_commit import StagingLocks, retrying
 from isbre.catalog.table_staging import next_metadata_location
 from isbre.catalog.view_staging import ViewRequirement, ViewUpdate, new_view_metadata, update_view_metadata
 from isbre.catalog.writer import Batch

@@ -31,6 +31,7 @@ def open_warehouses(
     on_fatal: Callable[[BaseException], None] | None = None,
     manifest_cache_bytes: int = MANIFEST_CACHE_BYTES,
     metadata_sync_s: float = METADATA_SYNC_S,
+    commit_wait_s: float = 0.0,
 ) -> list[CatalogService]:
     """One service per warehouse, in order, sharing the store at `store` (an LMDB directory or a
     postgresql:// URL; default: see `default_store`) and its writer. The first warehouse owns the
@@ -54,6 +55,7 @@ def open_warehouses(
                 io=None if root is not None else ObjectStorageIO(warehouse.s3 or S3Options()),
                 max_batch=max_batch,
                 max_queue=max_queue,
+                commit_wait_s=commit_wait_s,
                 allowed_locations=allowed_locations,
                 limits=limits,
                 protected=store_files(opened),

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from isbre.catalog.identifiers import Identifier
 from isbre.catalog.records import RECORD_KINDS, CommitRecord, now_us
@@ -72,12 +72,21 @@ Prefetch = Sequence[tuple[str, str, Identifier]]
 Listener = Callable[[list[CommitRecord]], None]
 
 
+class Executes(Protocol):
+    """What runs a mutation and answers once it is durable: a `Writer`, or a worker's end of the
+    server's shared one (catalog/shared_writer.py)."""
+
+    def execute(self, mutation: Mutation[T], prefetch: Prefetch = (), origin: Origin = ...) -> T: ...
+
+
 @dataclass
 class _Request(Generic[T]):
     mutation: Mutation[T]
     future: Future[T]
     prefetch: Prefetch = ()
     origin: Origin = Origin()
+    source: int | None = None  # the worker process that handed it over (catalog/shared_writer.py)
+    queued: float = field(default_factory=time.monotonic)
 
 
 @dataclass
@@ -118,10 +127,13 @@ class WriterStats:
     latency: Histogram = field(default_factory=_latencies)
     # Mutations per write transaction: how much group commit shares one sync.
     batch_size: Histogram = field(default_factory=_batch_sizes)
+    # Transactions that held the commits of more than one worker process.
+    shared_batches: int = 0
 
     def add(self, other: WriterStats) -> None:
         self.batches += other.batches
         self.mutations += other.mutations
+        self.shared_batches += other.shared_batches
         self.latency.add(other.latency)
         self.batch_size.add(other.batch_size)
 
@@ -144,9 +156,13 @@ class Writer:
         max_batch: int = 512,
         max_queue: int = 10_000,
         on_fatal: Callable[[BaseException], None] | None = None,
+        group_wait_s: float = 0.0,
     ) -> None:
         """`on_fatal` is called, once, if the writer itself breaks: the process cannot commit any more
-        (a server then shuts down rather than hang every later commit)."""
+        (a server then shuts down rather than hang every later commit). `group_wait_s`: how long a
+        transaction waits for more requests to join it, counted from its oldest request's arrival
+        (requests that waited for the transaction before do not wait again)."""
+        self._group_wait_s = group_wait_s
         self._store = store
         self._on_fatal = on_fatal
         self.failure: BaseException | None = None
@@ -157,6 +173,9 @@ class Writer:
         self._close_lock = threading.Lock()
         self._last_ts = 0
         self.stats = WriterStats()
+        # The mutations of the transaction under way (one waiting for the store's write lock, held
+        # by another process, shows here).
+        self.committing = 0
         self._listeners: list[Listener] = []
         self._thread = threading.Thread(target=self._run, name="isbre-writer", daemon=True)
         self._thread.start()
@@ -167,7 +186,14 @@ class Writer:
     def remove_listener(self, listener: Listener) -> None:
         self._listeners.remove(listener)
 
-    def submit(self, mutation: Mutation[T], prefetch: Prefetch = (), origin: Origin = Origin()) -> Future[T]:
+    def submit(
+        self,
+        mutation: Mutation[T],
+        prefetch: Prefetch = (),
+        origin: Origin = Origin(),
+        source: int | None = None,
+    ) -> Future[T]:
+        """`source`: the worker process that handed `mutation` over, counted in `stats.shared_batches`."""
         future: Future[T] = Future()
         with self._close_lock:
             if self._closed:
@@ -175,7 +201,7 @@ class Writer:
             if self._queue.qsize() >= self._max_queue:
                 # Refuse rather than let memory and every caller's wait grow without bound.
                 raise WriterOverloadedError(f"{self._max_queue} mutations are already waiting; retry shortly")
-            self._queue.put(_Request(mutation, future, prefetch, origin))
+            self._queue.put(_Request(mutation, future, prefetch, origin, source))
         return future
 
     def execute(self, mutation: Mutation[T], prefetch: Prefetch = (), origin: Origin = Origin()) -> T:
@@ -209,12 +235,7 @@ class Writer:
         try:
             stopping = False
             while not stopping:
-                batch = [self._queue.get()]
-                while len(batch) < self._max_batch:
-                    try:
-                        batch.append(self._queue.get_nowait())
-                    except queue.Empty:
-                        break
+                batch = self._gather()
                 if batch[-1] is _STOP:
                     batch.pop()
                     stopping = True
@@ -222,6 +243,18 @@ class Writer:
                     self._commit(batch)
         except BaseException as exc:  # the writer itself broke: never leave a caller waiting
             self._fail(exc, batch)
+
+    def _gather(self) -> list[_Request[Any]]:
+        """The next transaction's requests: all those waiting, and those that come while its oldest
+        has waited less than `group_wait_s`; up to `max_batch`, and none after a stop."""
+        batch = [self._queue.get()]
+        deadline = batch[0].queued + self._group_wait_s if batch[0] is not _STOP else 0.0
+        while len(batch) < self._max_batch and batch[-1] is not _STOP:
+            try:
+                batch.append(self._queue.get(timeout=max(0.0, deadline - time.monotonic())))
+            except queue.Empty:
+                break
+        return batch
 
     def _fail(self, exc: BaseException, batch: list[_Request[Any]]) -> None:
         self.failure = exc
@@ -264,6 +297,7 @@ class Writer:
                     outcomes.append((request, None, exc))
             return context
 
+        self.committing = len(batch)
         try:
             context = self._store.transact(run)
         except Exception as exc:  # the commit itself failed: no mutation of the batch landed
@@ -274,10 +308,14 @@ class Writer:
             for request in batch:
                 request.future.set_exception(exc)
             return
+        finally:
+            self.committing = 0
         self._last_ts = context.last_ts
         self.stats.batches += 1
         self.stats.mutations += len(batch)
         self.stats.batch_size.observe(len(batch))
+        if len({request.source for request in batch if request.source is not None}) > 1:
+            self.stats.shared_batches += 1
         for request, result, error in outcomes:
             if error is None:
                 request.future.set_result(result)

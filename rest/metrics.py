@@ -249,6 +249,12 @@ def metrics(request: Request) -> Response:
             [("", stats.mutations)],
         ),
         _line(
+            "isbre_commit_shared_batches_total",
+            "counter",
+            "Write transactions that held the table commits of more than one worker process.",
+            [("", stats.shared_batches)],
+        ),
+        _line(
             "isbre_commit_rebases_total",
             "counter",
             "Table commits refused for a moved branch, by what became of them: made again on the new "
@@ -267,8 +273,17 @@ def metrics(request: Request) -> Response:
         _line(
             "isbre_writer_queue_depth",
             "gauge",
-            "Mutations waiting for the writer.",
-            [("", service.core.writer.queue_depth())],
+            "Mutations waiting for the writer's next transaction (with workers: every writer's).",
+            [("", counts.queued)],
+        )
+    )
+    blocks.append(
+        _line(
+            "isbre_writer_committing",
+            "gauge",
+            "Mutations in the write transaction under way (with workers: every writer's); one "
+            "that stays is waiting for the store.",
+            [("", counts.committing)],
         )
     )
     blocks.append(

@@ -100,12 +100,15 @@ class Runtime:
         rebases: Counter[str] = Counter()
         for service in self.services.values():
             rebases.update(service.tables.rebase.outcomes)
+        writer = self.service.core.writer
         return Counts(
-            self.service.core.writer.stats,
+            writer.stats,
             counters.http_requests,
             counters.metrics_reports,
             self.open_streams,
             rebases,
+            writer.queue_depth(),
+            writer.committing,
         )
 
 

@@ -8,6 +8,7 @@ import ipaddress
 import logging
 import os
 import resource
+import secrets
 import socket
 import threading
 import time
@@ -16,13 +17,20 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 import uvicorn
+from isbre.catalog.shared_writer import KEY_ENV, CommitServer, committer_socket
 from isbre.catalog.warehouses import open_warehouses
 from isbre.events.fanout import SharedFanout, shared_socket
 from isbre.rest.connections import guarded_protocol
 from isbre.rest.refusals import RefusedError
 from isbre.rest.settings import Settings, warehouses
-from isbre.rest.shared_counters import forget_workers, running_workers
-from isbre.rest.startup import fanout_options, start_lineage, start_relays
+from isbre.rest.shared_counters import (
+    SUPERVISOR_FOLDER,
+    Counts,
+    SharedCounters,
+    forget_workers,
+    running_workers,
+)
+from isbre.rest.startup import fanout_options, shut_down, start_lineage, start_relays
 from isbre.rest.uvicorn_supervisor import PatientSupervisor, fork_the_workers_forkserver
 from isbre.rest.workers import hand_down
 from uvicorn.config import LOGGING_CONFIG
@@ -87,12 +95,35 @@ def serve(settings: Settings) -> None:
         server.run()
         return
     settings = hand_down(settings)
+    committer_at = committer_socket(settings.state_path()) if settings.shared_commits else None
+    if committer_at is not None:
+        os.environ[KEY_ENV] = secrets.token_hex(32)  # before any worker is forked: they all get it
+    elif settings.shared_commits:
+        log.warning(
+            "the state directory's path is too long for a Unix socket: each worker groups its own commits"
+        )
     forget_workers(settings.state_path())
     if not fork_the_workers_forkserver():
         log.debug("threads run already: the workers' forkserver starts as a new interpreter")
-    # The supervisor runs what there is one of per server: the lineage worker, the relays, the fan-out.
+    # The supervisor runs what there is one of per server: the lineage worker, the relays, the
+    # fan-out, and the committer of the workers' table commits.
     services = open_warehouses(
-        settings.store_location(), warehouses(settings), metadata_sync_s=settings.metadata_sync_seconds
+        settings.store_location(),
+        warehouses(settings),
+        map_size=settings.map_size_mb << 20,
+        max_batch=settings.max_batch,
+        max_queue=settings.max_queue,
+        commit_wait_s=settings.commit_wait_ms / 1000,
+        metadata_sync_s=settings.metadata_sync_seconds,
+        on_fatal=shut_down,
+    )
+    committer = None
+    if committer_at is not None:
+        committer = CommitServer(services[0].core.writer, committer_at, bytes.fromhex(os.environ[KEY_ENV]))
+    counters = SharedCounters(settings.state_path(), SUPERVISOR_FOLDER)
+    writer = services[0].core.writer
+    publishing = counters.publish_every(
+        lambda: Counts(writer.stats, queued=writer.queue_depth(), committing=writer.committing)
     )
     lineage = start_lineage(settings, services)
     relays = start_relays(settings, services)
@@ -115,6 +146,10 @@ def serve(settings: Settings) -> None:
         # As uvicorn.run serves several workers, but patient with those still starting.
         PatientSupervisor(config, sockets=[config.bind_socket()]).run()
     finally:
+        publishing.set()
+        counters.close()
+        if committer is not None:
+            committer.close()
         if fanout is not None:
             fanout.stop()
         if lineage is not None:

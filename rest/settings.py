@@ -169,6 +169,20 @@ class Settings(BaseSettings):
         description="How often table metadata files written since are synced together (their bytes "
         "wait in the store until then); 0: each commit syncs its own file.",
     )
+    commit_wait_ms: float = Field(
+        0.0,
+        ge=0,
+        le=1000,
+        description="How long a store transaction waits for more commits to join it, counted from the "
+        "arrival of its oldest: fewer transactions and syncs under load, at most this much later an "
+        "answer. 0: a transaction takes the commits waiting and starts.",
+    )
+    shared_commits: bool = Field(
+        True,
+        description="With several workers: the server's supervisor runs the store transactions of "
+        "every worker's table commits, so that one transaction and one sync hold the commits of them "
+        "all; false: each worker groups its own.",
+    )
     allowed_locations: list[str] = Field(
         default_factory=list,
         description="Location prefixes (URIs) outside the warehouse where tables and views may live.",

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import json
 import os
+import threading
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -26,6 +27,9 @@ from isbre.catalog.writer import Histogram, WriterStats
 from isbre.rest.labels import method_label, report_type
 
 FOLDER = "isbre-workers"
+# The supervisor's, where it commits the workers' table commits (catalog/shared_writer.py): its
+# writer's batches are theirs.
+SUPERVISOR_FOLDER = "isbre-supervisor"
 
 
 @dataclass
@@ -38,6 +42,9 @@ class Counts:
     reports: Counter[str] = field(default_factory=Counter)
     streams: int = 0
     rebases: Counter[str] = field(default_factory=Counter)  # stale commits, by outcome
+    # The writer now: mutations waiting for its next transaction, and those in the one under way.
+    queued: int = 0
+    committing: int = 0
 
     def to_json(self) -> str:
         return json.dumps(
@@ -47,6 +54,8 @@ class Counts:
                 "reports": dict(self.reports),
                 "streams": self.streams,
                 "rebases": dict(self.rebases),
+                "queued": self.queued,
+                "committing": self.committing,
             }
         )
 
@@ -57,7 +66,9 @@ class Counts:
         writer = WriterStats(
             int(stats["batches"]),
             int(stats["mutations"]),
-            *(_histogram(stats[name]) for name in ("latency", "batch_size")),
+            _histogram(stats["latency"]),
+            _histogram(stats["batch_size"]),
+            int(stats.get("shared_batches", 0)),
         )
         # Files another process wrote: only their numbers are taken as they are.
         requests: Counter[tuple[str, str, int]] = Counter()
@@ -73,7 +84,8 @@ class Counts:
                 if outcome in OUTCOMES
             }
         )
-        return cls(writer, requests, reports, int(raw["streams"]), rebases)
+        queued, committing = int(raw.get("queued", 0)), int(raw.get("committing", 0))
+        return cls(writer, requests, reports, int(raw["streams"]), rebases, queued, committing)
 
     def add(self, other: Counts) -> None:
         self.writer.add(other.writer)
@@ -81,6 +93,8 @@ class Counts:
         self.reports.update(other.reports)
         self.streams += other.streams
         self.rebases.update(other.rebases)
+        self.queued += other.queued
+        self.committing += other.committing
 
 
 def _histogram(raw: dict[str, Any]) -> Histogram:
@@ -90,8 +104,12 @@ def _histogram(raw: dict[str, Any]) -> Histogram:
 def running_workers(state: Path) -> list[Path]:
     """The files of the workers that are running: a worker writes its file when it has started,
     and the file of one that is gone is removed."""
+    return _running(state / FOLDER)
+
+
+def _running(folder: Path) -> list[Path]:
     running = []
-    for path in (state / FOLDER).glob("*.json"):
+    for path in folder.glob("*.json"):
         try:
             os.kill(int(path.stem), 0)
         except (ValueError, OSError):
@@ -104,16 +122,19 @@ def running_workers(state: Path) -> list[Path]:
 
 def forget_workers(state: Path) -> None:
     """Remove the files of a previous server's workers (their pids may belong to others now)."""
-    for path in (state / FOLDER).glob("*"):
-        with contextlib.suppress(OSError):
-            path.unlink()
+    for folder in (FOLDER, SUPERVISOR_FOLDER):
+        for path in (state / folder).glob("*"):
+            with contextlib.suppress(OSError):
+                path.unlink()
 
 
 class SharedCounters:
-    """This worker's file, and the sum over every running worker's."""
+    """This worker's file, and the sum over every running worker's and the supervisor's."""
 
-    def __init__(self, state: Path) -> None:
-        self.folder = state / FOLDER
+    def __init__(self, state: Path, folder: str = FOLDER) -> None:
+        """`folder`: SUPERVISOR_FOLDER for the supervisor's file."""
+        self.state = state
+        self.folder = state / folder
         self.folder.mkdir(parents=True, exist_ok=True)
         self.path = self.folder / f"{os.getpid()}.json"
 
@@ -125,7 +146,7 @@ class SharedCounters:
     def total(self, own: Counts) -> Counts:
         self.publish(own)
         total = Counts()
-        for path in running_workers(self.folder.parent):
+        for path in running_workers(self.state) + _running(self.state / SUPERVISOR_FOLDER):
             with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
                 total.add(Counts.from_json(path.read_text()))  # files are replaced whole
         return total
@@ -134,6 +155,17 @@ class SharedCounters:
         while True:
             await asyncio.sleep(interval)
             self.publish(counts())
+
+    def publish_every(self, counts: Callable[[], Counts], interval: float = 0.25) -> threading.Event:
+        """`publish_periodically` on a thread of its own (the supervisor's); set the event to stop."""
+        stop = threading.Event()
+
+        def publishing() -> None:
+            while not stop.wait(interval):
+                self.publish(counts())
+
+        threading.Thread(target=publishing, name="isbre-counters", daemon=True).start()
+        return stop
 
     def close(self) -> None:
         with contextlib.suppress(OSError):

@@ -20,6 +20,7 @@ from isbre.catalog.file_uris import file_uri
 from isbre.catalog.job_process import JobProcesses
 from isbre.catalog.limits import Limits
 from isbre.catalog.maintainer import Maintainer
+from isbre.catalog.shared_writer import connect
 from isbre.catalog.warehouse_config import Warehouse
 from isbre.catalog.warehouses import open_warehouses
 from isbre.events.broadcast import Broadcaster
@@ -129,7 +130,7 @@ def catalog_limits(settings: Settings) -> Limits:
     )
 
 
-def _shut_down(failure: BaseException) -> None:
+def shut_down(failure: BaseException) -> None:
     """The writer broke: a server that cannot commit stops (its supervisor restarts it) rather than
     accept requests it can never answer."""
     log.critical("shutting down: the writer failed with %s", type(failure).__name__)
@@ -177,13 +178,20 @@ async def running(settings: Settings, worker: bool, counters: RequestCounters) -
             max_batch=settings.max_batch,
             metadata_sync_s=settings.metadata_sync_seconds,
             max_queue=settings.max_queue,
+            commit_wait_s=settings.commit_wait_ms / 1000,
             allowed_locations=tuple(settings.allowed_locations),
             limits=catalog_limits(settings),
-            on_fatal=_shut_down,
+            on_fatal=shut_down,
             manifest_cache_bytes=settings.manifest_cache_mb << 20,
         )
         commit_log = services[0].core.commit_log
         stops.append(services[0].close)
+        if worker and settings.shared_commits:
+            committer = connect(settings.state_path(), services[0].core.writer.stats)
+            if committer is not None:
+                stops.append(committer.close)
+                for each in services:
+                    each.core.swaps = committer
         jobs = JobProcesses(
             settings.store_location(),
             _served(settings, services),

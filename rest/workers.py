@@ -2,11 +2,13 @@
 
 uvicorn's supervisor binds the port once and starts N worker processes that
 accept on it, and replaces a worker that dies. Each worker opens the store and
-runs its own writer thread: LMDB's write lock serializes their transactions,
-and `commit_seq` is assigned inside them, so it stays one gapless sequence.
-The supervisor hands its settings to the workers through the environment (they
-may hold secrets), with one token-signing key for all of them, so that a token
-issued by one worker is accepted by every other.
+runs its own writer thread; the store transactions of its table commits run on
+the supervisor's writer, with every other worker's (catalog/shared_writer.py).
+LMDB's write lock serializes the transactions, and `commit_seq` is assigned
+inside them, so it stays one gapless sequence. The supervisor hands its
+settings to the workers through the environment (they may hold secrets), with
+one token-signing key for all of them, so that a token issued by one worker is
+accepted by every other, and the key of its committer's socket.
 """
 
 from __future__ import annotations

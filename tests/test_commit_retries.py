@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 from isbre.catalog import table_commit
-from isbre.catalog.table_commit import MAX_COMMIT_ATTEMPTS, Stale, retrying
+from isbre.catalog.pointer_swap import Stale
+from isbre.catalog.table_commit import MAX_COMMIT_ATTEMPTS, retrying
 from pyiceberg.exceptions import CommitFailedException
 
 

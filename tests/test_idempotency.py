@@ -13,10 +13,10 @@ import pytest
 from isbre.catalog import CatalogService
 from isbre.catalog.commit_log import TRIM_CHUNK
 from isbre.catalog.lmdb_store import LmdbStore
+from isbre.catalog.pointer_swap import Stale
 from isbre.catalog.records import now_us
 from isbre.catalog.request_context import Idempotency, KeyAnsweredError, RequestContext
 from isbre.catalog.stores import open_store
-from isbre.catalog.table_commit import Stale
 from isbre.catalog.warehouses import open_catalog
 from isbre.catalog.writer import Batch
 from isbre.rest.runtime import KeyLocks

@@ -18,6 +18,8 @@ from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
 from pyiceberg.table.update import SetPropertiesUpdate
 from pyiceberg.types import LongType, NestedField
 
+from tests.waiting import eventually
+
 
 def test_concurrent_mutations_share_transactions(service: CatalogService) -> None:
     with ThreadPoolExecutor(32) as pool:
@@ -152,5 +154,22 @@ def test_a_full_queue_refuses_instead_of_growing(tmp_path: Path) -> None:
         assert writer.submit(lambda batch: "room again").result(10) == "room again"
     finally:
         release.set()
+        writer.close()
+        store.close()
+
+
+def test_a_transaction_waits_for_more_mutations_to_join_it(tmp_path: Path) -> None:
+    """With `group_wait_s`, the writer's next transaction waits up to that long from its oldest
+    mutation's arrival for others: a mutation submitted once the writer holds the first still joins
+    it (here the transaction starts as soon as it is full, at `max_batch`)."""
+    store = LmdbStore(tmp_path / "db")
+    writer = Writer(store, max_batch=2, group_wait_s=60)
+    try:
+        first = writer.submit(lambda batch: "first")
+        eventually(lambda: writer.queue_depth() == 0, "the writer holding the first mutation")
+        second = writer.submit(lambda batch: "second")
+        assert [first.result(30), second.result(30)] == ["first", "second"]
+        assert (writer.stats.batches, writer.stats.mutations) == (1, 2)
+    finally:
         writer.close()
         store.close()

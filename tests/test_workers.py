@@ -6,18 +6,23 @@ import contextlib
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import threading
 import time
 import uuid
 from collections.abc import Iterator
+from multiprocessing.connection import Client
+from multiprocessing.context import AuthenticationError
 from pathlib import Path
 
 import httpx
+import lmdb
 import psutil
 import pyarrow as pa
 import pytest
+from isbre.catalog.shared_writer import SOCKET
 from isbre.rest.auth import sha256_hex
 from isbre.rest.serve import SERVER_LOCK
 from isbre.rest.shared_counters import FOLDER, running_workers
@@ -145,6 +150,74 @@ def connections_to_each_worker(server: IsbreServer, each: int = 4) -> list[httpx
         if len(by_process) == 2 and all(len(c) == each for c in by_process.values()):
             return [client for clients in by_process.values() for client in clients]
     raise AssertionError(f"could not reach both workers: {sorted(by_process)}")
+
+
+def writer_gauges(server: IsbreServer) -> tuple[int, int, int]:
+    """(mutations waiting, mutations in the transaction under way, transactions that held commits of
+    both workers), over every process of the server, as one scrape sums them."""
+    plain = exposition_is_well_formed(http.get(f"{server.url}/metrics").text)
+    names = ("isbre_writer_queue_depth", "isbre_writer_committing", "isbre_commit_shared_batches_total")
+    queued, committing, shared = (int(float(plain[name])) for name in names)
+    return queued, committing, shared
+
+
+def test_the_commits_of_both_workers_share_one_store_transaction(tmp_path: Path) -> None:
+    """The supervisor runs the workers' pointer swaps on one writer: while a test holds the store's
+    write lock, a first commit waits in a transaction, and one commit from each worker waits for
+    the next; released, that next transaction holds both. Seen through /metrics, which sums every
+    process's gauges a quarter second late at most: each step waits for what it needs to see."""
+    # Each commit syncs its own metadata file: no worker's own writer has anything to do meanwhile.
+    server = IsbreServer(tmp_path / "warehouse", workers=2, env={"ISBRE_METADATA_SYNC_SECONDS": "0"}).start()
+    clients = connections_to_each_worker(server, each=2)
+    try:
+        http.post(f"{server.url}/v1/isbre/namespaces", json={"namespace": ["w"]}).raise_for_status()
+        for table in ("first", "a", "b"):
+            create(server, "w", table)
+        _, _, shared_before = writer_gauges(server)
+        answers: list[int] = []
+
+        def commit(client: httpx.Client, table: str) -> threading.Thread:
+            body = {"updates": [{"action": "set-properties", "updates": {"k": table}}]}
+            url = f"{server.url}/v1/isbre/namespaces/w/tables/{table}"
+            thread = threading.Thread(target=lambda: answers.append(client.post(url, json=body).status_code))
+            thread.start()
+            return thread
+
+        environment = lmdb.open(str(server.warehouse / "isbre.lmdb"), max_dbs=64, subdir=True)
+        holding = environment.begin(write=True)
+        try:
+            threads = [commit(clients[0], "first")]
+            eventually(lambda: writer_gauges(server)[:2] == (0, 1), "the first commit's transaction waiting")
+            # clients[0:2] reach one worker, clients[2:4] the other.
+            threads += [commit(clients[1], "a"), commit(clients[2], "b")]
+            eventually(lambda: writer_gauges(server)[:2] == (2, 1), "one commit of each worker queued")
+        finally:
+            holding.abort()
+            environment.close()
+        for thread in threads:
+            thread.join(timeout=COMMIT_TIMEOUT)
+        assert answers == [200, 200, 200]
+        eventually(
+            lambda: writer_gauges(server)[2] == shared_before + 1,
+            "one transaction counted as holding both workers' commits",
+            timeout=5,
+        )
+    finally:
+        for client in clients:
+            client.close()
+        server.stop()
+
+
+def test_only_the_servers_workers_may_hand_the_committer_a_transaction(two: IsbreServer) -> None:
+    """The committer runs what it is sent: its socket is the server's user's alone, and it serves a
+    connection only once it proves it holds the key the supervisor gave its workers."""
+    socket_path = two.warehouse / SOCKET
+    assert stat.S_IMODE(socket_path.stat().st_mode) & 0o077 == 0
+    before = two.high_water()
+    with pytest.raises(AuthenticationError):
+        Client(str(socket_path), family="AF_UNIX", authkey=b"not the server's key")
+    create(two, "w", f"after_{uuid.uuid4().hex[:6]}")  # the workers' own connections still serve
+    assert two.high_water() == before + 1
 
 
 def test_the_server_says_it_is_up_once_every_worker_answers(tmp_path: Path) -> None:
@@ -370,6 +443,28 @@ def test_kill_9_of_the_whole_server_under_load(tmp_path: Path) -> None:
             os.kill(pid, signal.SIGKILL)
     server.process.wait()
     load.join()
+    assert_present_after_restart(server, acknowledged)
+
+
+def running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_kill_9_of_the_supervisor_alone_under_load(tmp_path: Path) -> None:
+    """The supervisor commits the workers' table commits: killed alone, its workers lose their
+    committer with commits in flight (they ask the store what landed, then end, as their parent
+    ended); whatever any of them acknowledged is there after a restart."""
+    server, acknowledged, load = under_load(tmp_path)
+    assert server.process is not None
+    workers = descendants(server.process.pid)
+    os.kill(server.process.pid, signal.SIGKILL)
+    server.process.wait()
+    load.join()
+    eventually(lambda: not any(map(running, workers)), "every worker ended", timeout=60)
+    assert acknowledged
     assert_present_after_restart(server, acknowledged)
 
 

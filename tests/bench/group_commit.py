@@ -1,12 +1,13 @@
 """How commits group across a server's workers: 64 writers, each committing set-properties to its
-own table, against one server with one worker and with two, beside PyIceberg's SqlCatalog on
-SQLite with its writers in as many processes.
+own table, against one server with one worker and with two (their commits in one group, with and
+without `commit_wait_ms`, and each worker grouping its own: `shared_commits = false`), beside
+PyIceberg's SqlCatalog on SQLite with its writers in as many processes.
 
 Reported: commits per second; commits per store write transaction (the writers' batches, from
-`isbre_commit_batches_total` and `isbre_commit_mutations_total`, summed over the workers); and
-sync system calls (fsync, fdatasync, msync, sync_file_range, syncfs) per commit over every thread of
-every process of the server, counted by strace where it is installed. Tracing slows the
-server, so the calls are counted in a run of their own after the timed ones.
+`isbre_commit_batches_total` and `isbre_commit_mutations_total`, summed over the workers and the
+supervisor); and sync system calls (fsync, fdatasync, msync, sync_file_range, syncfs) per commit
+over every thread of every process of the server, counted by strace where it is installed. Tracing
+slows the server, so the calls are counted in a run of their own after the timed ones.
 """
 
 from __future__ import annotations
@@ -77,7 +78,13 @@ def run(workdir: Path) -> Report:
     )
     servers = {
         "isbre, 1 worker": IsbreServer(workdir / "group-1", workers=1),
-        "isbre, 2 workers": IsbreServer(workdir / "group-2", workers=2),
+        "isbre, 2 workers, each its own group": IsbreServer(
+            workdir / "group-2-own", workers=2, env={"ISBRE_SHARED_COMMITS": "false"}
+        ),
+        "isbre, 2 workers, one group": IsbreServer(workdir / "group-2", workers=2),
+        "isbre, 2 workers, one group, commit_wait_ms = 20": IsbreServer(
+            workdir / "group-2-wait", workers=2, env={"ISBRE_COMMIT_WAIT_MS": "20"}
+        ),
     }
     sql_dir = workdir / "group-sql"
     sql_dir.mkdir()
