@@ -7,28 +7,34 @@ Reported: commits per second; commits per store write transaction (the writers' 
 `isbre_commit_batches_total` and `isbre_commit_mutations_total`, summed over the workers and the
 supervisor); and sync system calls (fsync, fdatasync, msync, sync_file_range, syncfs) per commit
 over every thread of every process of the server, counted by strace where it is installed. Tracing
-slows the server, so the calls are counted in a run of their own after the timed ones.
+slows the server, so the calls are counted in a run of their own after the timed ones. And what
+the way to the store costs a writer alone: the median time of one commit of a single writer
+committing one after another.
 """
 
 from __future__ import annotations
 
 import shutil
 import signal
+import statistics
 import subprocess
 import time
+import uuid
 from functools import partial
 from pathlib import Path
 
+import httpx
 import psutil
 from pyiceberg.catalog.sql import SqlCatalog
 
-from tests.bench.commits import writer_counters
+from tests.bench.commits import SCHEMA_JSON, writer_counters
 from tests.bench.harness import RUNS, Report, median_of
 from tests.bench.workers import isbre_rate, isbre_run, prepare, sql_rate
 from tests.server import IsbreServer
 
 WRITERS = 64
 COMMITS_TOTAL = 1280
+LONE_COMMITS = 200  # one writer's commits one after another: what the way to the store costs it
 SYNC_CALLS = "fsync,fdatasync,msync,sync_file_range,syncfs"
 
 
@@ -67,6 +73,21 @@ def _traced_syncs(server: IsbreServer, per_writer: int, workdir: Path) -> tuple[
     return calls, WRITERS * per_writer
 
 
+def _lone_writer_ms(server: IsbreServer) -> float:
+    """The median time of one commit of a writer alone, on one kept-alive connection."""
+    table = f"lone_{uuid.uuid4().hex[:8]}"
+    base = f"{server.url}/v1/isbre/namespaces/bench/tables"
+    httpx.post(base, json={"name": table, "schema": SCHEMA_JSON}).raise_for_status()
+    took = []
+    with httpx.Client(timeout=60) as client:
+        for n in range(LONE_COMMITS):
+            body = {"updates": [{"action": "set-properties", "updates": {"n": str(n)}}]}
+            started = time.perf_counter()
+            client.post(f"{base}/{table}", json=body).raise_for_status()
+            took.append(time.perf_counter() - started)
+    return statistics.median(took) * 1000
+
+
 def run(workdir: Path) -> Report:
     per_writer = COMMITS_TOTAL // WRITERS
     traced = shutil.which("strace") is not None
@@ -74,7 +95,14 @@ def run(workdir: Path) -> Report:
         f"{WRITERS} writers on their own tables (set-properties, clients in processes), median of "
         f"{RUNS} runs of {COMMITS_TOTAL} commits; sync calls per commit "
         + ("counted by strace in one more run" if traced else "not counted (no strace)"),
-        ["server", "commits/s", "vs SqlCatalog", "commits per store transaction", "sync calls per commit"],
+        [
+            "server",
+            "commits/s",
+            "vs SqlCatalog",
+            "commits per store transaction",
+            "sync calls per commit",
+            f"a writer alone, ms per commit (median of {LONE_COMMITS})",
+        ],
     )
     servers = {
         "isbre, 1 worker": IsbreServer(workdir / "group-1", workers=1),
@@ -103,9 +131,10 @@ def run(workdir: Path) -> Report:
                 calls, commits = _traced_syncs(server, per_writer, workdir)
                 each = ", ".join(f"{name} {n / commits:.2f}" for name, n in sorted(calls.items()))
                 syncs = f"{sum(calls.values()) / commits:.2f} ({each})"
-            report.add(label, rate, f"{rate / sql:.2f}", f"{grouped:.1f}", syncs)
+            lone = f"{median_of(RUNS, partial(_lone_writer_ms, server)):.2f}"
+            report.add(label, rate, f"{rate / sql:.2f}", f"{grouped:.1f}", syncs, lone)
             server.stop()
-        report.add("SqlCatalog (SQLite)", sql, "1.00", "", "")
+        report.add("SqlCatalog (SQLite)", sql, "1.00", "", "", "")
     finally:
         for server in servers.values():
             server.stop()
