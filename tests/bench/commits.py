@@ -9,7 +9,9 @@ REST commit request a client sends; SqlCatalog's writers are threads calling
 
 from __future__ import annotations
 
+import statistics
 import threading
+import time
 import uuid
 from functools import partial
 from pathlib import Path
@@ -115,3 +117,18 @@ def run(workdir: Path, writer_counts: tuple[int, ...] = (1, 4, 16), commits_tota
         server.stop()
         catalog.close()
     return report
+
+
+def isbre_latency_ms(server: IsbreServer, commits: int) -> float:
+    """Median milliseconds of one commit, one writer."""
+    base = f"{server.url}/v1/isbre/namespaces/bench/tables"
+    name = f"l{uuid.uuid4().hex[:8]}"
+    httpx.post(base, json={"name": name, "schema": SCHEMA_JSON}).raise_for_status()
+    samples = []
+    with httpx.Client(timeout=60) as client:
+        for i in range(commits):
+            body = {"updates": [{"action": "set-properties", "updates": {f"k{i}": str(i)}}]}
+            start = time.perf_counter()
+            client.post(f"{base}/{name}", json=body).raise_for_status()
+            samples.append(time.perf_counter() - start)
+    return statistics.median(samples) * 1000

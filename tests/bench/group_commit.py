@@ -16,18 +16,15 @@ from __future__ import annotations
 
 import shutil
 import signal
-import statistics
 import subprocess
 import time
-import uuid
 from functools import partial
 from pathlib import Path
 
-import httpx
 import psutil
 from pyiceberg.catalog.sql import SqlCatalog
 
-from tests.bench.commits import SCHEMA_JSON, writer_counters
+from tests.bench.commits import isbre_latency_ms, writer_counters
 from tests.bench.harness import RUNS, Report, median_of
 from tests.bench.workers import isbre_rate, isbre_run, prepare, sql_rate
 from tests.server import IsbreServer
@@ -73,21 +70,6 @@ def _traced_syncs(server: IsbreServer, per_writer: int, workdir: Path) -> tuple[
     return calls, WRITERS * per_writer
 
 
-def _lone_writer_ms(server: IsbreServer) -> float:
-    """The median time of one commit of a writer alone, on one kept-alive connection."""
-    table = f"lone_{uuid.uuid4().hex[:8]}"
-    base = f"{server.url}/v1/isbre/namespaces/bench/tables"
-    httpx.post(base, json={"name": table, "schema": SCHEMA_JSON}).raise_for_status()
-    took = []
-    with httpx.Client(timeout=60) as client:
-        for n in range(LONE_COMMITS):
-            body = {"updates": [{"action": "set-properties", "updates": {"n": str(n)}}]}
-            started = time.perf_counter()
-            client.post(f"{base}/{table}", json=body).raise_for_status()
-            took.append(time.perf_counter() - started)
-    return statistics.median(took) * 1000
-
-
 def run(workdir: Path) -> Report:
     per_writer = COMMITS_TOTAL // WRITERS
     traced = shutil.which("strace") is not None
@@ -131,7 +113,7 @@ def run(workdir: Path) -> Report:
                 calls, commits = _traced_syncs(server, per_writer, workdir)
                 each = ", ".join(f"{name} {n / commits:.2f}" for name, n in sorted(calls.items()))
                 syncs = f"{sum(calls.values()) / commits:.2f} ({each})"
-            lone = f"{median_of(RUNS, partial(_lone_writer_ms, server)):.2f}"
+            lone = f"{median_of(RUNS, partial(isbre_latency_ms, server, LONE_COMMITS)):.2f}"
             report.add(label, rate, f"{rate / sql:.2f}", f"{grouped:.1f}", syncs, lone)
             server.stop()
         report.add("SqlCatalog (SQLite)", sql, "1.00", "", "", "")

@@ -18,25 +18,10 @@ from pathlib import Path
 import httpx
 from pyiceberg.catalog.sql import SqlCatalog
 
-from tests.bench.commits import SCHEMA, SCHEMA_JSON, isbre_rate, sql_rate
+from tests.bench.commits import SCHEMA, isbre_latency_ms, isbre_rate, sql_rate
 from tests.bench.harness import RUNS, Report, median_of
 from tests.s3 import REGION, MotoS3
 from tests.server import IsbreServer
-
-
-def isbre_latency_ms(server: IsbreServer, commits: int) -> float:
-    """Median milliseconds of one commit, one writer."""
-    base = f"{server.url}/v1/isbre/namespaces/bench/tables"
-    name = f"l{uuid.uuid4().hex[:8]}"
-    httpx.post(base, json={"name": name, "schema": SCHEMA_JSON}).raise_for_status()
-    samples = []
-    with httpx.Client(timeout=60) as client:
-        for i in range(commits):
-            body = {"updates": [{"action": "set-properties", "updates": {f"k{i}": str(i)}}]}
-            start = time.perf_counter()
-            client.post(f"{base}/{name}", json=body).raise_for_status()
-            samples.append(time.perf_counter() - start)
-    return statistics.median(samples) * 1000
 
 
 def sql_latency_ms(catalog: SqlCatalog, commits: int) -> float:
