@@ -52,8 +52,7 @@ class PointerSwap:
     idempotency: Idempotency | None = None
     answer: str | None = None  # what the request's Idempotency-Key keeps
 
-    def __call__(self, batch: Batch) -> list[int]:
-        """The commit_seq of each record logged."""
+    def __call__(self, batch: Batch) -> None:
         for entry in self.entries:
             now = batch.view.pointer(TABLE, entry.ident)
             if now != entry.base:
@@ -64,20 +63,18 @@ class PointerSwap:
                 require_namespace(batch.view, entry.ident.namespace)
                 require_free(batch.view, entry.ident, TABLE)
                 require_new_uuid(batch.view, entry.pointer.uuid)
-        logged = []
         for entry in self.entries:
             if entry.places is not None:
                 claim_places(batch.view, entry.pointer.uuid, entry.places, "Table")
             if entry.record is not None:
-                logged.append(self._swapped(batch, entry, entry.record))
+                self._swapped(batch, entry, entry.record)
             if entry.pending is not None:
                 batch.view.put_pending_file(entry.pending)
         if self.idempotency is not None:
             self.idempotency.keep(batch.view, self.answer)
-        return logged
 
     @staticmethod
-    def _swapped(batch: Batch, entry: SwapEntry, record: CommitRecord) -> int:
+    def _swapped(batch: Batch, entry: SwapEntry, record: CommitRecord) -> None:
         batch.view.put_pointer(TABLE, entry.ident, entry.pointer)
         # A store may run a transaction again from the start: each run stamps its own copy.
         stamped = batch.log(replace(record))
@@ -88,4 +85,3 @@ class PointerSwap:
             batch.view.add_coverage(entry.pointer.uuid, list(entry.spans), None, stamped.commit_seq)
         if entry.rows is not None:
             batch.view.add_sink_rows(entry.rows)
-        return stamped.commit_seq

@@ -118,11 +118,13 @@ class CommitServer:
 
 def _answer(connection: Connection, sending: threading.Lock, number: int, done: Future[Any]) -> None:
     """Send a worker the outcome of its swap `number`: `done`."""
-    result, error = (None, done.exception()) if done.exception() is not None else (done.result(), None)
-    try:
-        pickle.loads(pickle.dumps(error))
-    except Exception:  # an exception that does not survive pickling is sent as its words
-        error = RuntimeError(f"{type(error).__name__}: {error}")
+    error = done.exception()
+    result = done.result() if error is None else None
+    if error is not None:
+        try:
+            pickle.loads(pickle.dumps(error))
+        except Exception:  # an exception that does not survive pickling is sent as its words
+            error = RuntimeError(f"{type(error).__name__}: {error}")
     try:
         with sending:
             connection.send((number, result, error))
